@@ -1,0 +1,181 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * ebpf-masq data-plane ABI: every map name, key/value struct, counter index and
+ * drop reason shared between the BPF programs and the Rust plugin.
+ * The Rust mirror lives in plugin/src/bpf/abi.rs; both sides assert the sizes.
+ *
+ * Any change to a struct or a map's meaning bumps MASQ_LAYOUT_VERSION, which is
+ * part of the pin directory (<pinPath>/v<N>/), so a new binary never reuses an
+ * incompatible pinned map.
+ */
+#ifndef MASQ_ABI_H
+#define MASQ_ABI_H
+
+#include <linux/types.h>
+
+#define MASQ_LAYOUT_VERSION 1
+
+/* ---- config (ARRAY, 1 entry): node-wide knobs written by the plugin ---- */
+struct masq_config {
+	__u16 port_min;            /* host byte order, inclusive */
+	__u16 port_max;            /* host byte order, inclusive */
+	__u32 flags;               /* reserved, 0 */
+	__u32 tcp_timeout_s;       /* idle timeout, established TCP */
+	__u32 tcp_closing_timeout_s; /* after FIN or RST was seen */
+	__u32 udp_timeout_s;
+	__u32 icmp_timeout_s;
+};
+
+/* ---- pods4 (HASH, key __be32) / pods6 (HASH, key struct in6 16 bytes) ---- */
+#define POD_F_NAT_OUTGOING 0x1
+struct pod_info {
+	__u32 ifindex;             /* host-side veth in the node netns */
+	__u32 flags;               /* POD_F_* */
+};
+
+/* ---- uplinks (HASH, key __u32 ifindex) ---- */
+#define UPLINK_F_L3      0x1       /* no Ethernet header (link/none: WireGuard, TUN) */
+#define UPLINK_F_HAS_V4  0x2
+#define UPLINK_F_HAS_V6  0x4
+struct uplink_info {
+	__be32 masq_v4;            /* address pods are masqueraded to on this uplink */
+	__u32 flags;               /* UPLINK_F_* */
+	__u8 masq_v6[16];
+};
+
+/* ---- excl4 / excl6 (LPM_TRIE): destinations never masqueraded for pods ---- */
+enum excl_reason {
+	EXCL_NATIVE_ROUTING = 1,   /* nativeRoutingCIDR */
+	EXCL_NON_MASQ = 2,         /* nonMasqueradeCIDRs */
+	EXCL_LINK_LOCAL = 3,       /* 169.254.0.0/16, fe80::/10 unless masqLinkLocal */
+};
+struct lpm4_key {
+	__u32 prefixlen;
+	__be32 addr;
+};
+struct lpm6_key {
+	__u32 prefixlen;
+	__u8 addr[16];
+};
+struct excl_info {
+	__u32 reason;              /* enum excl_reason */
+	__u32 index;               /* position of the CIDR in its config list */
+};
+
+/* ---- rules4 (LPM_TRIE): user-defined masquerade rules, keyed by out ifindex + source ---- */
+#define MAX_RULES 256
+struct rule4_key {
+	__u32 prefixlen;           /* 32 (ifindex) + source prefix length */
+	__u32 ifindex;             /* stored big-endian so it is a prefix of the key */
+	__be32 saddr;
+};
+#define RULE_F_TO_ADDRESS 0x1
+struct rule_info {
+	__u32 id;                  /* index into rule_stats and rule_except4 */
+	__u32 flags;               /* RULE_F_* */
+	__be32 to_v4;              /* toAddress when RULE_F_TO_ADDRESS */
+	__u32 pad;
+};
+/* rule_except4 (LPM_TRIE): key {prefixlen = 32 + dst prefix, rule id (big-endian), daddr} */
+struct rule_except4_key {
+	__u32 prefixlen;
+	__u32 rule_id;
+	__be32 daddr;
+};
+struct rule_stats {
+	__u64 packets;
+	__u64 bytes;
+};
+
+/* ---- nat4_fwd / nat4_rev (LRU_HASH): the two halves of every NAT pair ----
+ * fwd key: the pod's tuple as it leaves   {pod, remote, pod port, remote port}
+ * rev key: the reply's tuple as it enters {remote, nat addr, remote port, nat port}
+ * ICMP echo uses the identifier as the pod/nat "port" and 0 as the remote port.
+ */
+struct nat4_key {
+	__be32 saddr;
+	__be32 daddr;
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+	__u8 pad[3];
+};
+#define NAT_F_TCP_CLOSING 0x1      /* FIN or RST seen: short timeout */
+#define NAT_F_BY_RULE     0x2      /* made by a masqueradeRules entry, not a pod registration */
+struct nat4_entry {
+	__be32 addr;               /* fwd: nat address; rev: pod address */
+	__be16 port;               /* fwd: nat port;    rev: pod port */
+	__u8 flags;                /* NAT_F_* */
+	__u8 pad;
+	__u32 ifindex;             /* uplink the flow left by */
+	__u32 rule_id;             /* valid with NAT_F_BY_RULE */
+	__u64 created_ns;          /* bpf_ktime_get_ns() */
+	__u64 last_seen_ns;        /* refreshed at most once per second */
+	__u64 packets;
+	__u64 bytes;
+};
+
+/* ---- pod_stats (PERCPU_HASH, key __u32 veth ifindex) ---- */
+struct pod_stats {
+	__u64 packets;             /* from the pod, accepted */
+	__u64 bytes;
+	__u64 spoofed;             /* dropped: source not the pod's */
+};
+
+/* ---- attachments (HASH): what each CNI ADD registered, so DEL/CHECK/GC can undo or
+ * verify exactly that. Only the plugin reads it; it lives in bpffs with the rest of
+ * the state, so it vanishes with the pins (a reboot) like everything it describes.
+ * key: container ID (NUL padded; IDs longer than 63 bytes are shortened by the
+ * plugin, keeping a hash) and ifname.
+ */
+#define ATT_ID_LEN 64
+#define ATT_IFNAME_LEN 16
+#define ATT_MAX_ADDRS 4
+struct attachment_key {
+	char container_id[ATT_ID_LEN];
+	char ifname[ATT_IFNAME_LEN];
+};
+#define ATT_F_NAT_OUTGOING 0x1
+struct attachment_info {
+	__u32 veth_ifindex;
+	__u32 flags;               /* ATT_F_* */
+	__u32 n_v4;
+	__u32 n_v6;
+	__be32 v4[ATT_MAX_ADDRS];
+	__u8 v6[ATT_MAX_ADDRS][16];
+	__u64 created_ns;          /* CLOCK_MONOTONIC */
+	char veth_name[16];
+};
+
+/* ---- counters (PERCPU_ARRAY, index enum masq_counter) ---- */
+enum masq_counter {
+	CNT_SNAT_PKTS_V4 = 0,
+	CNT_SNAT_BYTES_V4,
+	CNT_RNAT_PKTS_V4,
+	CNT_RNAT_BYTES_V4,
+	CNT_SNAT_PKTS_V6,
+	CNT_SNAT_BYTES_V6,
+	CNT_RNAT_PKTS_V6,
+	CNT_RNAT_BYTES_V6,
+	CNT_NAT_CREATED,           /* NAT pairs created */
+	CNT_NAT_RECLAIMED,         /* expired pairs whose port was taken over */
+	CNT_NAT_REPAIRED,          /* a half missing (LRU eviction) and re-inserted */
+	CNT_ALLOC_FAIL,            /* no free port within the probe budget */
+	CNT_SKIP_EXCLUDED,         /* pod packet not masqueraded: destination excluded */
+	CNT_SKIP_NO_NAT_OUTGOING,  /* pod packet not masqueraded: natOutgoing false */
+	CNT_MAX
+};
+
+/* ---- drops (PERCPU_ARRAY, index enum masq_drop_reason) ---- */
+enum masq_drop_reason {
+	DROP_SPOOFED_SOURCE = 0,   /* veth: source is not one of the pod's addresses */
+	DROP_NO_PORT,              /* uplink: port allocation failed */
+	DROP_NAT_INSERT,           /* uplink: NAT map insert failed (not EEXIST) */
+	DROP_FRAGMENT,             /* uplink: non-first fragment of a flow to masquerade */
+	DROP_MALFORMED,            /* truncated or invalid header on a flow to masquerade */
+	DROP_CSUM,                 /* checksum helper failed */
+	DROP_UNSUPPORTED_PROTO,    /* protocol we cannot masquerade (not TCP/UDP/ICMP echo) */
+	DROP_MAX
+};
+
+#endif /* MASQ_ABI_H */

@@ -1,0 +1,154 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Every map, pinned by name under <pinPath>/v<MASQ_LAYOUT_VERSION>/ so that the
+ * veth and uplink objects, and every later plugin process, share one copy.
+ * max_entries of the NAT maps is set by the loader from natMaxEntries.
+ */
+#ifndef MASQ_MAPS_H
+#define MASQ_MAPS_H
+
+#include "common.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct masq_config);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} masq_config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __be32);
+	__type(value, struct pod_info);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} pods4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct in6_addr);
+	__type(value, struct pod_info);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} pods6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, struct uplink_info);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} uplinks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 1024);
+	__type(key, struct lpm4_key);
+	__type(value, struct excl_info);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} excl4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 1024);
+	__type(key, struct lpm6_key);
+	__type(value, struct excl_info);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} excl6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, MAX_RULES);
+	__type(key, struct rule4_key);
+	__type(value, struct rule_info);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} rules4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 4096);
+	__type(key, struct rule_except4_key);
+	__type(value, __u32);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} rule_except4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, MAX_RULES);
+	__type(key, __u32);
+	__type(value, struct rule_stats);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} rule_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct nat4_key);
+	__type(value, struct nat4_entry);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} nat4_fwd SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct nat4_key);
+	__type(value, struct nat4_entry);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} nat4_rev SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, struct pod_stats);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} pod_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, CNT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} counters SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, DROP_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} drops SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct attachment_key);
+	__type(value, struct attachment_info);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} attachments SEC(".maps");
+
+static __always_inline void count_add(__u32 idx, __u64 n)
+{
+	__u64 *c = bpf_map_lookup_elem(&counters, &idx);
+
+	if (c)
+		*c += n;
+}
+
+/* Count the drop and return the TC verdict that drops the packet. */
+static __always_inline int drop_with(__u32 reason)
+{
+	__u64 *c = bpf_map_lookup_elem(&drops, &reason);
+
+	if (c)
+		*c += 1;
+	return MASQ_DROP;
+}
+
+#endif /* MASQ_MAPS_H */

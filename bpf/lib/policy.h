@@ -1,0 +1,88 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * The one place that answers "should this packet be masqueraded, and to what?".
+ * `ebpf-masq explain` mirrors this logic from the same pinned maps
+ * (plugin/src/cli/explain.rs); keep the two in step.
+ *
+ * Order:
+ *  1. A masqueradeRules entry for (out interface, source) whose except list does
+ *     not hold the destination -> masquerade to the rule's toAddress or the uplink
+ *     address. Rules are explicit, so nativeRoutingCIDR/nonMasqueradeCIDRs do not
+ *     apply to them (the tunnel case masquerades *to* the node's own subnet).
+ *  2. A registered pod with natOutgoing whose destination is in no exclusion
+ *     (nativeRoutingCIDR, nonMasqueradeCIDRs, link-local) -> the uplink address.
+ *  3. Anything else is not ours: untouched.
+ */
+#ifndef MASQ_POLICY_H
+#define MASQ_POLICY_H
+
+#include "maps.h"
+
+enum masq_verdict {
+	VERDICT_NONE = 0,
+	VERDICT_POD = 1,
+	VERDICT_RULE = 2,
+};
+
+struct masq_decision {
+	__u32 verdict;      /* enum masq_verdict */
+	__u32 rule_id;
+	__be32 nat_addr;
+};
+
+static __always_inline bool rule_excepts_v4(__u32 rule_id, __be32 daddr)
+{
+	struct rule_except4_key k = {
+		.prefixlen = 64,
+		.rule_id = bpf_htonl(rule_id),
+		.daddr = daddr,
+	};
+
+	return bpf_map_lookup_elem(&rule_except4, &k) != NULL;
+}
+
+static __always_inline void masq_decide_v4(__u32 ifindex, const struct uplink_info *up,
+					   __be32 saddr, __be32 daddr, struct masq_decision *d)
+{
+	struct rule4_key rk = {
+		.prefixlen = 64,
+		.ifindex = bpf_htonl(ifindex),
+		.saddr = saddr,
+	};
+	struct lpm4_key ek = { .prefixlen = 32, .addr = daddr };
+	struct rule_info *rule;
+	struct pod_info *pod;
+
+	d->verdict = VERDICT_NONE;
+
+	rule = bpf_map_lookup_elem(&rules4, &rk);
+	if (rule && !rule_excepts_v4(rule->id, daddr)) {
+		if (rule->flags & RULE_F_TO_ADDRESS)
+			d->nat_addr = rule->to_v4;
+		else if (up->flags & UPLINK_F_HAS_V4)
+			d->nat_addr = up->masq_v4;
+		else
+			return;
+		d->verdict = VERDICT_RULE;
+		d->rule_id = rule->id;
+		return;
+	}
+
+	pod = bpf_map_lookup_elem(&pods4, &saddr);
+	if (!pod)
+		return;
+	if (!(pod->flags & POD_F_NAT_OUTGOING)) {
+		count_add(CNT_SKIP_NO_NAT_OUTGOING, 1);
+		return;
+	}
+	if (bpf_map_lookup_elem(&excl4, &ek)) {
+		count_add(CNT_SKIP_EXCLUDED, 1);
+		return;
+	}
+	if (!(up->flags & UPLINK_F_HAS_V4))
+		return;
+	d->verdict = VERDICT_POD;
+	d->nat_addr = up->masq_v4;
+}
+
+#endif /* MASQ_POLICY_H */

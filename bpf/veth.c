@@ -1,0 +1,68 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * Pod veth program, on the host-side veth's ingress (packets from the pod):
+ * the source must be one of the pod's registered addresses (else drop, counted),
+ * and every accepted packet is counted per pod.
+ */
+#include "lib/common.h"
+#include "lib/maps.h"
+
+static __always_inline bool v6_is_link_local_or_unspec(const struct in6_addr *a)
+{
+	__u32 w0 = bpf_ntohl(a->in6_u.u6_addr32[0]);
+
+	if ((w0 & 0xffc00000) == 0xfe800000)
+		return true; /* fe80::/10: neighbour discovery, router solicitation */
+	return !(a->in6_u.u6_addr32[0] | a->in6_u.u6_addr32[1] |
+		 a->in6_u.u6_addr32[2] | a->in6_u.u6_addr32[3]); /* :: (DAD) */
+}
+
+/* true when the packet's source belongs to the pod behind @ifindex (or is not IP). */
+static __always_inline bool veth_source_ok(struct __sk_buff *skb, __u32 ifindex)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct pod_info *pod;
+
+	if (skb->protocol == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = data + ETH_HLEN;
+
+		if ((void *)(ip + 1) > data_end)
+			return false;
+		pod = bpf_map_lookup_elem(&pods4, &ip->saddr);
+		return pod && pod->ifindex == ifindex;
+	}
+	if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = data + ETH_HLEN;
+		struct in6_addr saddr;
+
+		if ((void *)(ip6 + 1) > data_end)
+			return false;
+		saddr = ip6->saddr;
+		if (v6_is_link_local_or_unspec(&saddr))
+			return true;
+		pod = bpf_map_lookup_elem(&pods6, &saddr);
+		return pod && pod->ifindex == ifindex;
+	}
+	return true; /* ARP and the rest are not routed by us */
+}
+
+SEC("classifier/veth_ingress")
+int masq_veth_in(struct __sk_buff *skb)
+{
+	__u32 ifindex = skb->ifindex;
+	struct pod_stats *st = bpf_map_lookup_elem(&pod_stats, &ifindex);
+
+	if (!veth_source_ok(skb, ifindex)) {
+		if (st)
+			st->spoofed += 1;
+		return drop_with(DROP_SPOOFED_SOURCE);
+	}
+	if (st) {
+		st->packets += 1;
+		st->bytes += skb->len;
+	}
+	return MASQ_PASS;
+}
+
+char _license[] SEC("license") = "Dual BSD/GPL";

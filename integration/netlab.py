@@ -1,0 +1,347 @@
+"""Network-namespace lab for the ebpf-masq integration tests.
+
+Everything lives in namespaces named em-<random>-*; nothing touches the
+machine's own interfaces. A Lab owns what it creates (namespaces, processes,
+bpffs pin dirs, CNI cache entries) and removes all of it in close().
+
+Two ways to run a command in a namespace:
+  Netns.exec(...)   `ip netns exec`: for traffic tools. It remounts /sys, so
+                    bpffs is hidden there.
+  Netns.enter(...)  `nsenter --net=...`: keeps the host's /sys/fs/bpf; use it for
+                    the plugin, cnitool, tc and bpftool in the node namespace.
+"""
+import hashlib
+import json
+import os
+import secrets
+import select
+import shutil
+import signal
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+PY = "/usr/bin/python3"  # Debian's python, which has scapy (not pyenv's)
+PEER = str(HERE / "peer.py")
+CNI_BIN_DIR = "/usr/lib/cni"
+CNI_VERSION = "1.0.0"
+POD_SUBNET = "10.244.1.0/24"
+
+
+def plugin_path():
+    """The ebpf-masq binary under test (EBPF_MASQ_BIN overrides)."""
+    return Path(os.environ.get("EBPF_MASQ_BIN", REPO / "target/release/ebpf-masq"))
+
+
+def sh(cmd, check=True, timeout=120, **kw):
+    """Run cmd (a list), capturing text output; on failure raise with everything."""
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
+    if check and p.returncode != 0:
+        raise AssertionError(f"command failed (rc={p.returncode}): {' '.join(map(str, cmd))}\n"
+                             f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}")
+    return p
+
+
+def wait_for(pred, timeout=10.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)
+
+
+class Netns:
+    def __init__(self, lab, name):
+        self.lab, self.name, self.path = lab, name, f"/run/netns/{name}"
+
+    def exec(self, cmd, **kw):
+        return sh(["ip", "netns", "exec", self.name, *map(str, cmd)], **kw)
+
+    def enter(self, cmd, **kw):
+        return sh(["nsenter", f"--net={self.path}", "--", *map(str, cmd)], **kw)
+
+    def ip(self, *args, **kw):
+        return sh(["ip", "-n", self.name, *map(str, args)], **kw)
+
+    def sysctl(self, key, value):
+        self.exec(["sysctl", "-qw", f"{key}={value}"])
+
+    def spawn(self, cmd, enter=False, **kw):
+        """Start a background process here; the lab kills it (by PID) on close."""
+        prefix = ["nsenter", f"--net={self.path}", "--"] if enter else ["ip", "netns", "exec", self.name]
+        return self.lab.spawn([*prefix, *map(str, cmd)], **kw)
+
+    def links(self):
+        return [l["ifname"] for l in json.loads(self.ip("-j", "link", "show").stdout)]
+
+    def tc_filters(self, dev, direction):
+        return self.enter(["tc", "filter", "show", "dev", dev, direction], check=False).stdout
+
+    def server(self, proto, port):
+        return Server(self, proto, port)
+
+    @staticmethod
+    def _client_cmd(proto, host, port, opts):
+        cmd = [PY, PEER, "client", "--proto", proto, "--host", host, "--port", port]
+        for k, v in opts.items():
+            cmd += [f"--{k.replace('_', '-')}", v]
+        return cmd
+
+    def client(self, proto, host, port, enter=False, **opts):
+        """Run peer.py client here; returns (returncode, parsed JSON result)."""
+        cmd = self._client_cmd(proto, host, port, opts)
+        p = (self.enter if enter else self.exec)(cmd, check=False, timeout=300)
+        return p.returncode, json.loads(p.stdout or "{}")
+
+    def client_bg(self, proto, host, port, enter=False, **opts):
+        """peer.py client in the background; finish it with client_result()."""
+        return self.spawn(self._client_cmd(proto, host, port, opts), enter=enter, stdout=subprocess.PIPE)
+
+    @staticmethod
+    def client_result(proc, timeout=60):
+        out, _ = proc.communicate(timeout=timeout)
+        return proc.returncode, json.loads(out or "{}")
+
+    def ping(self, dst, count=3, interval=0.2, check=False):
+        """Returns (returncode, packet loss in %)."""
+        p = self.exec(["ping", "-n", "-q", "-c", count, "-i", interval, "-W", 1, dst],
+                      check=check, timeout=count * interval + 30)
+        loss = 100.0
+        for word in p.stdout.split(","):
+            if "packet loss" in word:
+                loss = float(word.split("%")[0])
+        return p.returncode, loss
+
+    def capture(self, dev, bpf_filter):
+        return Capture(self, dev, bpf_filter)
+
+
+class Server:
+    """peer.py server; records what peer addresses it saw."""
+
+    def __init__(self, ns, proto, port):
+        self.proto, self.port = proto, port
+        self.out = ns.lab.tmp / f"server-{ns.name}-{proto}-{port}.jsonl"
+        self.proc = ns.spawn([PY, PEER, "serve", "--proto", proto, "--port", port, "--out", self.out])
+        wait_for(lambda: self.out.exists() or self.proc.poll() is not None, what=f"{proto} server in {ns.name}")
+        assert self.proc.poll() is None, f"{proto} server in {ns.name} died: {self.proc.stderr.read()}"
+
+    def records(self, event=None):
+        lines = self.out.read_text().splitlines() if self.out.exists() else []
+        recs = [json.loads(l) for l in lines]
+        return [r for r in recs if event is None or r["event"] == event]
+
+    def addrs(self, event=None):
+        return {r["addr"] for r in self.records(event)}
+
+
+class Capture:
+    """tcpdump to a pcap inside a namespace; a context manager."""
+
+    def __init__(self, ns, dev, bpf_filter):
+        self.ns, self.dev, self.filter = ns, dev, bpf_filter
+        self.pcap = ns.lab.tmp / f"cap-{ns.name}-{dev}-{secrets.token_hex(2)}.pcap"
+        self.proc = None
+
+    def __enter__(self):
+        self.proc = self.ns.spawn(["tcpdump", "-n", "-U", "--immediate-mode", "-i", self.dev, "-w", self.pcap, self.filter])
+        deadline, err = time.monotonic() + 10, ""
+        while "listening on" not in err:  # tcpdump says so once the capture is live
+            assert time.monotonic() < deadline and self.proc.poll() is None, f"tcpdump did not start: {err}"
+            if select.select([self.proc.stderr], [], [], 0.1)[0]:
+                err += os.read(self.proc.stderr.fileno(), 4096).decode(errors="replace")
+        return self
+
+    def __exit__(self, *exc):
+        time.sleep(0.3)  # let in-flight packets land
+        self.ns.lab.stop(self.proc, signal.SIGINT)
+
+    def packets(self):
+        from scapy.all import rdpcap  # slow import; only where needed
+        return list(rdpcap(str(self.pcap)))
+
+    def sources(self):
+        """Counter of IPv4 source addresses in the capture."""
+        from scapy.all import IP
+        return Counter(p[IP].src for p in self.packets() if IP in p)
+
+
+class Pod:
+    def __init__(self, ns, result):
+        self.ns, self.result = ns, result
+        self.ip = result["ips"][0]["address"].split("/")[0]
+        host = [i["name"] for i in result["interfaces"] if not i.get("sandbox") and i["name"] != "cni0"]
+        self.host_veth = host[0] if host else None
+
+
+class CniNet:
+    """A conflist in its own NETCONFPATH; add/del pods with cnitool in the node netns."""
+
+    def __init__(self, lab, node, name, plugins, cni_path):
+        self.lab, self.node, self.name = lab, node, name
+        self.conf = {"cniVersion": CNI_VERSION, "name": name, "plugins": plugins}
+        self.dir = lab.tmp / f"netconf-{name}"
+        self.dir.mkdir()
+        (self.dir / f"{name}.conflist").write_text(json.dumps(self.conf, indent=2))
+        self.env = {**os.environ, "CNI_PATH": cni_path, "NETCONFPATH": str(self.dir)}
+        self.pods = []
+        # cleanups run last-in first-out: cnitool del first, then drop what it left in its cache
+        lab.on_close(lambda: [p.unlink() for p in Path("/var/lib/cni/results").glob(f"{name}-*")])
+        lab.on_close(self._teardown)
+
+    def cnitool(self, verb, pod_ns, check=True):
+        return self.node.enter(["cnitool", verb, self.name, pod_ns.path], env=self.env, check=check)
+
+    def add(self, pod_ns):
+        self.pods.append(pod_ns)
+        return Pod(pod_ns, json.loads(self.cnitool("add", pod_ns).stdout))
+
+    def delete(self, pod_ns, check=True):
+        return self.cnitool("del", pod_ns, check=check)
+
+    def plugin_conf(self, entry, prev_result):
+        """The conf libcni hands a plugin of this list (entry: index or dict), with prevResult."""
+        entry = self.conf["plugins"][entry] if isinstance(entry, int) else entry
+        return {"cniVersion": CNI_VERSION, "name": self.name, **entry, "prevResult": prev_result}
+
+    def _teardown(self):
+        for ns in self.pods:
+            self.delete(ns, check=False)
+
+
+def cnitool_container_id(netns_path):
+    """cnitool's container ID: "cnitool-" and 20 hex digits of sha512(netns path)."""
+    return "cnitool-" + hashlib.sha512(str(netns_path).encode()).hexdigest()[:20]
+
+
+class Lab:
+    def __init__(self, tmp):
+        self.id = secrets.token_hex(3)
+        self.prefix = f"em-{self.id}-"
+        self.tmp = Path(tmp)
+        self.namespaces, self.procs, self.cleanups = [], [], []
+        self.pin_path = f"/sys/fs/bpf/em-test-{self.id}"
+        self.on_close(lambda: shutil.rmtree(self.pin_path, ignore_errors=True))
+
+    def on_close(self, fn):
+        self.cleanups.append(fn)
+
+    def netns(self, short):
+        name = self.prefix + short
+        sh(["ip", "netns", "add", name])
+        self.namespaces.append(name)
+        ns = Netns(self, name)
+        ns.ip("link", "set", "lo", "up")
+        return ns
+
+    def veth(self, a, a_if, a_cidr, b, b_if, b_cidr):
+        """A veth pair created directly inside namespace a, peer moved to b."""
+        a.ip("link", "add", a_if, "type", "veth", "peer", "name", b_if, "netns", b.name)
+        for ns, ifname, cidr in ((a, a_if, a_cidr), (b, b_if, b_cidr)):
+            ns.ip("addr", "add", cidr, "dev", ifname)
+            ns.ip("link", "set", ifname, "up")
+
+    def spawn(self, cmd, **kw):
+        kw = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE, **kw}
+        p = subprocess.Popen(cmd, **kw)
+        self.procs.append(p)
+        return p
+
+    def stop(self, proc, sig=signal.SIGTERM):
+        if proc.poll() is None:
+            proc.send_signal(sig)
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+
+    def close(self):
+        errors = []
+        for fn in reversed(self.cleanups):
+            try:
+                fn()
+            except Exception as e:  # keep cleaning up
+                errors.append(repr(e))
+        for p in self.procs:
+            self.stop(p)
+        for name in self.namespaces:
+            sh(["ip", "netns", "del", name], check=False)
+        if errors:
+            raise AssertionError("lab cleanup errors: " + "; ".join(errors))
+
+
+class Topo:
+    """node (eth0 -> ext, eth1 -> native), pods added by cnitool in node."""
+
+    EXT, NATIVE, NODE_EXT, NODE_NATIVE = "10.0.0.2", "10.10.0.2", "10.0.0.5", "10.10.0.5"
+
+    def __init__(self, lab):
+        self.lab = lab
+        self.node, self.ext, self.native = lab.netns("node"), lab.netns("ext"), lab.netns("native")
+        lab.veth(self.node, "eth0", "10.0.0.5/24", self.ext, "eth0", "10.0.0.2/24")
+        lab.veth(self.node, "eth1", "10.10.0.5/24", self.native, "eth0", "10.10.0.2/24")
+        self.node.ip("route", "add", "default", "via", self.EXT, "dev", "eth0")
+        self.native.ip("route", "add", "10.244.0.0/16", "via", self.NODE_NATIVE)
+        self.node.sysctl("net.ipv4.ip_forward", 1)
+        self.cni_bin = lab.tmp / "cni-bin"
+        self.cni_bin.mkdir()
+        self._nets = 0
+
+    def pod_ns(self, short="pod"):
+        return self.lab.netns(short)
+
+    def bridge_plugin(self, ip_masq=False):
+        return {"type": "bridge", "bridge": "cni0", "isGateway": True, "ipMasq": ip_masq,
+                "ipam": {"type": "host-local", "subnet": POD_SUBNET, "routes": [{"dst": "0.0.0.0/0"}],
+                         "dataDir": str(self.lab.tmp / "ipam")}}
+
+    def masq_entry(self, **keys):
+        return {"type": "ebpf-masq", "pinPath": self.lab.pin_path, **keys}
+
+    def network(self, plugins):
+        self._nets += 1
+        name = f"{self.lab.prefix}net{self._nets}"
+        return CniNet(self.lab, self.node, name, plugins, f"{CNI_BIN_DIR}:{self.cni_bin}")
+
+    def link_plugin(self, binary):
+        """Make `type: ebpf-masq` resolve to binary via CNI_PATH."""
+        link = self.cni_bin / "ebpf-masq"
+        if not link.exists():
+            link.symlink_to(Path(binary).resolve())
+
+    def masq_network(self, binary, **keys):
+        self.link_plugin(binary)
+        return self.network([self.bridge_plugin(), self.masq_entry(**keys)])
+
+    def run_plugin(self, binary, command, conf, pod_ns, ifname="eth0", cwd=None, container_id=None):
+        """Invoke the plugin directly in the node netns as a runtime would.
+        container_id defaults to the one cnitool derives for pod_ns, so a direct
+        call addresses the same attachment cnitool made.
+        Returns (returncode, parsed stdout JSON or None, stderr)."""
+        if container_id is None:
+            container_id = cnitool_container_id(pod_ns.path)
+        env = {**os.environ, "CNI_COMMAND": command, "CNI_CONTAINERID": container_id,
+               "CNI_NETNS": pod_ns.path, "CNI_IFNAME": ifname, "CNI_PATH": f"{CNI_BIN_DIR}:{self.cni_bin}"}
+        p = self.node.enter([binary], env=env, input=json.dumps(conf), check=False, cwd=cwd)
+        try:
+            out = json.loads(p.stdout) if p.stdout.strip() else None
+        except json.JSONDecodeError:
+            out = None
+        return p.returncode, out, p.stdout + p.stderr
+
+    def nat_list(self, binary):
+        p = self.node.enter([binary, "nat", "list", "--json", "--pin-path", self.lab.pin_path])
+        return json.loads(p.stdout)
+
+    def node_tc_state(self):
+        """{dev: (qdiscs, ingress filters, egress filters)} for every link in node."""
+        return {dev: (self.node.enter(["tc", "qdisc", "show", "dev", dev]).stdout,
+                      self.node.tc_filters(dev, "ingress"), self.node.tc_filters(dev, "egress"))
+                for dev in self.node.links()}

@@ -1,0 +1,227 @@
+"""Core behaviour of the ebpf-masq chained plugin (see README.md for the topology)."""
+import json
+import os
+
+import pytest
+
+from netlab import PY, Topo, wait_for
+
+EXT, NATIVE, NODE_IP = Topo.EXT, Topo.NATIVE, Topo.NODE_EXT
+ECHO = "icmp[icmptype] = icmp-echo"
+NAT_KEYS = {"proto", "pod_addr", "pod_port", "nat_addr", "nat_port", "remote_addr", "remote_port"}
+
+
+def test_add_prints_prev_result_unchanged(topo, plugin):
+    net = topo.network([topo.bridge_plugin()])
+    pod = net.add(topo.pod_ns())
+    conf = net.plugin_conf(topo.masq_entry(), pod.result)
+    rc, out, log = topo.run_plugin(plugin, "ADD", conf, pod.ns)
+    assert rc == 0, log
+    assert out == pod.result
+    rc, _, log = topo.run_plugin(plugin, "DEL", conf, pod.ns)
+    assert rc == 0, log
+
+
+def test_ext_sees_node_address(topo, masq_pod):
+    net, pod = masq_pod()
+    tcp, udp = topo.ext.server("tcp", 5000), topo.ext.server("udp", 5001)
+    with topo.ext.capture("eth0", ECHO) as cap:
+        assert pod.ns.ping(EXT, count=3) == (0, 0.0)
+    assert cap.sources() == {NODE_IP: 3}
+    for srv in (tcp, udp):
+        rc, res = pod.ns.client(srv.proto, EXT, srv.port)
+        assert rc == 0, res
+    assert tcp.addrs("done") == {NODE_IP}
+    assert udp.addrs() == {NODE_IP}
+
+
+def test_ping_flood_no_loss(topo, masq_pod):
+    net, pod = masq_pod()
+    assert pod.ns.ping(EXT, count=200, interval=0.01) == (0, 0.0)
+
+
+def test_tcp_50mb_transfer_intact(topo, masq_pod):
+    net, pod = masq_pod()
+    srv = topo.ext.server("tcp", 5000)
+    rc, res = pod.ns.client("tcp", EXT, 5000, bytes=50 * 2**20, timeout=60)
+    assert rc == 0, res
+    [done] = srv.records("done")
+    assert (done["addr"], done["bytes"], done["sha256"]) == (NODE_IP, 50 * 2**20, res["sha256"])
+
+
+def test_iperf3(topo, masq_pod):
+    net, pod = masq_pod()
+    topo.ext.spawn(["iperf3", "-s", "-1", "-p", 5201])
+    wait_for(lambda: topo.ext.exec(["ss", "-Hltn", "sport = :5201"]).stdout.strip(), what="iperf3 server")
+    p = pod.ns.exec(["iperf3", "-c", EXT, "-p", 5201, "-t", 3, "-J"], check=False, timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert json.loads(p.stdout)["end"]["sum_received"]["bytes"] > 0
+
+
+BOTH_UPLINKS = {"egressInterfaces": ["eth0", "eth1"]}  # so only the exclusion keeps the pod IP
+
+
+@pytest.mark.parametrize("keys,seen", [
+    ({"nativeRoutingCIDR": "10.10.0.0/24"}, "pod"),
+    ({"nonMasqueradeCIDRs": ["10.10.0.0/24"]}, "pod"),
+    ({}, Topo.NODE_NATIVE),  # control: no exclusion, masqueraded to eth1's address
+], ids=["nativeRoutingCIDR", "nonMasqueradeCIDRs", "control"])
+def test_native_destination(topo, masq_pod, keys, seen):
+    net, pod = masq_pod(**BOTH_UPLINKS, **keys)
+    seen = pod.ip if seen == "pod" else seen
+    tcp, udp = topo.native.server("tcp", 5000), topo.native.server("udp", 5001)
+    ext_udp = topo.ext.server("udp", 5001)
+    with topo.native.capture("eth0", ECHO) as cap:
+        assert pod.ns.ping(NATIVE, count=3) == (0, 0.0)
+    assert cap.sources() == {seen: 3}
+    for srv in (tcp, udp):
+        rc, res = pod.ns.client(srv.proto, NATIVE, srv.port)
+        assert rc == 0, res
+    assert tcp.addrs("done") == {seen}
+    assert udp.addrs() == {seen}
+    rc, res = pod.ns.client("udp", EXT, 5001)  # everything else is still masqueraded
+    assert rc == 0, res
+    assert ext_udp.addrs() == {NODE_IP}
+
+
+def test_nat_outgoing_false_sends_pod_ip(topo, masq_pod):
+    net, pod = masq_pod(natOutgoing=False)
+    udp = topo.ext.server("udp", 5001)
+    with topo.ext.capture("eth0", ECHO) as cap:
+        pod.ns.ping(EXT, count=2)  # fails: ext has no route back to the pod range
+    assert cap.sources() == {pod.ip: 2}
+    pod.ns.client("udp", EXT, 5001, timeout=1)
+    wait_for(lambda: udp.records(), what="datagram at ext")
+    assert udp.addrs() == {pod.ip}
+
+
+@pytest.mark.parametrize("first", ["host", "pod"])
+def test_host_socket_unaffected(topo, masq_pod, first):
+    """A node socket and a pod socket, same source port, same destination, open at once."""
+    net, pod = masq_pod()
+    srv = topo.ext.server("tcp", 5000)
+    port = 40123  # inside the node's ephemeral range, so a real host socket could hold it
+    who = {"host": (topo.node, True), "pod": (pod.ns, False)}
+    second = "pod" if first == "host" else "host"
+
+    ns, enter = who[first]
+    p1 = ns.client_bg("tcp", EXT, 5000, enter=enter, bind_port=port, hold=2, bytes=100_000)
+    wait_for(lambda: srv.records("accept"), what=f"{first} connection at ext")
+    ns, enter = who[second]
+    p2 = ns.client_bg("tcp", EXT, 5000, enter=enter, bind_port=port, bytes=100_000)
+    results = {second: ns.client_result(p2), first: ns.client_result(p1)}
+    for name, (rc, res) in results.items():
+        assert rc == 0 and res["ok"], (name, res)
+
+    done = srv.records("done")
+    assert len(done) == 2 and {d["addr"] for d in done} == {NODE_IP}, done
+    ports = {d["port"] for d in done}
+    assert len(ports) == 2 and port in ports, done  # the host socket's port is untouched
+    assert {d["sha256"] for d in done} == {r["sha256"] for _, r in results.values()}
+
+
+SPOOF = """
+import sys
+from scapy.all import IP, UDP, Raw, conf, send
+from scapy.supersocket import L3RawSocket
+conf.L3socket = L3RawSocket  # kernel routing, our own IP header
+src, dst, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+send(IP(src=src, dst=dst) / UDP(sport=40000, dport=port) / Raw(b"x" * 32), count=3, inter=0.05, verbose=False)
+"""
+
+
+def test_spoofed_source_dropped(topo, masq_pod):
+    net, pod = masq_pod()
+    with topo.ext.capture("eth0", "udp port 5002") as cap:
+        pod.ns.exec([PY, "-c", SPOOF, "10.244.1.99", EXT, 5002])
+        pod.ns.exec([PY, "-c", SPOOF, pod.ip, EXT, 5002])  # control: the pod's own address
+    assert cap.sources() == {NODE_IP: 3}
+
+
+def test_uplink_and_veth_filters_after_add(topo, masq_pod):
+    net, pod = masq_pod()
+    for direction in ("ingress", "egress"):
+        assert "bpf" in topo.node.tc_filters("eth0", direction), direction
+    assert "bpf" in topo.node.tc_filters(pod.host_veth, "ingress")
+
+
+def test_del_twice_cleans_up(topo, plugin, masq_pod):
+    net, pod = masq_pod()
+    topo.ext.server("udp", 5001)
+    rc, res = pod.ns.client("udp", EXT, 5001)
+    assert rc == 0, res
+    entries = topo.nat_list(plugin)
+    assert all(NAT_KEYS <= e.keys() for e in entries), entries
+    mine = [e for e in entries if e["pod_addr"] == pod.ip]
+    assert any(e["nat_addr"] == NODE_IP and e["remote_addr"] == EXT and int(e["remote_port"]) == 5001
+               for e in mine), entries
+
+    conf = net.plugin_conf(1, pod.result)
+    for _ in range(2):  # the plugin's DEL alone, so the veth survives to be inspected
+        rc, _, log = topo.run_plugin(plugin, "DEL", conf, pod.ns)
+        assert rc == 0, log
+    assert topo.node.tc_filters(pod.host_veth, "ingress").strip() == ""
+    assert [e for e in topo.nat_list(plugin) if e["pod_addr"] == pod.ip] == []
+    for _ in range(2):  # the whole chain through cnitool
+        p = net.delete(pod.ns, check=False)
+        assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_add_del_add(topo, masq_pod):
+    net, pod = masq_pod()
+    net.delete(pod.ns)
+    pod = net.add(pod.ns)
+    udp = topo.ext.server("udp", 5001)
+    rc, res = pod.ns.client("udp", EXT, 5001)
+    assert rc == 0, res
+    assert udp.addrs() == {NODE_IP}
+
+
+BAD_CONFIGS = [
+    ("natOutgoingg", {"natOutgoingg": True}),
+    ("natOutgoing", {"natOutgoing": "yes"}),
+    ("nativeRoutingCIDR", {"nativeRoutingCIDR": "10.0.0.1/33"}),
+    ("nativeRoutingCIDR", {"nativeRoutingCIDR": "10.0.0.1/8"}),
+    ("nativeRoutingCIDR", {"nativeRoutingCIDR": 42}),
+    ("portRange", {"portRange": "5000-4000"}),
+    ("portRange", {"portRange": "abc"}),
+    ("portRange", {"portRange": "0-10"}),
+    ("portRange", {"portRange": "1000-70000"}),
+    ("egressInterfaces", {"egressInterfaces": [""]}),
+    ("egressInterfaces", {"egressInterfaces": "eth0"}),
+    ("masqueradeAddress", {"masqueradeAddress": "not-an-ip"}),
+    ("pinPath", {"pinPath": "relative/dir"}),
+    ("logLevel", {"logLevel": "loud"}),
+    ("masqueradeRules", {"masqueradeRules": [{"source": "x"}]}),
+    ("masqueradeRules", {"masqueradeRules": [{"source": "10.0.0.0/8"}]}),
+    ("masqueradeRules", {"masqueradeRules": {"source": "10.0.0.0/8", "outInterface": "eth0"}}),
+    ("nonMasqueradeCIDRs", {"nonMasqueradeCIDRs": "10.0.0.0/8"}),
+    ("nonMasqueradeCIDRs", {"nonMasqueradeCIDRs": ["10.0.0.0/8", "bogus"]}),
+    ("natMaxEntries", {"natMaxEntries": 5}),
+    ("natMaxEntries", {"natMaxEntries": -1}),
+]
+
+
+@pytest.mark.parametrize("key,keys", BAD_CONFIGS, ids=[f"{k}={list(v.values())[0]}" for k, v in BAD_CONFIGS])
+def test_bad_config_rejected(topo, plugin, key, keys):
+    net = topo.network([topo.bridge_plugin()])
+    pod = net.add(topo.pod_ns())  # a real prevResult
+    before = topo.node_tc_state()
+    conf = net.plugin_conf(topo.masq_entry(**keys), pod.result)
+    rc, out, log = topo.run_plugin(plugin, "ADD", conf, pod.ns, cwd=topo.lab.tmp)
+    assert rc != 0, log
+    assert out and out.get("code") == 7, log
+    assert key in out.get("msg", ""), out
+    assert not os.path.exists(topo.lab.pin_path)
+    assert not (topo.lab.tmp / "relative").exists()
+    assert topo.node_tc_state() == before
+
+
+def test_bad_config_fails_cnitool_add(topo, plugin):
+    topo.link_plugin(plugin)
+    net = topo.network([topo.bridge_plugin(), topo.masq_entry(natOutgoing="yes")])
+    p = net.cnitool("add", topo.pod_ns(), check=False)
+    assert p.returncode != 0, p.stdout
+    assert "natOutgoing" in p.stdout + p.stderr
+    assert not os.path.exists(topo.lab.pin_path)
+    assert all("bpf" not in ing + eg for _, ing, eg in topo.node_tc_state().values())

@@ -1,0 +1,230 @@
+//! `#[repr(C)]` mirrors of bpf/include/masq_abi.h. Sizes are asserted at compile
+//! time against the same numbers the C side asserts with `_Static_assert`.
+//! Addresses and ports are kept in network byte order, exactly as in the maps.
+
+#![allow(dead_code)]
+
+pub const LAYOUT_VERSION: u32 = 1;
+
+// Map names (pinned by name under <pinPath>/v<LAYOUT_VERSION>/maps/).
+pub const MAP_CONFIG: &str = "masq_config";
+pub const MAP_PODS4: &str = "pods4";
+pub const MAP_PODS6: &str = "pods6";
+pub const MAP_UPLINKS: &str = "uplinks";
+pub const MAP_EXCL4: &str = "excl4";
+pub const MAP_EXCL6: &str = "excl6";
+pub const MAP_RULES4: &str = "rules4";
+pub const MAP_RULE_EXCEPT4: &str = "rule_except4";
+pub const MAP_RULE_STATS: &str = "rule_stats";
+pub const MAP_NAT4_FWD: &str = "nat4_fwd";
+pub const MAP_NAT4_REV: &str = "nat4_rev";
+pub const MAP_POD_STATS: &str = "pod_stats";
+pub const MAP_COUNTERS: &str = "counters";
+pub const MAP_DROPS: &str = "drops";
+pub const MAP_ATTACHMENTS: &str = "attachments";
+
+pub const MAX_RULES: u32 = 256;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MasqConfig {
+    pub port_min: u16,
+    pub port_max: u16,
+    pub flags: u32,
+    pub tcp_timeout_s: u32,
+    pub tcp_closing_timeout_s: u32,
+    pub udp_timeout_s: u32,
+    pub icmp_timeout_s: u32,
+}
+
+pub const POD_F_NAT_OUTGOING: u32 = 0x1;
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PodInfo {
+    pub ifindex: u32,
+    pub flags: u32,
+}
+
+pub const UPLINK_F_L3: u32 = 0x1;
+pub const UPLINK_F_HAS_V4: u32 = 0x2;
+pub const UPLINK_F_HAS_V6: u32 = 0x4;
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UplinkInfo {
+    pub masq_v4: [u8; 4],
+    pub flags: u32,
+    pub masq_v6: [u8; 16],
+}
+
+pub const EXCL_NATIVE_ROUTING: u32 = 1;
+pub const EXCL_NON_MASQ: u32 = 2;
+pub const EXCL_LINK_LOCAL: u32 = 3;
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ExclInfo {
+    pub reason: u32,
+    pub index: u32,
+}
+
+/// Data part of `struct rule4_key` (the LPM prefix length is aya's `Key`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Rule4Data {
+    pub ifindex_be: [u8; 4],
+    pub saddr: [u8; 4],
+}
+pub const RULE_F_TO_ADDRESS: u32 = 0x1;
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RuleInfo {
+    pub id: u32,
+    pub flags: u32,
+    pub to_v4: [u8; 4],
+    pub pad: u32,
+}
+/// Data part of `struct rule_except4_key`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RuleExcept4Data {
+    pub rule_id_be: [u8; 4],
+    pub daddr: [u8; 4],
+}
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RuleStats {
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Nat4Key {
+    pub saddr: [u8; 4],
+    pub daddr: [u8; 4],
+    pub sport: [u8; 2],
+    pub dport: [u8; 2],
+    pub proto: u8,
+    pub pad: [u8; 3],
+}
+
+pub const NAT_F_TCP_CLOSING: u8 = 0x1;
+pub const NAT_F_BY_RULE: u8 = 0x2;
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Nat4Entry {
+    pub addr: [u8; 4],
+    pub port: [u8; 2],
+    pub flags: u8,
+    pub pad: u8,
+    pub ifindex: u32,
+    pub rule_id: u32,
+    pub created_ns: u64,
+    pub last_seen_ns: u64,
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PodStats {
+    pub packets: u64,
+    pub bytes: u64,
+    pub spoofed: u64,
+}
+
+pub const ATT_ID_LEN: usize = 64;
+pub const ATT_IFNAME_LEN: usize = 16;
+pub const ATT_MAX_ADDRS: usize = 4;
+pub const ATT_F_NAT_OUTGOING: u32 = 0x1;
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AttachmentKey {
+    pub container_id: [u8; ATT_ID_LEN],
+    pub ifname: [u8; ATT_IFNAME_LEN],
+}
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AttachmentInfo {
+    pub veth_ifindex: u32,
+    pub flags: u32,
+    pub n_v4: u32,
+    pub n_v6: u32,
+    pub v4: [[u8; 4]; ATT_MAX_ADDRS],
+    pub v6: [[u8; 16]; ATT_MAX_ADDRS],
+    pub created_ns: u64,
+    pub veth_name: [u8; 16],
+}
+
+/// Counter indexes (enum masq_counter).
+pub mod counter {
+    pub const SNAT_PKTS_V4: u32 = 0;
+    pub const SNAT_BYTES_V4: u32 = 1;
+    pub const RNAT_PKTS_V4: u32 = 2;
+    pub const RNAT_BYTES_V4: u32 = 3;
+    pub const SNAT_PKTS_V6: u32 = 4;
+    pub const SNAT_BYTES_V6: u32 = 5;
+    pub const RNAT_PKTS_V6: u32 = 6;
+    pub const RNAT_BYTES_V6: u32 = 7;
+    pub const NAT_CREATED: u32 = 8;
+    pub const NAT_RECLAIMED: u32 = 9;
+    pub const NAT_REPAIRED: u32 = 10;
+    pub const ALLOC_FAIL: u32 = 11;
+    pub const SKIP_EXCLUDED: u32 = 12;
+    pub const SKIP_NO_NAT_OUTGOING: u32 = 13;
+    pub const MAX: u32 = 14;
+    pub const NAMES: [&str; MAX as usize] = [
+        "snat_packets_v4",
+        "snat_bytes_v4",
+        "rnat_packets_v4",
+        "rnat_bytes_v4",
+        "snat_packets_v6",
+        "snat_bytes_v6",
+        "rnat_packets_v6",
+        "rnat_bytes_v6",
+        "nat_created",
+        "nat_reclaimed",
+        "nat_repaired",
+        "port_alloc_failures",
+        "skipped_excluded",
+        "skipped_nat_outgoing_false",
+    ];
+}
+
+/// Drop reasons (enum masq_drop_reason).
+pub mod drop_reason {
+    pub const MAX: u32 = 7;
+    pub const NAMES: [&str; MAX as usize] = [
+        "spoofed_source",
+        "no_port",
+        "nat_insert",
+        "fragment",
+        "malformed",
+        "checksum",
+        "unsupported_protocol",
+    ];
+}
+
+macro_rules! pod {
+    ($($t:ty = $size:expr),* $(,)?) => {
+        $(
+            unsafe impl aya::Pod for $t {}
+            const _: () = assert!(std::mem::size_of::<$t>() == $size);
+        )*
+    };
+}
+
+pod! {
+    MasqConfig = 24,
+    PodInfo = 8,
+    UplinkInfo = 24,
+    ExclInfo = 8,
+    Rule4Data = 8,
+    RuleInfo = 16,
+    RuleExcept4Data = 8,
+    RuleStats = 16,
+    Nat4Key = 16,
+    Nat4Entry = 48,
+    PodStats = 24,
+    AttachmentKey = 80,
+    AttachmentInfo = 120,
+}

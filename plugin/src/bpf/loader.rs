@@ -1,0 +1,218 @@
+//! Load the data plane once per node, pin it, and attach from the pins.
+//!
+//! Layout under `<pinPath>/v<LAYOUT_VERSION>/`:
+//!   maps/<name>        every map (LIBBPF_PIN_BY_NAME), shared by both objects
+//!   progs/<name>       the three verified programs
+//! A new layout version gets a new directory, so an incompatible pinned map is
+//! never reused by a newer binary.
+
+use std::{
+    fs,
+    io::ErrorKind,
+    path::{Path, PathBuf},
+};
+
+use aya::{
+    programs::{
+        tc::{self, NlOptions, SchedClassifierLink, TcAttachOptions, TcHandle},
+        Link, SchedClassifier, TcAttachType,
+    },
+    EbpfLoader,
+};
+
+use super::abi::{self, LAYOUT_VERSION};
+use crate::error::{code, Error, Result};
+
+static VETH_OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/veth.o"));
+static UPLINK_OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/uplink.o"));
+
+pub const PROG_VETH_INGRESS: &str = "masq_veth_in";
+pub const PROG_UPLINK_EGRESS: &str = "masq_up_egress";
+pub const PROG_UPLINK_INGRESS: &str = "masq_up_ingress";
+pub const ALL_PROGS: [&str; 3] = [PROG_VETH_INGRESS, PROG_UPLINK_EGRESS, PROG_UPLINK_INGRESS];
+
+/// tc filter identity of every attachment we make: one fixed priority and handle,
+/// so a re-attach replaces in place and a detach removes exactly ours.
+pub const TC_PRIORITY: u16 = 0xc0de;
+pub const TC_HANDLE: TcHandle = TcHandle::new(0, 0xe5);
+
+/// Where one node's pins live.
+#[derive(Debug, Clone)]
+pub struct Pins {
+    pub base: PathBuf,
+    pub root: PathBuf,
+}
+
+impl Pins {
+    pub fn new(pin_path: &Path) -> Self {
+        Pins { base: pin_path.to_path_buf(), root: pin_path.join(format!("v{LAYOUT_VERSION}")) }
+    }
+    pub fn maps_dir(&self) -> PathBuf {
+        self.root.join("maps")
+    }
+    pub fn progs_dir(&self) -> PathBuf {
+        self.root.join("progs")
+    }
+    pub fn map(&self, name: &str) -> PathBuf {
+        self.maps_dir().join(name)
+    }
+    pub fn prog(&self, name: &str) -> PathBuf {
+        self.progs_dir().join(name)
+    }
+    /// True when every program is pinned (the node's data plane is loaded).
+    pub fn loaded(&self) -> bool {
+        ALL_PROGS.iter().all(|p| self.prog(p).exists())
+    }
+}
+
+fn bpf_err(what: impl std::fmt::Display, e: impl std::fmt::Display) -> Error {
+    Error::bpf(format!("{what}: {e}"))
+}
+
+/// Load, verify and pin both objects unless already pinned. The caller holds the
+/// node lock, so two first ADDs never load twice.
+pub fn ensure_loaded(pins: &Pins, nat_max_entries: u32) -> Result<()> {
+    if pins.loaded() {
+        return Ok(());
+    }
+    ensure_bpffs(&pins.base)?;
+    for dir in [pins.maps_dir(), pins.progs_dir()] {
+        fs::create_dir_all(&dir).map_err(|e| bpf_err(format!("create {}", dir.display()), e))?;
+    }
+    let objects: [(&[u8], &[&str]); 2] =
+        [(VETH_OBJ, &[PROG_VETH_INGRESS]), (UPLINK_OBJ, &[PROG_UPLINK_EGRESS, PROG_UPLINK_INGRESS])];
+    for (obj, progs) in objects {
+        // No CO-RE in our programs: skip parsing vmlinux BTF (~25 ms per load).
+        let mut ebpf = EbpfLoader::new()
+            .btf(None)
+            .default_map_pin_directory(pins.maps_dir())
+            .map_max_entries(abi::MAP_NAT4_FWD, nat_max_entries)
+            .map_max_entries(abi::MAP_NAT4_REV, nat_max_entries)
+            .load(obj)
+            .map_err(|e| bpf_err("load BPF object", e))?;
+        for name in progs.iter() {
+            let prog: &mut SchedClassifier = ebpf
+                .program_mut(name)
+                .ok_or_else(|| Error::bpf(format!("program {name} missing from object")))?
+                .try_into()
+                .map_err(|e| bpf_err(name, e))?;
+            prog.load().map_err(|e| bpf_err(format!("verify {name}"), e))?;
+            let pin = pins.prog(name);
+            match fs::remove_file(&pin) {
+                Ok(()) => {}
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => return Err(bpf_err(format!("remove stale {}", pin.display()), e)),
+            }
+            prog.pin(&pin).map_err(|e| bpf_err(format!("pin {}", pin.display()), e))?;
+        }
+    }
+    Ok(())
+}
+
+/// bpffs must be mounted at or above the pin path; refuse to write pins into a
+/// plain directory where they would silently not persist.
+pub fn ensure_bpffs(base: &Path) -> Result<()> {
+    let mut p = base.to_path_buf();
+    loop {
+        if p.exists() {
+            let st = nix::sys::statfs::statfs(&p).map_err(|e| bpf_err(format!("statfs {}", p.display()), e))?;
+            if st.filesystem_type() != nix::sys::statfs::BPF_FS_MAGIC {
+                return Err(Error::new(
+                    code::INVALID_ENV,
+                    format!("pinPath {} is not on a bpffs (mount -t bpf bpf /sys/fs/bpf)", base.display()),
+                ));
+            }
+            return Ok(());
+        }
+        if !p.pop() {
+            return Err(Error::new(code::INVALID_ENV, format!("pinPath {} has no existing parent", base.display())));
+        }
+    }
+}
+
+fn tc_dir_name(dir: TcAttachType) -> &'static str {
+    match dir {
+        TcAttachType::Ingress => "ingress",
+        TcAttachType::Egress => "egress",
+        TcAttachType::Custom(_) => "custom",
+    }
+}
+
+/// Attach the pinned program `prog` to `ifname` (in the calling thread's netns)
+/// as a tc clsact filter at our fixed priority/handle: replaced in place if it is
+/// there already (no window without a program), created otherwise. The filter
+/// outlives this process; no verifier run happens here.
+pub fn attach(pins: &Pins, prog: &str, ifname: &str, dir: TcAttachType) -> Result<()> {
+    let what = format!("attach {prog} to {ifname} {}", tc_dir_name(dir));
+    match tc::qdisc_add_clsact(ifname) {
+        Ok(()) => {}
+        Err(tc::TcError::NetlinkError(e)) if e.raw_os_error() == Some(libc::EEXIST) => {}
+        Err(e) => return Err(Error::netlink(format!("{what}: add clsact qdisc: {e}"))),
+    }
+    let mut p = SchedClassifier::from_pin(pins.prog(prog))
+        .map_err(|e| bpf_err(format!("{what}: open pinned program"), e))?;
+    let existing = SchedClassifierLink::attached(ifname, dir, TC_PRIORITY, TC_HANDLE, None)
+        .map_err(|e| Error::netlink(format!("{what}: {e}")))?;
+    let id = match p.attach_to_link(existing) {
+        Ok(id) => id,
+        Err(_) => p
+            .attach_with_options(
+                ifname,
+                dir,
+                TcAttachOptions::Netlink(NlOptions { priority: TC_PRIORITY, handle: TC_HANDLE, classid: None }),
+            )
+            .map_err(|e| Error::netlink(format!("{what}: {e}")))?,
+    };
+    // The filter must outlive us: take the link out of the program and forget it
+    // (its Drop would detach).
+    let link = p.take_link(id).map_err(|e| Error::netlink(format!("{what}: {e}")))?;
+    std::mem::forget(link);
+    Ok(())
+}
+
+/// Remove our filter from `ifname`. A missing interface or filter is success.
+pub fn detach(ifname: &str, dir: TcAttachType) -> Result<()> {
+    let link = match SchedClassifierLink::attached(ifname, dir, TC_PRIORITY, TC_HANDLE, None) {
+        Ok(l) => l,
+        Err(e) if e.raw_os_error() == Some(libc::ENODEV) || e.kind() == ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::netlink(format!("detach from {ifname}: {e}"))),
+    };
+    match link.detach() {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let msg = e.to_string();
+            if is_not_found(&e) {
+                Ok(())
+            } else {
+                Err(Error::netlink(format!("detach from {ifname} {}: {msg}", tc_dir_name(dir))))
+            }
+        }
+    }
+}
+
+fn is_not_found(e: &aya::programs::ProgramError) -> bool {
+    let mut src: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = src {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            if matches!(io.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENODEV) | Some(libc::EINVAL)) {
+                return true;
+            }
+        }
+        src = s.source();
+    }
+    // aya's netlink error wraps the errno in its Display.
+    let s = e.to_string();
+    s.contains("No such file") || s.contains("No such device") || s.contains("os error 2")
+}
+
+/// Remove every pin under `<pinPath>/v<N>` (uninstall, tests).
+pub fn remove_pins(pins: &Pins) -> Result<()> {
+    match fs::remove_dir_all(&pins.root) {
+        Ok(()) => {}
+        Err(e) if e.kind() == ErrorKind::NotFound => {}
+        Err(e) => return Err(bpf_err(format!("remove {}", pins.root.display()), e)),
+    }
+    // Remove the base directory too when nothing else (another layout) is in it.
+    let _unused_ok_if_not_empty = fs::remove_dir(&pins.base);
+    Ok(())
+}

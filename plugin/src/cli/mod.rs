@@ -1,0 +1,77 @@
+//! The operator CLI: status, nat list, apply.
+
+mod apply;
+mod nat;
+mod status;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::{bpf::loader::Pins, config::DEFAULT_PIN_PATH, error::Error};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "ebpf-masq",
+    version,
+    about = "eBPF masquerade (SNAT) for pod and tunnel traffic: a chained CNI plugin and its operator CLI",
+    long_about = "eBPF masquerade (SNAT) for pod and tunnel traffic.\n\n\
+        As a CNI plugin (CNI_COMMAND set) it is listed after the main plugin in a conflist.\n\
+        Without CNI_COMMAND it is the operator CLI below. All state lives in bpffs pins under --pin-path."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub cmd: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Programs, attachments, config in force, pods and counters of this node
+    Status {
+        #[arg(long, default_value = DEFAULT_PIN_PATH, help = "bpffs directory holding the pins (the plugin's pinPath)")]
+        pin_path: PathBuf,
+        #[arg(long, help = "machine-readable output")]
+        json: bool,
+    },
+    /// NAT tables
+    Nat {
+        #[command(subcommand)]
+        cmd: NatCmd,
+    },
+    /// Reconcile the node (config, exclusions, rules, uplinks) to a config, with no pod needed
+    Apply {
+        #[arg(long, help = "a conflist holding an ebpf-masq entry, or a single ebpf-masq plugin config")]
+        conf: PathBuf,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum NatCmd {
+    /// One line per masqueraded flow: proto, pod addr:port -> node addr:port -> remote addr:port, age, packets
+    List {
+        #[arg(long, default_value = DEFAULT_PIN_PATH, help = "bpffs directory holding the pins")]
+        pin_path: PathBuf,
+        #[arg(long, help = "print a JSON array")]
+        json: bool,
+    },
+}
+
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    let res = match cli.cmd {
+        Command::Status { pin_path, json } => status::run(&Pins::new(&pin_path), json),
+        Command::Nat { cmd: NatCmd::List { pin_path, json } } => nat::list(&Pins::new(&pin_path), json),
+        Command::Apply { conf } => apply::run(&conf),
+    };
+    match res {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("ebpf-masq: {}", describe(&e));
+            1
+        }
+    }
+}
+
+fn describe(e: &Error) -> String {
+    format!("{e} (code {})", e.code)
+}

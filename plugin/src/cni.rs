@@ -1,0 +1,276 @@
+//! The CNI verbs. Stdout is the protocol: exactly one JSON reply (or nothing for
+//! DEL/CHECK/STATUS/GC success); logs go to `logFile`.
+
+use std::{
+    collections::HashSet,
+    io::Read,
+    net::IpAddr,
+    path::{Path, PathBuf},
+    time::Instant,
+};
+
+use crate::{
+    bpf::{abi, loader::Pins},
+    config::{self, NetConf, ValidAttachment},
+    error::{code, Error, Result},
+    logging, netlink, node,
+    pod::{self, Registration},
+    prevresult::{self, PrevResult},
+};
+
+/// The CNI_* environment of one call.
+#[derive(Debug, Clone, Default)]
+pub struct CniEnv {
+    pub command: String,
+    pub container_id: String,
+    pub netns: String,
+    pub ifname: String,
+}
+
+impl CniEnv {
+    pub fn from_env() -> Self {
+        let get = |k: &str| std::env::var(k).unwrap_or_default();
+        CniEnv {
+            command: get("CNI_COMMAND"),
+            container_id: get("CNI_CONTAINERID"),
+            netns: get("CNI_NETNS"),
+            ifname: get("CNI_IFNAME"),
+        }
+    }
+
+    fn require(&self, var: &str, value: &str) -> Result<()> {
+        if value.is_empty() {
+            return Err(Error::env(var, "required but empty"));
+        }
+        Ok(())
+    }
+
+    fn require_ids(&self) -> Result<()> {
+        self.require("CNI_CONTAINERID", &self.container_id)?;
+        self.require("CNI_IFNAME", &self.ifname)?;
+        if self.ifname.len() > 15 || self.ifname.contains('/') {
+            return Err(Error::env("CNI_IFNAME", format!("{:?} is not a valid interface name", self.ifname)));
+        }
+        Ok(())
+    }
+}
+
+/// Entry point when CNI_COMMAND is set. Returns the process exit code.
+pub fn main() -> i32 {
+    let env = CniEnv::from_env();
+    let mut stdin = Vec::new();
+    if let Err(e) = std::io::stdin().read_to_end(&mut stdin) {
+        let err = Error::new(code::IO_FAILURE, format!("read stdin: {e}"));
+        println!("{}", err.to_cni_json("1.0.0"));
+        return 1;
+    }
+    let start = Instant::now();
+    let conf = if env.command == "VERSION" { None } else { Some(config::parse_netconf(&stdin)) };
+    // Logging as early as the config allows; a bad config still gets its error printed.
+    if let Some(Ok(c)) = &conf {
+        logging::init(c.masq.log_level, c.masq.log_file.as_deref());
+    }
+    let cni_version = match &conf {
+        Some(Ok(c)) => c.cni_version.clone(),
+        _ => sniff_cni_version(&stdin),
+    };
+    let result = match conf {
+        None => version(&stdin),
+        Some(Err(e)) => Err(e),
+        Some(Ok(c)) => dispatch(&env, &c),
+    };
+    let outcome = match &result {
+        Ok(_) => "ok".to_string(),
+        Err(e) => format!("error code={} msg={:?}", e.code, e.msg),
+    };
+    log::info!(
+        "verb={} container={} netns={} ifname={} result={} duration_ms={:.2}",
+        env.command,
+        env.container_id,
+        env.netns,
+        env.ifname,
+        outcome,
+        start.elapsed().as_secs_f64() * 1000.0
+    );
+    match result {
+        Ok(Some(out)) => {
+            println!("{out}");
+            0
+        }
+        Ok(None) => 0,
+        Err(e) => {
+            println!("{}", e.to_cni_json(&cni_version));
+            1
+        }
+    }
+}
+
+fn sniff_cni_version(stdin: &[u8]) -> String {
+    serde_json::from_slice::<serde_json::Value>(stdin)
+        .ok()
+        .and_then(|v| v.get("cniVersion").and_then(|s| s.as_str()).map(str::to_owned))
+        .filter(|v| config::SUPPORTED_CNI_VERSIONS.contains(&v.as_str()))
+        .unwrap_or_else(|| "1.1.0".into())
+}
+
+fn version(_stdin: &[u8]) -> Result<Option<serde_json::Value>> {
+    Ok(Some(serde_json::json!({
+        "cniVersion": "1.1.0",
+        "supportedVersions": config::SUPPORTED_CNI_VERSIONS,
+    })))
+}
+
+pub fn dispatch(env: &CniEnv, conf: &NetConf) -> Result<Option<serde_json::Value>> {
+    let pins = Pins::new(&conf.masq.pin_path);
+    match env.command.as_str() {
+        "ADD" => cmd_add(env, conf, &pins).map(Some),
+        "DEL" => cmd_del(env, &pins).map(|_| None),
+        "CHECK" => cmd_check(env, conf, &pins).map(|_| None),
+        "STATUS" => cmd_status(&pins).map(|_| None),
+        "GC" => cmd_gc(conf, &pins).map(|_| None),
+        "" => Err(Error::env("CNI_COMMAND", "not set")),
+        other => Err(Error::env("CNI_COMMAND", format!("unknown command {other:?}"))),
+    }
+}
+
+fn prev_result(conf: &NetConf) -> Result<(serde_json::Value, PrevResult)> {
+    let raw = conf
+        .prev_result
+        .clone()
+        .ok_or_else(|| Error::config("prevResult", "required: ebpf-masq is a chained plugin; list it after the main plugin"))?;
+    let parsed = prevresult::parse_prev_result(&raw)?;
+    Ok((raw, parsed))
+}
+
+/// The host-side veth of the pod: a host interface from prevResult that is a
+/// veth, or else the peer of CNI_IFNAME inside the pod's netns.
+fn find_host_veth(env: &CniEnv, prev: &PrevResult) -> Result<netlink::LinkInfo> {
+    for name in prev.host_interfaces() {
+        if let Some(link) = netlink::get_link_by_name(name)? {
+            if link.kind.as_deref() == Some("veth") {
+                return Ok(link);
+            }
+        }
+    }
+    if !env.netns.is_empty() {
+        if let Some(idx) = netlink::veth_peer_ifindex(Path::new(&env.netns), &env.ifname)? {
+            if let Some(link) = netlink::get_link_by_index(idx)? {
+                return Ok(link);
+            }
+        }
+    }
+    Err(Error::new(
+        code::STATE,
+        format!(
+            "cannot find the host side of {} (netns {}): ebpf-masq needs a veth-based main plugin (bridge, ptp, Calico...)",
+            env.ifname, env.netns
+        ),
+    ))
+}
+
+fn cmd_add(env: &CniEnv, conf: &NetConf, pins: &Pins) -> Result<serde_json::Value> {
+    env.require_ids()?;
+    env.require("CNI_NETNS", &env.netns)?;
+    let (raw, prev) = prev_result(conf)?;
+    let addrs: Vec<IpAddr> = prev.container_ips(&env.ifname);
+    if addrs.is_empty() {
+        return Err(Error::config("prevResult.ips", format!("no address for interface {}", env.ifname)));
+    }
+    let veth = find_host_veth(env, &prev)?;
+    let _lock = node::lock(pins)?;
+    node::reconcile(pins, &conf.masq)?;
+    let key = pod::attachment_key(&env.container_id, &env.ifname);
+    let reg = Registration {
+        veth_ifindex: veth.index,
+        veth_name: veth.name.clone(),
+        addrs,
+        nat_outgoing: conf.masq.nat_outgoing,
+    };
+    pod::register(pins, &key, &reg)?;
+    Ok(raw)
+}
+
+fn cmd_del(env: &CniEnv, pins: &Pins) -> Result<()> {
+    env.require_ids()?;
+    if !pins.root.exists() {
+        return Ok(());
+    }
+    let key = pod::attachment_key(&env.container_id, &env.ifname);
+    let _lock = node::lock(pins)?;
+    pod::unregister(pins, &key).map(|_| ())
+}
+
+fn cmd_check(env: &CniEnv, conf: &NetConf, pins: &Pins) -> Result<()> {
+    env.require_ids()?;
+    let (_, prev) = prev_result(conf)?;
+    if !pins.loaded() {
+        return Err(Error::state(format!("data plane not loaded under {}", pins.root.display())));
+    }
+    let key = pod::attachment_key(&env.container_id, &env.ifname);
+    let atts = pod::list_attachments(pins)?;
+    let (_, info) = atts
+        .iter()
+        .find(|(k, _)| *k == key)
+        .ok_or_else(|| Error::state(format!("container {} ifname {} is not registered", env.container_id, env.ifname)))?;
+    let want: HashSet<IpAddr> = prev.container_ips(&env.ifname).into_iter().collect();
+    let have: HashSet<IpAddr> = pod::addrs_of(info).into_iter().collect();
+    if want != have {
+        return Err(Error::state(format!("registered addresses {have:?} differ from prevResult {want:?}")));
+    }
+    if (info.flags & abi::ATT_F_NAT_OUTGOING != 0) != conf.masq.nat_outgoing {
+        return Err(Error::state("natOutgoing differs from the registration"));
+    }
+    let veth = pod::cstr(&info.veth_name);
+    match netlink::get_link_by_name(&veth)? {
+        Some(l) if l.index == info.veth_ifindex => {}
+        _ => return Err(Error::state(format!("host veth {veth} (ifindex {}) is gone", info.veth_ifindex))),
+    }
+    if !netlink::has_tc_filter(info.veth_ifindex, true, crate::bpf::loader::TC_PRIORITY)? {
+        return Err(Error::state(format!("no ebpf-masq filter on {veth} ingress")));
+    }
+    for up in node::resolve_uplinks(&conf.masq)? {
+        for ingress in [true, false] {
+            if !netlink::has_tc_filter(up.ifindex, ingress, crate::bpf::loader::TC_PRIORITY)? {
+                return Err(Error::state(format!(
+                    "no ebpf-masq filter on uplink {} {}",
+                    up.name,
+                    if ingress { "ingress" } else { "egress" }
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn cmd_status(pins: &Pins) -> Result<()> {
+    // Ready when pins can be made (bpffs mounted) or already exist.
+    crate::bpf::loader::ensure_bpffs(&pins.base).map_err(|e| Error::new(50, e.msg))
+}
+
+fn cmd_gc(conf: &NetConf, pins: &Pins) -> Result<()> {
+    if !pins.loaded() {
+        return Ok(());
+    }
+    let valid: Vec<ValidAttachment> = conf.valid_attachments.clone().unwrap_or_default();
+    let keep: HashSet<abi::AttachmentKey> =
+        valid.iter().map(|v| pod::attachment_key(&v.container_id, &v.ifname)).collect();
+    let _lock = node::lock(pins)?;
+    let mut errors = Vec::new();
+    for (k, _) in pod::list_attachments(pins)? {
+        if !keep.contains(&k) {
+            if let Err(e) = pod::unregister(pins, &k) {
+                errors.push(e.msg);
+            }
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::bpf(errors.join("; ")))
+    }
+}
+
+#[allow(dead_code)]
+fn pin_root(p: &Path) -> PathBuf {
+    Pins::new(p).root
+}

@@ -1,0 +1,397 @@
+//! Node-wide state: reconcile the pinned config, exclusion, uplink and rule maps
+//! (and the uplink attachments) to one validated config. Shared by CNI ADD and
+//! `ebpf-masq apply`; idempotent, so running it twice changes nothing.
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap as StdHashMap},
+    fs::File,
+    net::{IpAddr, Ipv4Addr},
+    os::fd::AsRawFd,
+    path::Path,
+    time::{Duration, Instant},
+};
+
+use aya::{
+    maps::{lpm_trie::Key, Array, HashMap, LpmTrie, MapData, PerCpuArray, PerCpuValues},
+    programs::TcAttachType,
+    util::nr_cpus,
+};
+use ipnetwork::IpNetwork;
+
+use crate::{
+    bpf::{
+        abi::{self, ExclInfo, MasqConfig as AbiConfig, Rule4Data, RuleExcept4Data, RuleInfo, RuleStats, UplinkInfo},
+        loader::{self, Pins},
+        maps,
+    },
+    config::MasqConfig,
+    error::{code, Error, Result},
+    netlink,
+};
+
+/// Idle timeouts (seconds). Documented in the README.
+pub const TCP_TIMEOUT_S: u32 = 7440;
+pub const TCP_CLOSING_TIMEOUT_S: u32 = 10;
+pub const UDP_TIMEOUT_S: u32 = 60;
+pub const ICMP_TIMEOUT_S: u32 = 30;
+
+const LOCK_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Exclusive lock on one node's pin directory (flock on the bpffs directory itself,
+/// so it needs no other runtime dir). Released on drop. Timeout -> CNI code 11.
+pub struct NodeLock {
+    _dir: File,
+}
+
+pub fn lock(pins: &Pins) -> Result<NodeLock> {
+    loader::ensure_bpffs(&pins.base)?;
+    std::fs::create_dir_all(&pins.root)
+        .map_err(|e| Error::bpf(format!("create {}: {e}", pins.root.display())))?;
+    let dir = File::open(&pins.root).map_err(|e| Error::bpf(format!("open {}: {e}", pins.root.display())))?;
+    let start = Instant::now();
+    loop {
+        // SAFETY: plain flock(2) on an fd we own.
+        let rc = unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc == 0 {
+            return Ok(NodeLock { _dir: dir });
+        }
+        let err = std::io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
+            return Err(Error::bpf(format!("lock {}: {err}", pins.root.display())));
+        }
+        if start.elapsed() > LOCK_TIMEOUT {
+            return Err(Error::new(
+                code::TRY_AGAIN_LATER,
+                format!("node lock on {} busy for {}s", pins.root.display(), LOCK_TIMEOUT.as_secs()),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// What one uplink is, as written into the `uplinks` map.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Uplink {
+    pub name: String,
+    pub ifindex: u32,
+    pub info: UplinkInfo,
+}
+
+/// The uplinks a config asks for: `egressInterfaces` (or the default routes'
+/// interfaces) plus every rule's `outInterface`, with the address each masquerades to.
+pub fn resolve_uplinks(conf: &MasqConfig) -> Result<Vec<Uplink>> {
+    let mut names: Vec<(String, &'static str)> = match &conf.egress_interfaces {
+        Some(list) => list.iter().map(|n| (n.clone(), "egressInterfaces")).collect(),
+        None => {
+            let d = netlink::default_route_interfaces()?;
+            if d.is_empty() && conf.masquerade_rules.is_empty() {
+                return Err(Error::new(
+                    code::INVALID_CONFIG,
+                    "invalid config key \"egressInterfaces\": not set and the node has no default route to take it from",
+                ));
+            }
+            d.into_iter().map(|n| (n, "egressInterfaces")).collect()
+        }
+    };
+    for r in &conf.masquerade_rules {
+        if !names.iter().any(|(n, _)| n == &r.out_interface) {
+            names.push((r.out_interface.clone(), "masqueradeRules.outInterface"));
+        }
+    }
+    let mut out = Vec::new();
+    for (name, key) in names {
+        let link = netlink::get_link_by_name(&name)?
+            .ok_or_else(|| Error::config(key, format!("interface {name} does not exist on this node")))?;
+        let (v4, v6) = netlink::get_addresses(link.index)?;
+        let mut info = UplinkInfo::default();
+        if link.is_l3() {
+            info.flags |= abi::UPLINK_F_L3;
+        }
+        if let Some(a) = conf.masquerade_address_v4.or_else(|| v4.first().copied()) {
+            info.masq_v4 = a.octets();
+            info.flags |= abi::UPLINK_F_HAS_V4;
+        }
+        if let Some(a) = conf.masquerade_address_v6.or_else(|| v6.first().copied()) {
+            info.masq_v6 = a.octets();
+            info.flags |= abi::UPLINK_F_HAS_V6;
+        }
+        out.push(Uplink { name, ifindex: link.index, info });
+    }
+    Ok(out)
+}
+
+fn map_err(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::bpf(format!("{what}: {e}"))
+}
+
+/// Bring the node to `conf`: load once, then config, exclusions, rules, uplinks.
+/// The caller holds the node lock.
+pub fn reconcile(pins: &Pins, conf: &MasqConfig) -> Result<Vec<Uplink>> {
+    // Resolve everything that can fail on input before touching anything.
+    let uplinks = resolve_uplinks(conf)?;
+
+    loader::ensure_loaded(pins, conf.nat_max_entries)?;
+    write_config(pins, conf)?;
+    reconcile_exclusions(pins, conf)?;
+    reconcile_rules(pins, conf, &uplinks)?;
+    reconcile_uplinks(pins, &uplinks)?;
+    reserve_ports(conf.port_range)?;
+    Ok(uplinks)
+}
+
+fn write_config(pins: &Pins, conf: &MasqConfig) -> Result<()> {
+    let mut cfg: Array<MapData, AbiConfig> = maps::open(pins, abi::MAP_CONFIG)?;
+    let v = AbiConfig {
+        port_min: conf.port_range.0,
+        port_max: conf.port_range.1,
+        flags: 0,
+        tcp_timeout_s: TCP_TIMEOUT_S,
+        tcp_closing_timeout_s: TCP_CLOSING_TIMEOUT_S,
+        udp_timeout_s: UDP_TIMEOUT_S,
+        icmp_timeout_s: ICMP_TIMEOUT_S,
+    };
+    cfg.set(0, v, 0).map_err(|e| map_err("write masq_config", e))
+}
+
+/// Desired exclusions, in the order that decides the reported reason when the
+/// same CIDR is listed twice: native routing first.
+pub fn desired_exclusions(conf: &MasqConfig) -> Vec<(IpNetwork, ExclInfo)> {
+    let mut out: Vec<(IpNetwork, ExclInfo)> = Vec::new();
+    let mut push = |n: IpNetwork, reason: u32, index: u32| {
+        if !out.iter().any(|(m, _)| *m == n) {
+            out.push((n, ExclInfo { reason, index }));
+        }
+    };
+    for (i, n) in conf.native_routing_cidrs.iter().enumerate() {
+        push(*n, abi::EXCL_NATIVE_ROUTING, i as u32);
+    }
+    for (i, n) in conf.non_masquerade_cidrs.iter().enumerate() {
+        push(*n, abi::EXCL_NON_MASQ, i as u32);
+    }
+    if !conf.masq_link_local {
+        push("169.254.0.0/16".parse().expect("static CIDR"), abi::EXCL_LINK_LOCAL, 0);
+    }
+    if !conf.masq_link_local_ipv6 {
+        push("fe80::/10".parse().expect("static CIDR"), abi::EXCL_LINK_LOCAL, 0);
+    }
+    out
+}
+
+fn reconcile_exclusions(pins: &Pins, conf: &MasqConfig) -> Result<()> {
+    let desired = desired_exclusions(conf);
+    let mut v4: LpmTrie<MapData, [u8; 4], ExclInfo> = maps::open(pins, abi::MAP_EXCL4)?;
+    let mut v6: LpmTrie<MapData, [u8; 16], ExclInfo> = maps::open(pins, abi::MAP_EXCL6)?;
+    let want4: BTreeMap<(u32, [u8; 4]), ExclInfo> = desired
+        .iter()
+        .filter_map(|(n, i)| match n {
+            IpNetwork::V4(n) => Some(((n.prefix() as u32, n.network().octets()), *i)),
+            _ => None,
+        })
+        .collect();
+    let want6: BTreeMap<(u32, [u8; 16]), ExclInfo> = desired
+        .iter()
+        .filter_map(|(n, i)| match n {
+            IpNetwork::V6(n) => Some(((n.prefix() as u32, n.network().octets()), *i)),
+            _ => None,
+        })
+        .collect();
+    sync_lpm(&mut v4, &want4, "excl4")?;
+    sync_lpm(&mut v6, &want6, "excl6")
+}
+
+/// Make an LPM trie hold exactly `want`: insert/overwrite first, then delete the rest,
+/// so a destination never passes through a moment with no exclusion.
+fn sync_lpm<K: aya::Pod + Ord + Copy, V: aya::Pod + PartialEq>(
+    map: &mut LpmTrie<MapData, K, V>,
+    want: &BTreeMap<(u32, K), V>,
+    what: &str,
+) -> Result<()> {
+    for ((plen, data), v) in want {
+        map.insert(&Key::new(*plen, *data), v, 0).map_err(|e| map_err(&format!("insert into {what}"), e))?;
+    }
+    let present: Vec<Key<K>> = map.keys().collect::<std::result::Result<_, _>>().map_err(|e| map_err(what, e))?;
+    for k in present {
+        if !want.contains_key(&(k.prefix_len(), k.data())) {
+            map.remove(&k).map_err(|e| map_err(&format!("remove from {what}"), e))?;
+        }
+    }
+    Ok(())
+}
+
+fn reconcile_rules(pins: &Pins, conf: &MasqConfig, uplinks: &[Uplink]) -> Result<()> {
+    let mut rules: LpmTrie<MapData, Rule4Data, RuleInfo> = maps::open(pins, abi::MAP_RULES4)?;
+    let mut except: LpmTrie<MapData, RuleExcept4Data, u32> = maps::open(pins, abi::MAP_RULE_EXCEPT4)?;
+    let ifindex_of: StdHashMap<&str, u32> = uplinks.iter().map(|u| (u.name.as_str(), u.ifindex)).collect();
+    let mut want_rules = BTreeMap::new();
+    let mut want_except = BTreeMap::new();
+    for (id, r) in conf.masquerade_rules.iter().enumerate() {
+        let IpNetwork::V4(src) = r.source else { continue }; // IPv6 rules: issue 4
+        let ifindex = ifindex_of[r.out_interface.as_str()];
+        let mut info = RuleInfo { id: id as u32, ..Default::default() };
+        if let Some(IpAddr::V4(a)) = r.to_address {
+            info.flags |= abi::RULE_F_TO_ADDRESS;
+            info.to_v4 = a.octets();
+        }
+        let data = Rule4Data { ifindex_be: ifindex.to_be_bytes(), saddr: src.network().octets() };
+        // First rule wins for the same (interface, source).
+        want_rules.entry((32 + src.prefix() as u32, data)).or_insert(info);
+        for e in &r.except {
+            if let IpNetwork::V4(e) = e {
+                let d = RuleExcept4Data { rule_id_be: (id as u32).to_be_bytes(), daddr: e.network().octets() };
+                want_except.insert((32 + e.prefix() as u32, d), 1u32);
+            }
+        }
+    }
+    // Exceptions first, so a new rule never matches before its exceptions exist.
+    sync_lpm(&mut except, &want_except, "rule_except4")?;
+    sync_lpm(&mut rules, &want_rules, "rules4")?;
+    // Fresh counters for rules whose meaning may have changed is not attempted:
+    // counters are per rule position and reset only with the pins.
+    let _: PerCpuArray<MapData, RuleStats> = maps::open(pins, abi::MAP_RULE_STATS)?;
+    Ok(())
+}
+
+fn reconcile_uplinks(pins: &Pins, uplinks: &[Uplink]) -> Result<()> {
+    let mut map: HashMap<MapData, u32, UplinkInfo> = maps::open(pins, abi::MAP_UPLINKS)?;
+    for u in uplinks {
+        map.insert(u.ifindex, u.info, 0).map_err(|e| map_err("write uplinks", e))?;
+        loader::attach(pins, loader::PROG_UPLINK_EGRESS, &u.name, TcAttachType::Egress)?;
+        loader::attach(pins, loader::PROG_UPLINK_INGRESS, &u.name, TcAttachType::Ingress)?;
+    }
+    let want: BTreeSet<u32> = uplinks.iter().map(|u| u.ifindex).collect();
+    let present: Vec<u32> = map.keys().collect::<std::result::Result<_, _>>().map_err(|e| map_err("uplinks", e))?;
+    for ifindex in present.into_iter().filter(|i| !want.contains(i)) {
+        if let Some(link) = netlink::get_link_by_index(ifindex)? {
+            loader::detach(&link.name, TcAttachType::Egress)?;
+            loader::detach(&link.name, TcAttachType::Ingress)?;
+        }
+        map.remove(&ifindex).map_err(|e| map_err("remove from uplinks", e))?;
+    }
+    Ok(())
+}
+
+/// Detach from every uplink in the map (uninstall).
+pub fn detach_uplinks(pins: &Pins) -> Result<()> {
+    let map: HashMap<MapData, u32, UplinkInfo> = maps::open(pins, abi::MAP_UPLINKS)?;
+    let mut errors = Vec::new();
+    for ifindex in map.keys() {
+        let ifindex = match ifindex {
+            Ok(i) => i,
+            Err(e) => {
+                errors.push(format!("uplinks: {e}"));
+                break;
+            }
+        };
+        match netlink::get_link_by_index(ifindex) {
+            Ok(Some(link)) => {
+                for dir in [TcAttachType::Egress, TcAttachType::Ingress] {
+                    if let Err(e) = loader::detach(&link.name, dir) {
+                        errors.push(e.msg);
+                    }
+                }
+            }
+            Ok(None) => {}
+            Err(e) => errors.push(e.msg),
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::netlink(errors.join("; ")))
+    }
+}
+
+/// Keep the host from auto-binding ports in our range, so a masqueraded flow
+/// never shares a tuple with a host socket: add the range to
+/// net.ipv4.ip_local_reserved_ports (which also covers IPv6) of this netns.
+pub fn reserve_ports((lo, hi): (u16, u16)) -> Result<()> {
+    const KEY: &str = "net/ipv4/ip_local_reserved_ports";
+    let current = netlink::read_sysctl(KEY)?;
+    let merged = merge_port_ranges(current.trim(), (lo, hi));
+    if merged != current.trim() {
+        netlink::write_sysctl(KEY, &merged)?;
+    }
+    Ok(())
+}
+
+/// Union of a sysctl port list ("1,5-9") and one range, normalized.
+pub fn merge_port_ranges(current: &str, add: (u16, u16)) -> String {
+    let mut ranges: Vec<(u16, u16)> = current
+        .split(',')
+        .filter_map(|p| {
+            let p = p.trim();
+            if p.is_empty() {
+                return None;
+            }
+            match p.split_once('-') {
+                Some((a, b)) => Some((a.trim().parse().ok()?, b.trim().parse().ok()?)),
+                None => p.parse().ok().map(|v| (v, v)),
+            }
+        })
+        .collect();
+    ranges.push(add);
+    ranges.sort();
+    let mut out: Vec<(u16, u16)> = Vec::new();
+    for (a, b) in ranges {
+        match out.last_mut() {
+            Some(last) if a as u32 <= last.1 as u32 + 1 => last.1 = last.1.max(b),
+            _ => out.push((a, b)),
+        }
+    }
+    out.iter()
+        .map(|(a, b)| if a == b { a.to_string() } else { format!("{a}-{b}") })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Sum of every CPU's value of a per-CPU u64 array.
+pub fn read_counters(pins: &Pins, name: &str) -> Result<Vec<u64>> {
+    let arr: PerCpuArray<MapData, u64> = maps::open(pins, name)?;
+    let mut out = Vec::new();
+    for v in arr.iter() {
+        let v: PerCpuValues<u64> = v.map_err(|e| map_err(name, e))?;
+        out.push(v.iter().sum());
+    }
+    Ok(out)
+}
+
+pub fn ncpus() -> usize {
+    nr_cpus().map(|n| n.max(1)).unwrap_or(1)
+}
+
+pub fn ipv4(b: [u8; 4]) -> Ipv4Addr {
+    Ipv4Addr::from(b)
+}
+
+pub fn exists(p: &Path) -> bool {
+    p.exists()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_ranges_cases() {
+        assert_eq!(merge_port_ranges("", (1024, 29999)), "1024-29999");
+        assert_eq!(merge_port_ranges("1024-29999", (1024, 29999)), "1024-29999");
+        assert_eq!(merge_port_ranges("80,8080", (1024, 29999)), "80,1024-29999");
+        assert_eq!(merge_port_ranges("1000-2000,30000", (1500, 29999)), "1000-30000");
+        assert_eq!(merge_port_ranges("5", (6, 6)), "5-6");
+        assert_eq!(merge_port_ranges("garbage,7", (9, 9)), "7,9");
+    }
+
+    #[test]
+    fn exclusions_dedupe_and_link_local() {
+        let mut c = MasqConfig::default();
+        c.native_routing_cidrs = vec!["10.0.0.0/8".parse().unwrap()];
+        c.non_masquerade_cidrs = vec!["10.0.0.0/8".parse().unwrap(), "192.168.0.0/16".parse().unwrap()];
+        let d = desired_exclusions(&c);
+        assert_eq!(d.len(), 4); // 10/8 once (native wins), 192.168/16, 169.254/16, fe80::/10
+        assert_eq!(d[0].1.reason, abi::EXCL_NATIVE_ROUTING);
+        assert_eq!(d[1].1, ExclInfo { reason: abi::EXCL_NON_MASQ, index: 1 });
+        c.masq_link_local = true;
+        c.masq_link_local_ipv6 = true;
+        assert_eq!(desired_exclusions(&c).len(), 2);
+    }
+}

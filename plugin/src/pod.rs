@@ -1,0 +1,311 @@
+//! One pod attachment: register its addresses, attach the veth program, and undo
+//! exactly that. The record of what ADD did lives in the pinned `attachments` map.
+
+use std::net::IpAddr;
+
+use aya::{
+    maps::{HashMap, MapData, PerCpuHashMap, PerCpuValues},
+    programs::TcAttachType,
+};
+
+use crate::{
+    bpf::{
+        abi::{self, AttachmentInfo, AttachmentKey, Nat4Entry, Nat4Key, PodInfo, PodStats},
+        loader::{self, Pins},
+        maps,
+    },
+    error::{Error, Result},
+    netlink,
+};
+
+/// Deterministic identity of one attachment: container ID + ifname.
+pub fn attachment_key(container_id: &str, ifname: &str) -> AttachmentKey {
+    let mut k = AttachmentKey { container_id: [0; abi::ATT_ID_LEN], ifname: [0; abi::ATT_IFNAME_LEN] };
+    let id = container_id.as_bytes();
+    if id.len() < abi::ATT_ID_LEN {
+        k.container_id[..id.len()].copy_from_slice(id);
+    } else {
+        // Keep a readable prefix and a hash of the whole ID; stays NUL terminated.
+        let hash = format!("~{:016x}", fnv1a64(id));
+        let keep = abi::ATT_ID_LEN - 1 - hash.len();
+        k.container_id[..keep].copy_from_slice(&id[..keep]);
+        k.container_id[keep..keep + hash.len()].copy_from_slice(hash.as_bytes());
+    }
+    let n = ifname.as_bytes();
+    let len = n.len().min(abi::ATT_IFNAME_LEN - 1);
+    k.ifname[..len].copy_from_slice(&n[..len]);
+    k
+}
+
+fn fnv1a64(b: &[u8]) -> u64 {
+    b.iter().fold(0xcbf29ce484222325u64, |h, &x| (h ^ x as u64).wrapping_mul(0x100000001b3))
+}
+
+pub fn cstr(b: &[u8]) -> String {
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    String::from_utf8_lossy(&b[..end]).into_owned()
+}
+
+/// What ADD registers for one pod.
+#[derive(Debug, Clone)]
+pub struct Registration {
+    pub veth_ifindex: u32,
+    pub veth_name: String,
+    pub addrs: Vec<IpAddr>,
+    pub nat_outgoing: bool,
+}
+
+impl Registration {
+    fn to_info(&self) -> Result<AttachmentInfo> {
+        let mut info = AttachmentInfo { veth_ifindex: self.veth_ifindex, ..Default::default() };
+        if self.nat_outgoing {
+            info.flags |= abi::ATT_F_NAT_OUTGOING;
+        }
+        for a in &self.addrs {
+            match a {
+                IpAddr::V4(v4) => {
+                    let i = info.n_v4 as usize;
+                    if i >= abi::ATT_MAX_ADDRS {
+                        return Err(Error::config("prevResult.ips", "more than 4 IPv4 addresses on one interface"));
+                    }
+                    info.v4[i] = v4.octets();
+                    info.n_v4 += 1;
+                }
+                IpAddr::V6(v6) => {
+                    let i = info.n_v6 as usize;
+                    if i >= abi::ATT_MAX_ADDRS {
+                        return Err(Error::config("prevResult.ips", "more than 4 IPv6 addresses on one interface"));
+                    }
+                    info.v6[i] = v6.octets();
+                    info.n_v6 += 1;
+                }
+            }
+        }
+        let n = self.veth_name.as_bytes();
+        let len = n.len().min(15);
+        info.veth_name[..len].copy_from_slice(&n[..len]);
+        info.created_ns = monotonic_ns();
+        Ok(info)
+    }
+}
+
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into the timespec we own. CLOCK_MONOTONIC is bpf_ktime_get_ns().
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+pub fn addrs_of(info: &AttachmentInfo) -> Vec<IpAddr> {
+    let mut out: Vec<IpAddr> = Vec::new();
+    for i in 0..(info.n_v4 as usize).min(abi::ATT_MAX_ADDRS) {
+        out.push(IpAddr::from(info.v4[i]));
+    }
+    for i in 0..(info.n_v6 as usize).min(abi::ATT_MAX_ADDRS) {
+        out.push(IpAddr::from(info.v6[i]));
+    }
+    out
+}
+
+fn map_err(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::bpf(format!("{what}: {e}"))
+}
+
+/// Register the pod (maps first, then the veth program). On any failure the
+/// partial registration is removed again before the error is returned.
+pub fn register(pins: &Pins, key: &AttachmentKey, reg: &Registration) -> Result<()> {
+    let info = reg.to_info()?;
+    let res = (|| {
+        let mut atts: HashMap<MapData, AttachmentKey, AttachmentInfo> = maps::open(pins, abi::MAP_ATTACHMENTS)?;
+        // Record first: a crash after this point leaves something DEL/GC can find.
+        atts.insert(key, info, 0).map_err(|e| map_err("write attachments", e))?;
+        let mut stats: PerCpuHashMap<MapData, u32, PodStats> = maps::open(pins, abi::MAP_POD_STATS)?;
+        let zero = PerCpuValues::try_from(vec![PodStats::default(); crate::node::ncpus()])
+            .map_err(|e| map_err("pod_stats", e))?;
+        stats.insert(reg.veth_ifindex, zero, 0).map_err(|e| map_err("write pod_stats", e))?;
+        let flags = if reg.nat_outgoing { abi::POD_F_NAT_OUTGOING } else { 0 };
+        let pod = PodInfo { ifindex: reg.veth_ifindex, flags };
+        let mut p4: HashMap<MapData, [u8; 4], PodInfo> = maps::open(pins, abi::MAP_PODS4)?;
+        let mut p6: HashMap<MapData, [u8; 16], PodInfo> = maps::open(pins, abi::MAP_PODS6)?;
+        for a in &reg.addrs {
+            match a {
+                IpAddr::V4(v4) => p4.insert(v4.octets(), pod, 0),
+                IpAddr::V6(v6) => p6.insert(v6.octets(), pod, 0),
+            }
+            .map_err(|e| map_err("write pods", e))?;
+        }
+        loader::attach(pins, loader::PROG_VETH_INGRESS, &reg.veth_name, TcAttachType::Ingress)
+    })();
+    if let Err(e) = res {
+        if let Err(undo) = unregister(pins, key) {
+            return Err(e.context(format!("(rollback also failed: {undo})")));
+        }
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Remove everything `register` made for `key`. Idempotent: an unknown key is
+/// success. Keeps going after a failure and reports every failure together.
+pub fn unregister(pins: &Pins, key: &AttachmentKey) -> Result<bool> {
+    if !pins.loaded() {
+        return Ok(false); // nothing was ever set up on this node (or it was uninstalled)
+    }
+    let mut atts: HashMap<MapData, AttachmentKey, AttachmentInfo> = maps::open(pins, abi::MAP_ATTACHMENTS)?;
+    let info = match atts.get(key, 0) {
+        Ok(i) => i,
+        Err(e) if maps::is_key_not_found(&e) => return Ok(false),
+        Err(e) => return Err(map_err("read attachments", e)),
+    };
+    let mut errors: Vec<String> = Vec::new();
+    let addrs = addrs_of(&info);
+
+    // Addresses: only while they still point at this pod's veth (the IP may have
+    // been handed to a newer pod already).
+    match (
+        maps::open::<HashMap<MapData, [u8; 4], PodInfo>>(pins, abi::MAP_PODS4),
+        maps::open::<HashMap<MapData, [u8; 16], PodInfo>>(pins, abi::MAP_PODS6),
+    ) {
+        (Ok(mut p4), Ok(mut p6)) => {
+            for a in &addrs {
+                let r = match a {
+                    IpAddr::V4(v4) => match p4.get(&v4.octets(), 0) {
+                        Ok(p) if p.ifindex == info.veth_ifindex => p4.remove(&v4.octets()),
+                        _ => Ok(()),
+                    },
+                    IpAddr::V6(v6) => match p6.get(&v6.octets(), 0) {
+                        Ok(p) if p.ifindex == info.veth_ifindex => p6.remove(&v6.octets()),
+                        _ => Ok(()),
+                    },
+                };
+                if let Err(e) = r {
+                    if !maps::is_key_not_found(&e) {
+                        errors.push(format!("remove pod address {a}: {e}"));
+                    }
+                }
+            }
+        }
+        (Err(e), _) | (_, Err(e)) => errors.push(e.msg),
+    }
+
+    if let Err(e) = flush_nat_v4(pins, &addrs) {
+        errors.push(e.msg);
+    }
+
+    // The veth: detach only if the interface with that name is still this pod's.
+    let veth_name = cstr(&info.veth_name);
+    match netlink::get_link_by_name(&veth_name) {
+        Ok(Some(link)) if link.index == info.veth_ifindex => {
+            if let Err(e) = loader::detach(&veth_name, TcAttachType::Ingress) {
+                errors.push(e.msg);
+            }
+        }
+        Ok(_) => {}
+        Err(e) => errors.push(e.msg),
+    }
+    match maps::open::<PerCpuHashMap<MapData, u32, PodStats>>(pins, abi::MAP_POD_STATS) {
+        Ok(mut s) => match s.remove(&info.veth_ifindex) {
+            Ok(()) => {}
+            Err(e) if maps::is_key_not_found(&e) => {}
+            Err(e) => errors.push(format!("remove pod_stats: {e}")),
+        },
+        Err(e) => errors.push(e.msg),
+    }
+
+    if errors.is_empty() {
+        match atts.remove(key) {
+            Ok(()) => {}
+            Err(e) if maps::is_key_not_found(&e) => {}
+            Err(e) => errors.push(format!("remove attachment record: {e}")),
+        }
+    }
+    if errors.is_empty() {
+        Ok(true)
+    } else {
+        // Keep the record so a retried DEL finds the rest.
+        Err(Error::bpf(errors.join("; ")))
+    }
+}
+
+/// Delete both halves of every IPv4 NAT pair that belongs to one of `addrs`.
+pub fn flush_nat_v4(pins: &Pins, addrs: &[IpAddr]) -> Result<usize> {
+    let v4: Vec<[u8; 4]> = addrs
+        .iter()
+        .filter_map(|a| match a {
+            IpAddr::V4(v) => Some(v.octets()),
+            _ => None,
+        })
+        .collect();
+    if v4.is_empty() {
+        return Ok(0);
+    }
+    let mut fwd: HashMap<MapData, Nat4Key, Nat4Entry> = maps::open(pins, abi::MAP_NAT4_FWD)?;
+    let mut rev: HashMap<MapData, Nat4Key, Nat4Entry> = maps::open(pins, abi::MAP_NAT4_REV)?;
+    let mut n = 0;
+    let fwd_items: Vec<(Nat4Key, Nat4Entry)> = fwd
+        .iter()
+        .filter_map(|r| r.ok())
+        .filter(|(k, _)| v4.contains(&k.saddr))
+        .collect();
+    for (k, e) in fwd_items {
+        let rk = Nat4Key { saddr: k.daddr, daddr: e.addr, sport: k.dport, dport: e.port, proto: k.proto, pad: [0; 3] };
+        ignore_not_found(rev.remove(&rk)).map_err(|e| map_err("nat4_rev", e))?;
+        ignore_not_found(fwd.remove(&k)).map_err(|e| map_err("nat4_fwd", e))?;
+        n += 1;
+    }
+    // Reverse halves whose forward half the LRU already dropped.
+    let orphans: Vec<Nat4Key> =
+        rev.iter().filter_map(|r| r.ok()).filter(|(_, e)| v4.contains(&e.addr)).map(|(k, _)| k).collect();
+    for k in orphans {
+        ignore_not_found(rev.remove(&k)).map_err(|e| map_err("nat4_rev", e))?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+fn ignore_not_found(r: std::result::Result<(), aya::maps::MapError>) -> std::result::Result<(), aya::maps::MapError> {
+    match r {
+        Err(e) if maps::is_key_not_found(&e) => Ok(()),
+        other => other,
+    }
+}
+
+/// Every attachment record on the node.
+pub fn list_attachments(pins: &Pins) -> Result<Vec<(AttachmentKey, AttachmentInfo)>> {
+    let atts: HashMap<MapData, AttachmentKey, AttachmentInfo> = maps::open(pins, abi::MAP_ATTACHMENTS)?;
+    atts.iter().collect::<std::result::Result<_, _>>().map_err(|e| map_err("attachments", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attachment_key_short_and_long() {
+        let k = attachment_key("abc", "eth0");
+        assert_eq!(cstr(&k.container_id), "abc");
+        assert_eq!(cstr(&k.ifname), "eth0");
+        let long = "x".repeat(100);
+        let k1 = attachment_key(&long, "eth0");
+        let k2 = attachment_key(&format!("{}y", "x".repeat(99)), "eth0");
+        assert_ne!(k1, k2, "IDs that differ only past 64 bytes must not collide");
+        assert_eq!(k1.container_id[abi::ATT_ID_LEN - 1], 0);
+        assert_eq!(k1, attachment_key(&long, "eth0"), "deterministic");
+    }
+
+    #[test]
+    fn registration_limits() {
+        let reg = Registration {
+            veth_ifindex: 7,
+            veth_name: "veth1".into(),
+            addrs: (1..=5).map(|i| IpAddr::from([10, 0, 0, i])).collect(),
+            nat_outgoing: true,
+        };
+        assert_eq!(reg.to_info().unwrap_err().code, 7);
+        let ok = Registration { addrs: vec!["10.0.0.1".parse().unwrap(), "fd00::1".parse().unwrap()], ..reg };
+        let info = ok.to_info().unwrap();
+        assert_eq!((info.n_v4, info.n_v6), (1, 1));
+        assert_eq!(addrs_of(&info), ok.addrs);
+        assert_eq!(cstr(&info.veth_name), "veth1");
+    }
+}
