@@ -543,12 +543,11 @@ mod tests {
     use super::*;
     use std::process::Command;
 
+    /// These tests need root (network namespaces). A test that cannot run fails
+    /// loudly instead of passing as if it had checked something.
     fn is_root() -> bool {
-        if unsafe { libc::geteuid() } == 0 {
-            return true;
-        }
-        eprintln!("SKIPPED: netlink tests need root");
-        false
+        assert_eq!(unsafe { libc::geteuid() }, 0, "netlink tests need root (run scripts/test.sh as root)");
+        true
     }
 
     /// Run `f` on a new thread inside a brand-new, empty netns.

@@ -1,8 +1,8 @@
 //! The operator CLI: status, nat list, apply.
 
-mod apply;
-mod nat;
-mod status;
+pub mod apply;
+pub mod nat;
+pub mod status;
 
 use std::path::PathBuf;
 

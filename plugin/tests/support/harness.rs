@@ -1,0 +1,326 @@
+//! One private copy of the data plane per test: loaded and pinned under a unique
+//! bpffs directory (removed again on drop, also on panic), maps written directly,
+//! programs run with BPF_PROG_TEST_RUN. Nothing is ever attached to an interface.
+//!
+//! BPF_PROG_TEST_RUN builds the skb on the netns' loopback device unless the
+//! `__sk_buff` context names an ifindex > 1, so skb->ifindex inside the programs
+//! is 1 (checked by `test_run_ifindex_is_loopback`). Uplinks and pods are
+//! therefore registered on ifindex 1 and no context is passed.
+
+#![allow(dead_code)]
+
+use std::{
+    net::Ipv4Addr,
+    path::PathBuf,
+    sync::atomic::{AtomicU32, Ordering},
+};
+
+use aya::{
+    maps::{lpm_trie::Key, Array, HashMap, LpmTrie, MapData, PerCpuArray, PerCpuHashMap, PerCpuValues},
+    programs::{SchedClassifier, TestRun, TestRunOptions},
+};
+use ebpf_masq::bpf::{
+    abi::{self, *},
+    loader::{self, Pins},
+    maps,
+};
+
+/// skb->ifindex of every BPF_PROG_TEST_RUN packet: the loopback device.
+pub const LO: u32 = 1;
+
+pub const TC_ACT_UNSPEC: i32 = -1;
+pub const TC_ACT_SHOT: i32 = 2;
+
+/// enum masq_drop_reason (bpf/include/masq_abi.h).
+pub mod drop {
+    pub const SPOOFED_SOURCE: u32 = 0;
+    pub const NO_PORT: u32 = 1;
+    pub const NAT_INSERT: u32 = 2;
+    pub const FRAGMENT: u32 = 3;
+    pub const MALFORMED: u32 = 4;
+    pub const CSUM: u32 = 5;
+    pub const UNSUPPORTED_PROTO: u32 = 6;
+}
+
+pub fn monotonic_ns() -> u64 {
+    ebpf_masq::pod::monotonic_ns()
+}
+
+/// The result of one program run.
+#[derive(Debug)]
+pub struct Run {
+    pub ret: i32,
+    pub out: Vec<u8>,
+}
+
+impl Run {
+    /// The program let the packet go on (TC_ACT_UNSPEC); the bytes it left.
+    #[track_caller]
+    pub fn passed(self) -> Vec<u8> {
+        assert_eq!(self.ret, TC_ACT_UNSPEC, "expected pass (-1), got {}", self.ret);
+        self.out
+    }
+    #[track_caller]
+    pub fn dropped(self) {
+        assert_eq!(self.ret, TC_ACT_SHOT, "expected drop (2), got {}", self.ret);
+    }
+}
+
+pub struct Dataplane {
+    pub pins: Pins,
+    egress: SchedClassifier,
+    ingress: SchedClassifier,
+    veth: SchedClassifier,
+}
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+impl Dataplane {
+    /// Load and pin a fresh data plane; config: ports 20000-20099, long timeouts.
+    pub fn new() -> Self {
+        let base =
+            PathBuf::from(format!("/sys/fs/bpf/em-ptr-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
+        let pins = Pins::new(&base);
+        // The guard owns the directory from here on, so even a failed load cleans up.
+        let guard = PinGuard(base);
+        loader::ensure_loaded(&pins, 4096).expect("load data plane");
+        let prog = |name| SchedClassifier::from_pin(pins.prog(name)).expect("open pinned program");
+        let dp = Dataplane {
+            egress: prog(loader::PROG_UPLINK_EGRESS),
+            ingress: prog(loader::PROG_UPLINK_INGRESS),
+            veth: prog(loader::PROG_VETH_INGRESS),
+            pins,
+        };
+        std::mem::forget(guard); // Dataplane's Drop takes over
+        dp.set_config(20000, 20099, 3600);
+        dp
+    }
+
+    fn map<T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>>(&self, name: &str) -> T {
+        maps::open(&self.pins, name).unwrap_or_else(|e| panic!("open {name}: {e:?}"))
+    }
+
+    // ---- map setup ----
+
+    /// Port range [lo, hi] and one idle timeout for every protocol (closing TCP too).
+    pub fn set_config(&self, lo: u16, hi: u16, timeout_s: u32) {
+        let mut m: Array<MapData, MasqConfig> = self.map(abi::MAP_CONFIG);
+        let c = MasqConfig {
+            port_min: lo,
+            port_max: hi,
+            flags: 0,
+            tcp_timeout_s: timeout_s,
+            tcp_closing_timeout_s: timeout_s,
+            udp_timeout_s: timeout_s,
+            icmp_timeout_s: timeout_s,
+        };
+        m.set(0, c, 0).unwrap();
+    }
+
+    /// An Ethernet uplink with an IPv4 masquerade address.
+    pub fn add_uplink(&self, ifindex: u32, masq: Ipv4Addr) {
+        let mut m: HashMap<MapData, u32, UplinkInfo> = self.map(abi::MAP_UPLINKS);
+        let info = UplinkInfo { masq_v4: masq.octets(), flags: abi::UPLINK_F_HAS_V4, masq_v6: [0; 16] };
+        m.insert(ifindex, info, 0).unwrap();
+    }
+
+    /// A pod address behind veth `ifindex`, with a zeroed pod_stats entry (as ADD does).
+    pub fn add_pod(&self, addr: Ipv4Addr, ifindex: u32, nat_outgoing: bool) {
+        let mut pods: HashMap<MapData, [u8; 4], PodInfo> = self.map(abi::MAP_PODS4);
+        let flags = if nat_outgoing { abi::POD_F_NAT_OUTGOING } else { 0 };
+        pods.insert(addr.octets(), PodInfo { ifindex, flags }, 0).unwrap();
+        let mut stats: PerCpuHashMap<MapData, u32, PodStats> = self.map(abi::MAP_POD_STATS);
+        let zero = PerCpuValues::try_from(vec![PodStats::default(); ebpf_masq::node::ncpus()]).unwrap();
+        stats.insert(ifindex, zero, 0).unwrap();
+    }
+
+    pub fn add_excl(&self, net: Ipv4Addr, plen: u32, reason: u32) {
+        let mut m: LpmTrie<MapData, [u8; 4], ExclInfo> = self.map(abi::MAP_EXCL4);
+        m.insert(&Key::new(plen, net.octets()), ExclInfo { reason, index: 0 }, 0).unwrap();
+    }
+
+    /// rules4 {ifindex, source/plen} -> rule `id`, masquerading to `to` when given.
+    pub fn add_rule(&self, ifindex: u32, src: Ipv4Addr, plen: u32, id: u32, to: Option<Ipv4Addr>) {
+        let mut m: LpmTrie<MapData, Rule4Data, RuleInfo> = self.map(abi::MAP_RULES4);
+        let data = Rule4Data { ifindex_be: ifindex.to_be_bytes(), saddr: src.octets() };
+        let info = RuleInfo {
+            id,
+            flags: if to.is_some() { abi::RULE_F_TO_ADDRESS } else { 0 },
+            to_v4: to.map(|a| a.octets()).unwrap_or_default(),
+            pad: 0,
+        };
+        m.insert(&Key::new(32 + plen, data), info, 0).unwrap();
+    }
+
+    pub fn add_rule_except(&self, id: u32, dst: Ipv4Addr, plen: u32) {
+        let mut m: LpmTrie<MapData, RuleExcept4Data, u32> = self.map(abi::MAP_RULE_EXCEPT4);
+        let data = RuleExcept4Data { rule_id_be: id.to_be_bytes(), daddr: dst.octets() };
+        m.insert(&Key::new(32 + plen, data), 1, 0).unwrap();
+    }
+
+    // ---- running programs ----
+
+    fn run(prog: &SchedClassifier, frame: &[u8]) -> Run {
+        let mut out = vec![0u8; frame.len() + 256];
+        let res = prog
+            .test_run(TestRunOptions { data_in: Some(frame), data_out: Some(&mut out), ..Default::default() })
+            .expect("BPF_PROG_TEST_RUN");
+        out.truncate(res.data_size_out as usize);
+        Run { ret: res.return_value as i32, out }
+    }
+
+    /// Uplink egress (SNAT).
+    pub fn egress(&self, frame: &[u8]) -> Run {
+        Self::run(&self.egress, frame)
+    }
+    /// Uplink ingress (reverse NAT).
+    pub fn ingress(&self, frame: &[u8]) -> Run {
+        Self::run(&self.ingress, frame)
+    }
+    /// Pod veth ingress (anti-spoofing, pod stats).
+    pub fn veth(&self, frame: &[u8]) -> Run {
+        Self::run(&self.veth, frame)
+    }
+
+    // ---- reading state ----
+
+    fn sum_percpu(&self, name: &str, idx: u32) -> u64 {
+        let m: PerCpuArray<MapData, u64> = self.map(name);
+        m.get(&idx, 0).unwrap().iter().sum()
+    }
+    /// A `counters` entry (abi::counter::*), summed over CPUs.
+    pub fn counter(&self, idx: u32) -> u64 {
+        self.sum_percpu(abi::MAP_COUNTERS, idx)
+    }
+    /// A `drops` entry (drop::*), summed over CPUs.
+    pub fn drops(&self, reason: u32) -> u64 {
+        self.sum_percpu(abi::MAP_DROPS, reason)
+    }
+    pub fn total_drops(&self) -> u64 {
+        (0..abi::drop_reason::MAX).map(|r| self.drops(r)).sum()
+    }
+
+    pub fn rule_stats(&self, id: u32) -> RuleStats {
+        let m: PerCpuArray<MapData, RuleStats> = self.map(abi::MAP_RULE_STATS);
+        m.get(&id, 0)
+            .unwrap()
+            .iter()
+            .fold(RuleStats::default(), |a, s| RuleStats { packets: a.packets + s.packets, bytes: a.bytes + s.bytes })
+    }
+
+    pub fn pod_stats(&self, ifindex: u32) -> PodStats {
+        let m: PerCpuHashMap<MapData, u32, PodStats> = self.map(abi::MAP_POD_STATS);
+        m.get(&ifindex, 0).unwrap().iter().fold(PodStats::default(), |a, s| PodStats {
+            packets: a.packets + s.packets,
+            bytes: a.bytes + s.bytes,
+            spoofed: a.spoofed + s.spoofed,
+        })
+    }
+
+    fn nat_map(&self, name: &str) -> HashMap<MapData, Nat4Key, Nat4Entry> {
+        self.map(name)
+    }
+    fn entries(&self, name: &str) -> Vec<(Nat4Key, Nat4Entry)> {
+        self.nat_map(name).iter().collect::<Result<_, _>>().unwrap()
+    }
+    pub fn fwd(&self) -> Vec<(Nat4Key, Nat4Entry)> {
+        self.entries(abi::MAP_NAT4_FWD)
+    }
+    pub fn rev(&self) -> Vec<(Nat4Key, Nat4Entry)> {
+        self.entries(abi::MAP_NAT4_REV)
+    }
+    pub fn get_fwd(&self, k: &Nat4Key) -> Option<Nat4Entry> {
+        self.nat_map(abi::MAP_NAT4_FWD).get(k, 0).ok()
+    }
+    pub fn get_rev(&self, k: &Nat4Key) -> Option<Nat4Entry> {
+        self.nat_map(abi::MAP_NAT4_REV).get(k, 0).ok()
+    }
+    pub fn put_fwd(&self, k: &Nat4Key, e: Nat4Entry) {
+        self.nat_map(abi::MAP_NAT4_FWD).insert(k, e, 0).unwrap();
+    }
+    pub fn put_rev(&self, k: &Nat4Key, e: Nat4Entry) {
+        self.nat_map(abi::MAP_NAT4_REV).insert(k, e, 0).unwrap();
+    }
+    pub fn del_rev(&self, k: &Nat4Key) {
+        self.nat_map(abi::MAP_NAT4_REV).remove(k).unwrap();
+    }
+    pub fn nat_is_empty(&self) -> bool {
+        self.fwd().is_empty() && self.rev().is_empty()
+    }
+
+    /// Both NAT maps hold exactly one pair: `fwd_key` -> (nat, nat_port) and its
+    /// mirror {remote, nat, remote port, nat port} -> (pod, pod port).
+    #[track_caller]
+    pub fn assert_single_pair(&self, fwd_key: Nat4Key, nat: Ipv4Addr, nat_port: u16) -> (Nat4Entry, Nat4Entry) {
+        let fwd = self.fwd();
+        let rev = self.rev();
+        assert_eq!(fwd.len(), 1, "nat4_fwd: {fwd:?}");
+        assert_eq!(rev.len(), 1, "nat4_rev: {rev:?}");
+        let (fk, fe) = fwd[0];
+        let (rk, re) = rev[0];
+        assert_eq!(fk, fwd_key);
+        assert_eq!((fe.addr, fe.port), (nat.octets(), nat_port.to_be_bytes()), "forward half value");
+        assert_eq!(rk, reverse_key(&fwd_key, nat, nat_port), "reverse half key");
+        assert_eq!((re.addr, re.port), (fwd_key.saddr, fwd_key.sport), "reverse half value");
+        assert_eq!(fe.ifindex, LO);
+        assert_eq!(re.ifindex, LO);
+        (fe, re)
+    }
+}
+
+/// A nat4 key in host-order ports.
+pub fn nat_key(src: Ipv4Addr, dst: Ipv4Addr, sport: u16, dport: u16, proto: u8) -> Nat4Key {
+    Nat4Key {
+        saddr: src.octets(),
+        daddr: dst.octets(),
+        sport: sport.to_be_bytes(),
+        dport: dport.to_be_bytes(),
+        proto,
+        pad: [0; 3],
+    }
+}
+
+/// The reverse key of a forward key once NATed to (nat, nat_port).
+pub fn reverse_key(fk: &Nat4Key, nat: Ipv4Addr, nat_port: u16) -> Nat4Key {
+    Nat4Key {
+        saddr: fk.daddr,
+        daddr: nat.octets(),
+        sport: fk.dport,
+        dport: nat_port.to_be_bytes(),
+        proto: fk.proto,
+        pad: [0; 3],
+    }
+}
+
+/// A NAT entry pointing at (addr, port), last seen at `last_seen_ns`.
+pub fn nat_entry(addr: Ipv4Addr, port: u16, last_seen_ns: u64) -> Nat4Entry {
+    Nat4Entry {
+        addr: addr.octets(),
+        port: port.to_be_bytes(),
+        ifindex: LO,
+        created_ns: last_seen_ns,
+        last_seen_ns,
+        ..Default::default()
+    }
+}
+
+impl Drop for Dataplane {
+    fn drop(&mut self) {
+        remove_pin_dir(&self.pins.base);
+    }
+}
+
+struct PinGuard(PathBuf);
+impl Drop for PinGuard {
+    fn drop(&mut self) {
+        remove_pin_dir(&self.0);
+    }
+}
+
+fn remove_pin_dir(p: &std::path::Path) {
+    if let Err(e) = std::fs::remove_dir_all(p) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            eprintln!("warning: could not remove {}: {e}", p.display());
+        }
+    }
+}

@@ -1,0 +1,3 @@
+//! Shared helpers for the BPF_PROG_TEST_RUN tests.
+pub mod harness;
+pub mod packet;

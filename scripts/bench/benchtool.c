@@ -1,0 +1,212 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * benchtool - the small traffic generators and sinks of scripts/bench.sh.
+ *
+ *   udp-send DST PORT SECS LEN  sendmmsg() batches of LEN-byte datagrams on a
+ *                               connected socket for SECS seconds.
+ *                               Prints {"sent":N,"errors":E,"secs":T}.
+ *   udp-sink PORT               bind PORT and drain it with recvmmsg(), so the
+ *                               receiver never answers "port unreachable".
+ *   tcp-cps DST PORT SECS       one connection at a time: socket(), connect(),
+ *                               close() with RST (SO_LINGER 0), for SECS
+ *                               seconds. A connect() that takes over 1 s (a
+ *                               lost SYN) counts as a failure.
+ *                               Prints {"ok":N,"fail":F,"secs":T,"errno":{...}}.
+ *   tcp-accept PORT             accept() and close() forever.
+ *
+ * Why not iperf3 / python for these: iperf3 -u writes one datagram per syscall
+ * and reads the clock per packet, and a python connect loop spends more time in
+ * the interpreter than in the kernel; either way the tool, not the forwarding
+ * path under test, would set the ceiling. Here the per-packet cost outside the
+ * path is one slot of a 64-message sendmmsg(), and the per-connection cost is
+ * three syscalls.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define BATCH 64
+#define MAX_LEN 9000
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void die(const char *what)
+{
+	fprintf(stderr, "benchtool: %s: %s\n", what, strerror(errno));
+	exit(1);
+}
+
+static struct sockaddr_in addr_of(const char *ip, const char *port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(atoi(port)) };
+
+	if (ip && inet_pton(AF_INET, ip, &sa.sin_addr) != 1) {
+		fprintf(stderr, "benchtool: bad IPv4 address %s\n", ip);
+		exit(2);
+	}
+	return sa;
+}
+
+static int udp_send(const char *dst, const char *port, double secs, int len)
+{
+	static char buf[MAX_LEN];
+	struct mmsghdr msgs[BATCH];
+	struct iovec iov = { .iov_base = buf, .iov_len = len };
+	struct sockaddr_in sa = addr_of(dst, port);
+	unsigned long long sent = 0, errors = 0;
+	double t0, t;
+	int fd, i;
+
+	if (len < 1 || len > MAX_LEN) {
+		fprintf(stderr, "benchtool: LEN must be 1..%d\n", MAX_LEN);
+		return 2;
+	}
+	memset(buf, 'x', sizeof(buf));
+	memset(msgs, 0, sizeof(msgs));
+	for (i = 0; i < BATCH; i++) {
+		msgs[i].msg_hdr.msg_iov = &iov;
+		msgs[i].msg_hdr.msg_iovlen = 1;
+	}
+	fd = socket(AF_INET, SOCK_DGRAM, 0);
+	if (fd < 0)
+		die("socket");
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)))
+		die("connect");
+	t0 = now_s();
+	do {
+		int n = sendmmsg(fd, msgs, BATCH, 0);
+
+		if (n > 0)
+			sent += n;
+		else
+			errors++; /* e.g. ENOBUFS, or ECONNREFUSED from an ICMP error */
+		t = now_s();
+	} while (t - t0 < secs);
+	printf("{\"sent\":%llu,\"errors\":%llu,\"secs\":%.6f}\n", sent, errors, t - t0);
+	return 0;
+}
+
+static int udp_sink(const char *port)
+{
+	static char bufs[BATCH][2048];
+	struct mmsghdr msgs[BATCH];
+	struct iovec iovs[BATCH];
+	struct sockaddr_in sa = addr_of(NULL, port);
+	int fd, i, rcvbuf = 4 << 20;
+
+	sa.sin_addr.s_addr = htonl(INADDR_ANY);
+	memset(msgs, 0, sizeof(msgs));
+	for (i = 0; i < BATCH; i++) {
+		iovs[i].iov_base = bufs[i];
+		iovs[i].iov_len = sizeof(bufs[i]);
+		msgs[i].msg_hdr.msg_iov = &iovs[i];
+		msgs[i].msg_hdr.msg_iovlen = 1;
+	}
+	fd = socket(AF_INET, SOCK_DGRAM, 0);
+	if (fd < 0)
+		die("socket");
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)))
+		die("bind");
+	for (;;)
+		recvmmsg(fd, msgs, BATCH, MSG_WAITFORONE, NULL);
+	return 0;
+}
+
+static int tcp_cps(const char *dst, const char *port, double secs)
+{
+	struct sockaddr_in sa = addr_of(dst, port);
+	struct timeval tmo = { .tv_sec = 1 };
+	struct linger abort_close = { .l_onoff = 1, .l_linger = 0 };
+	unsigned long long ok = 0, fail = 0;
+	unsigned long long by_errno[256] = { 0 };
+	double t0, t;
+	int i, first = 1;
+
+	t0 = now_s();
+	do {
+		int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+		if (fd < 0)
+			die("socket");
+		/* Linux applies SO_SNDTIMEO to connect(): bounds a lost SYN to 1 s. */
+		setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tmo, sizeof(tmo));
+		/*
+		 * Close with RST: no TIME_WAIT. With orderly closes every client
+		 * port sits in TIME_WAIT, and the pod's ephemeral range (even
+		 * ports first) plus the 1 s tcp_tw_reuse rule cap the loop at
+		 * ~14k/s whatever the NAT: the tool's ceiling, not the path's.
+		 */
+		setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort_close, sizeof(abort_close));
+		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+			ok++;
+		} else {
+			fail++;
+			by_errno[errno & 255]++;
+		}
+		close(fd);
+		t = now_s();
+	} while (t - t0 < secs);
+	printf("{\"ok\":%llu,\"fail\":%llu,\"secs\":%.6f,\"errno\":{", ok, fail, t - t0);
+	for (i = 0; i < 256; i++) {
+		if (by_errno[i]) {
+			/* SO_SNDTIMEO expiring leaves connect() with EINPROGRESS */
+			printf("%s\"%s\":%llu", first ? "" : ",",
+			       i == EINPROGRESS ? "timeout (1 s)" : strerror(i), by_errno[i]);
+			first = 0;
+		}
+	}
+	printf("}}\n");
+	return 0;
+}
+
+static int tcp_accept(const char *port)
+{
+	struct sockaddr_in sa = addr_of(NULL, port);
+	int fd, one = 1;
+
+	sa.sin_addr.s_addr = htonl(INADDR_ANY);
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	if (fd < 0)
+		die("socket");
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)))
+		die("bind");
+	if (listen(fd, 4096))
+		die("listen");
+	for (;;) {
+		int c = accept(fd, NULL, NULL);
+
+		if (c >= 0)
+			close(c);
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 6 && !strcmp(argv[1], "udp-send"))
+		return udp_send(argv[2], argv[3], atof(argv[4]), atoi(argv[5]));
+	if (argc == 3 && !strcmp(argv[1], "udp-sink"))
+		return udp_sink(argv[2]);
+	if (argc == 5 && !strcmp(argv[1], "tcp-cps"))
+		return tcp_cps(argv[2], argv[3], atof(argv[4]));
+	if (argc == 3 && !strcmp(argv[1], "tcp-accept"))
+		return tcp_accept(argv[2]);
+	fprintf(stderr, "usage: benchtool udp-send DST PORT SECS LEN | udp-sink PORT |\n"
+			"                 tcp-cps DST PORT SECS | tcp-accept PORT\n");
+	return 2;
+}

@@ -1,0 +1,260 @@
+#!/usr/bin/python3
+"""Parsing and reporting helpers of scripts/bench.sh (Debian's /usr/bin/python3, stdlib only).
+
+Subcommands (all print to stdout):
+  iperf FILE              Gbit/s received, from `iperf3 -J` output ("null" on error)
+  ping FILE [iqm]         median RTT in microseconds, from `ping` output ("null" if no reply);
+                          with iqm the interquartile mean instead (ping prints whole us, so
+                          for RTTs of a few us a median only takes 2-3 values; the mean of
+                          the middle half resolves below 1 us and still ignores outliers)
+  get FILE KEY            one top-level field of a benchtool JSON line ("null" if absent)
+  progstats DIR           {prog name: [run_time_ns, run_cnt]} of the programs pinned in DIR
+                          (bpftool prog show pinned; needs the host's /sys/fs/bpf)
+  bpfshow RESULTS ROUND   this round's bpf ns/run values on one line
+  bpfdelta BEFORE AFTER ROUND PHASE
+                          result lines bpf_<prog>_ns_<PHASE> = delta run_time_ns / delta run_cnt
+  conflist NAME DATADIR [PIN]
+                          a conflist bridge + host-local (+ ebpf-masq when PIN is given)
+  report RESULTS.jsonl META.json [--json FILE|-]
+                          the table of medians and paired ratios (and the JSON document)
+"""
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+POD_SUBNET = "10.244.1.0/24"
+MODES = ["none", "ipt", "ebpf"]
+MODE_LABEL = {"none": "no-NAT", "ipt": "iptables", "ebpf": "ebpf-masq"}
+
+# key: (label, unit, higher is better). Order = table order.
+METRICS = {
+    "tcp_gbps": ("TCP throughput (iperf3)", "Gbit/s", True),
+    "udp_rx_kpps": ("UDP 64B rate received at ext", "kpps", True),
+    "udp_tx_kpps": ("UDP 64B rate sent by pod", "kpps", True),
+    "cps": ("TCP connect+close", "conn/s", True),
+    "cps_fail": ("  connects failed/timed out (sum of rounds)", "count", False),
+    "ping_hot_us": ("ping RTT IQ-mean, back-to-back (-A)", "us", False),
+    "ping_us": ("ping RTT median, 10 ms apart", "us", False),
+}
+# Only ebpf-masq has these: ns per program run while the named traffic ran,
+# from kernel.bpf_stats_enabled (run_time_ns / run_cnt deltas).
+BPF_METRICS = {
+    "bpf_masq_up_egress_ns_udp": "uplink egress, UDP 64B (established flow)",
+    "bpf_masq_veth_in_ns_udp": "pod veth ingress, UDP 64B",
+    "bpf_masq_up_egress_ns_tcp": "uplink egress, TCP stream (per GSO skb)",
+    "bpf_masq_up_ingress_ns_tcp": "uplink ingress, TCP stream (ACKs)",
+    "bpf_masq_veth_in_ns_tcp": "pod veth ingress, TCP stream",
+    "bpf_masq_up_egress_ns_cps": "uplink egress, connect+close (new flows)",
+    "bpf_masq_up_ingress_ns_cps": "uplink ingress, connect+close",
+}
+
+
+def out(v):
+    print("null" if v is None else v)
+
+
+def cmd_iperf(path):
+    try:
+        doc = json.loads(Path(path).read_text())
+        out(round(doc["end"]["sum_received"]["bits_per_second"] / 1e9, 4))
+    except (ValueError, KeyError, OSError):
+        out(None)
+
+
+def cmd_ping(path, how="median"):
+    rtts = []
+    for line in Path(path).read_text(errors="replace").splitlines():
+        for word in line.split():
+            if word.startswith("time="):
+                rtts.append(float(word[5:]) * 1000.0)
+    if not rtts:
+        return out(None)
+    if how == "iqm":
+        rtts.sort()
+        q = len(rtts) // 4
+        mid = rtts[q:len(rtts) - q]
+        return out(round(statistics.fmean(mid), 2))
+    out(round(statistics.median(rtts), 1))
+
+
+def cmd_get(path, key):
+    try:
+        out(json.loads(Path(path).read_text().strip().splitlines()[-1]).get(key))
+    except (ValueError, IndexError, OSError):
+        out(None)
+
+
+def cmd_progstats(pin_dir):
+    stats = {}
+    for pin in sorted(Path(pin_dir).iterdir()):
+        p = subprocess.run(["bpftool", "-j", "prog", "show", "pinned", str(pin)],
+                           capture_output=True, text=True)
+        if p.returncode == 0:
+            info = json.loads(p.stdout)
+            stats[pin.name] = [info.get("run_time_ns", 0), info.get("run_cnt", 0)]
+    print(json.dumps(stats))
+
+
+def cmd_bpfdelta(before, after, rnd, phase):
+    b, a = json.loads(before), json.loads(after)
+    for prog, (ns, cnt) in sorted(a.items()):
+        ns0, cnt0 = b.get(prog, [0, 0])
+        runs = cnt - cnt0
+        for metric, value in ((f"bpf_{prog}_ns_{phase}", round((ns - ns0) / runs, 1) if runs > 0 else None),
+                              (f"bpf_{prog}_runs_{phase}", runs)):
+            print(json.dumps({"round": int(rnd), "mode": "ebpf", "metric": metric, "value": value}))
+
+
+def cmd_bpfshow(results, rnd):
+    """One progress line: this round's ns/run values."""
+    parts = []
+    for line in Path(results).read_text().splitlines():
+        r = json.loads(line)
+        if r["round"] == int(rnd) and "_ns_" in r["metric"] and r["value"] is not None:
+            parts.append(f"{r['metric'][4:]}={r['value']}")
+    print(", ".join(parts))
+
+
+def cmd_conflist(name, data_dir, pin=None):
+    plugins = [{"type": "bridge", "bridge": "cni0", "isGateway": True, "ipMasq": False,
+                "ipam": {"type": "host-local", "subnet": POD_SUBNET,
+                         "routes": [{"dst": "0.0.0.0/0"}], "dataDir": data_dir}}]
+    if pin:
+        plugins.append({"type": "ebpf-masq", "pinPath": pin, "natMaxEntries": 65536,
+                        "egressInterfaces": ["eth0"]})
+    print(json.dumps({"cniVersion": "1.0.0", "name": name, "plugins": plugins}, indent=2))
+
+
+# ---------------------------------------------------------------- report
+
+def load(results):
+    """{metric: {mode: {round: value}}} from the JSON lines bench.sh appended."""
+    data = {}
+    for line in Path(results).read_text().splitlines():
+        if line.strip():
+            r = json.loads(line)
+            if r["value"] is not None:
+                data.setdefault(r["metric"], {}).setdefault(r["mode"], {})[r["round"]] = float(r["value"])
+    return data
+
+
+def med(xs):
+    return statistics.median(xs) if xs else None
+
+
+def paired_ratios(by_mode, num, den):
+    """Per-round num/den (only rounds where both exist and den != 0)."""
+    a, b = by_mode.get(num, {}), by_mode.get(den, {})
+    return [a[r] / b[r] for r in sorted(a) if r in b and b[r] != 0]
+
+
+def summarize(data):
+    summary = {}
+    for key in list(METRICS) + list(BPF_METRICS):
+        by_mode = data.get(key, {})
+        if not by_mode:
+            continue
+        s = {"median": {m: med(list(by_mode[m].values())) for m in MODES if m in by_mode}}
+        if key == "cps_fail":  # a count of rare events: the total says more than a median or a ratio
+            s["sum"] = {m: sum(by_mode[m].values()) for m in MODES if m in by_mode}
+            summary[key] = s
+            continue
+        ratios = {}
+        for name, num, den in (("ipt_vs_none", "ipt", "none"), ("ebpf_vs_none", "ebpf", "none"),
+                               ("ebpf_vs_ipt", "ebpf", "ipt")):
+            rs = paired_ratios(by_mode, num, den)
+            if rs:
+                ratios[name] = {"median": med(rs), "min": min(rs), "max": max(rs), "n": len(rs)}
+        s["paired_ratio"] = ratios
+        summary[key] = s
+    return summary
+
+
+def fmt_num(v):
+    if v is None:
+        return "-"
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    if abs(v) >= 10:
+        return f"{v:.1f}"
+    return f"{v:.3g}" if v else "0"
+
+
+def fmt_ratio(r):
+    if not r:
+        return "-"
+    s = f"{r['median']:.2f}"
+    if r["n"] > 1:
+        s += f" [{r['min']:.2f}-{r['max']:.2f}]"
+    return s
+
+
+def print_table(summary, meta):
+    head = ["metric", "unit", "no-NAT", "iptables", "ebpf-masq", "ipt/none", "ebpf/none", "ebpf/ipt"]
+    rows = []
+    for key, (label, unit, higher) in METRICS.items():
+        if key not in summary:
+            continue
+        s = summary[key]
+        arrow = " (higher=better)" if higher else " (lower=better)"
+        if key == "cps_fail":
+            arrow = ""
+        vals = s.get("sum", s["median"])
+        rows.append([label + arrow, unit] + [fmt_num(vals.get(m)) for m in MODES]
+                    + [fmt_ratio(s.get("paired_ratio", {}).get(k)) for k in ("ipt_vs_none", "ebpf_vs_none", "ebpf_vs_ipt")])
+    bpf_rows = []
+    for key, label in BPF_METRICS.items():
+        if key in summary:
+            vals = summary[key]["median"]
+            bpf_rows.append(["  " + label, "ns/run", "", "", fmt_num(vals.get("ebpf")), "", "", ""])
+    if bpf_rows:
+        rows.append(["eBPF program cost (bpf_stats, separate phase)", "", "", "", "", "", "", ""])
+        rows += bpf_rows
+    widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
+
+    def line(r):
+        return "  ".join(str(c).ljust(widths[i]) if i < 2 else str(c).rjust(widths[i]) for i, c in enumerate(r))
+
+    print()
+    print(f"ebpf-masq benchmark: {meta['rounds']} round(s), {meta['duration_s']} s per test, "
+          f"{meta['pings']} pings, UDP payload {meta['udp_len']} B, kernel {meta['kernel']}, "
+          f"{meta['cpus']} CPUs, runtime {meta.get('runtime_s', '?')} s, "
+          f"loadavg {meta.get('loadavg_start', '?')} -> {meta.get('loadavg_end', '?')}")
+    print("values: median over rounds; ratios: median of per-round paired ratios [min-max over rounds]")
+    print(line(head))
+    print(line(["-" * w for w in widths]))
+    for r in rows:
+        print(line(r))
+
+
+def cmd_report(results, meta_path, *rest):
+    meta = json.loads(Path(meta_path).read_text())
+    data = load(results)
+    summary = summarize(data)
+    print_table(summary, meta)
+    json_to = None
+    if list(rest[:1]) == ["--json"] and len(rest) > 1:
+        json_to = rest[1]
+    if json_to:
+        raw = [json.loads(l) for l in Path(results).read_text().splitlines() if l.strip()]
+        doc = json.dumps({"meta": meta, "summary": summary, "samples": raw}, separators=(",", ":"))
+        if json_to == "-":
+            print(doc)
+        else:
+            Path(json_to).write_text(doc + "\n")
+            print(f"\nJSON written to {json_to}")
+
+
+def main(argv):
+    cmds = {"iperf": cmd_iperf, "ping": cmd_ping, "get": cmd_get, "progstats": cmd_progstats,
+            "bpfdelta": cmd_bpfdelta, "bpfshow": cmd_bpfshow,
+            "conflist": cmd_conflist, "report": cmd_report}
+    if len(argv) < 2 or argv[1] not in cmds:
+        sys.exit(__doc__)
+    cmds[argv[1]](*argv[2:])
+
+
+if __name__ == "__main__":
+    main(sys.argv)
