@@ -61,6 +61,14 @@ static __always_inline int snat_v4_egress(struct __sk_buff *skb, const struct up
 		}
 	}
 
+	/*
+	 * An echo reply leaving the node answers a ping that reached the pod or
+	 * tunnel client directly (routed); there is no flow of ours to map it to,
+	 * and masquerading it would only break the remote's matching.
+	 */
+	if (f.proto == IPPROTO_ICMP && f.icmp_type == ICMP_ECHOREPLY)
+		return MASQ_PASS;
+
 	masq_decide_v4(skb->ifindex, up, f.saddr, f.daddr, &d);
 	if (d.verdict == VERDICT_NONE)
 		return MASQ_PASS;
@@ -75,9 +83,11 @@ static __always_inline int snat_v4_egress(struct __sk_buff *skb, const struct up
 		return drop_with(DROP_UNSUPPORTED_PROTO);
 	}
 
-	fwd = snat_v4_create(&f, cfg, &d, skb->ifindex, now);
+	__u32 reason = DROP_NO_PORT;
+
+	fwd = snat_v4_create(&f, cfg, &d, skb->ifindex, now, &reason);
 	if (!fwd)
-		return drop_with(DROP_NO_PORT);
+		return drop_with(reason);
 	nat_touch(fwd, &f, now);
 
 rewrite:

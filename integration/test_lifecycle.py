@@ -396,9 +396,6 @@ def test_add_non_veth_pod_interface(t, plugin):
     _assert_nothing_left(t, before)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: find_host_veth uses the veth peer's ifindex from inside the pod netns "
-                   "as a node ifindex (IFLA_LINK_NETNSID ignored): ADD succeeds, registers the node's eth1 as "
-                   "the pod veth and attaches masq_veth_in to eth1 ingress")
 def test_add_veth_peer_not_on_node(t, plugin):
     """eth0 is a veth whose peer is in the pod netns too, with the ifindex that the
     node's eth1 has: the peer is no host veth, nothing on the node may be taken for it."""
@@ -412,8 +409,6 @@ def test_add_veth_peer_not_on_node(t, plugin):
     _assert_nothing_left(t, before)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: cmd_add takes the node lock (which creates <pinPath>/v1) before "
-                   "reconcile() validates egressInterfaces: the failed ADD leaves an empty <pinPath>/v1")
 def test_add_missing_egress_interface_leaves_nothing(t, plugin):
     """A config that parses but names an interface the node lacks fails before any pin."""
     net, pod = _bridge_pod(t)

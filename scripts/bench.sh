@@ -351,6 +351,11 @@ main() {
     bpf_phase "$r"
   done
 
+  # Did a NAT drop or fail anything (it would explain a slow number)?
+  ne ebpf node "$PLUGIN" status --json --pin-path "$PIN" >"$WORK/ebpf-status.json" 2>&1 || true
+  nx ipt node cat /proc/net/stat/nf_conntrack >"$WORK/ct-stat.txt" 2>&1 || true
+  "$PY" "$UTIL" health "$WORK/ebpf-status.json" "$WORK/ct-stat.txt" >"$WORK/health.json"
+
   "$PY" - "$WORK/meta.json" <<EOF
 import json, os, platform, sys
 json.dump({"rounds": $ROUNDS, "duration_s": $DURATION, "pings": $PINGS, "udp_len": $UDP_LEN,
@@ -358,6 +363,7 @@ json.dump({"rounds": $ROUNDS, "duration_s": $DURATION, "pings": $PINGS, "udp_len
            "plugin": "$PLUGIN", "iptables": "$(iptables -V)",
            "bridge_nf_call_iptables": "$(nx ipt node sysctl -n net.bridge.bridge-nf-call-iptables 2>/dev/null || echo n/a)",
            "loadavg_start": "$load0", "loadavg_end": "$(cut -d' ' -f1-3 /proc/loadavg)",
+           "health": json.load(open("$WORK/health.json")),
            "runtime_s": $((SECONDS - t_start))}, open(sys.argv[1], "w"))
 EOF
   if [ -n "$JSON_OUT" ]; then

@@ -44,7 +44,12 @@ static __always_inline __u64 nat_timeout_ns(const struct masq_config *cfg, __u8 
 static __always_inline bool nat_expired(const struct nat4_entry *e, const struct masq_config *cfg,
 					__u8 proto, __u64 now)
 {
-	return now - e->last_seen_ns > nat_timeout_ns(cfg, proto, e->flags);
+	__u64 seen = e->last_seen_ns;
+
+	/* Another CPU may have refreshed it after we read the clock: alive. */
+	if (seen >= now)
+		return false;
+	return now - seen > nat_timeout_ns(cfg, proto, e->flags);
 }
 
 /* Account one packet; true when last_seen was refreshed (once a second at most). */
@@ -67,7 +72,7 @@ static __always_inline bool nat_touch(struct nat4_entry *e, const struct flow4 *
 			return true;
 		}
 	}
-	if (now - e->last_seen_ns > NSEC_PER_SEC) {
+	if (now > e->last_seen_ns + NSEC_PER_SEC) {
 		e->last_seen_ns = now;
 		return true;
 	}
@@ -131,12 +136,13 @@ static __always_inline void rnat_v4_sync_fwd(const struct flow4 *f, const struct
 
 /*
  * snat_v4_create - claim a port for a new flow and insert both halves.
- * Returns the forward entry, or NULL when no port was free within NAT_PROBES
- * tries (counted as CNT_ALLOC_FAIL) or the insert failed.
+ * Returns the forward entry, or NULL with *reason set: DROP_NO_PORT when no
+ * port was free within NAT_PROBES tries (also counted as CNT_ALLOC_FAIL),
+ * DROP_NAT_INSERT when the forward half could not be inserted.
  */
 static __always_inline struct nat4_entry *
 snat_v4_create(const struct flow4 *f, const struct masq_config *cfg, const struct masq_decision *d,
-	       __u32 ifindex, __u64 now)
+	       __u32 ifindex, __u64 now, __u32 *reason)
 {
 	struct nat4_key fk = {
 		.saddr = f->saddr, .daddr = f->daddr,
@@ -156,6 +162,7 @@ snat_v4_create(const struct flow4 *f, const struct masq_config *cfg, const struc
 	struct nat4_entry *old;
 	int i;
 
+	*reason = DROP_NO_PORT;
 	if (cfg->port_min == 0 || cfg->port_max < cfg->port_min)
 		return NULL;
 
@@ -186,8 +193,10 @@ claimed:;
 		.created_ns = now, .last_seen_ns = now,
 	};
 	if (bpf_map_update_elem(&nat4_fwd, &fk, &fwd, BPF_NOEXIST)) {
-		/* Another CPU created this flow meanwhile (EEXIST): give our port back, use theirs. */
+		/* Give the port back. If another CPU created this flow meanwhile
+		 * (EEXIST), use its pair; otherwise the insert failed for real. */
 		bpf_map_delete_elem(&nat4_rev, &rk);
+		*reason = DROP_NAT_INSERT;
 		return bpf_map_lookup_elem(&nat4_fwd, &fk);
 	}
 	count_add(CNT_NAT_CREATED, 1);

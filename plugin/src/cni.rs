@@ -153,9 +153,16 @@ fn find_host_veth(env: &CniEnv, prev: &PrevResult) -> Result<netlink::LinkInfo> 
         }
     }
     if !env.netns.is_empty() {
-        if let Some(idx) = netlink::veth_peer_ifindex(Path::new(&env.netns), &env.ifname)? {
-            if let Some(link) = netlink::get_link_by_index(idx)? {
-                return Ok(link);
+        if let Some(peer) = netlink::veth_peer(Path::new(&env.netns), &env.ifname)? {
+            // The ifindex is only meaningful here if the node's link with that
+            // index is a veth pointing back at the container end.
+            if let Some(link) = netlink::get_link_by_index(peer.peer_ifindex)? {
+                if link.kind.as_deref() == Some("veth")
+                    && link.peer_ifindex == Some(peer.own_ifindex)
+                    && link.link_netnsid.is_some()
+                {
+                    return Ok(link);
+                }
             }
         }
     }
@@ -177,6 +184,9 @@ fn cmd_add(env: &CniEnv, conf: &NetConf, pins: &Pins) -> Result<serde_json::Valu
         return Err(Error::config("prevResult.ips", format!("no address for interface {}", env.ifname)));
     }
     let veth = find_host_veth(env, &prev)?;
+    // Resolve the uplinks before anything is created, so a bad interface name
+    // leaves no trace (reconcile resolves again under the lock).
+    node::resolve_uplinks(&conf.masq)?;
     let _lock = node::lock(pins)?;
     node::reconcile(pins, &conf.masq)?;
     let key = pod::attachment_key(&env.container_id, &env.ifname);

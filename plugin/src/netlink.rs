@@ -471,6 +471,22 @@ pub fn in_netns<T: Send, F: FnOnce() -> Result<T> + Send>(netns_path: &Path, f: 
 /// caller's). Returns Ok(None) if the netns path or the interface does not
 /// exist, the interface is not a veth, or it has no peer.
 pub fn veth_peer_ifindex(netns_path: &Path, ifname: &str) -> Result<Option<u32>> {
+    Ok(veth_peer(netns_path, ifname)?.map(|p| p.peer_ifindex))
+}
+
+/// Both ends' ifindexes of a veth seen from inside the container netns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VethPeer {
+    /// The other end's ifindex, in the peer's netns.
+    pub peer_ifindex: u32,
+    /// The container end's own ifindex, in the container netns.
+    pub own_ifindex: u32,
+}
+
+/// Like `veth_peer_ifindex`, but only when the peer lives in another netns
+/// (IFLA_LINK_NETNSID present): a veth whose two ends are both inside the
+/// container has no host side, and its peer's ifindex means nothing on the node.
+pub fn veth_peer(netns_path: &Path, ifname: &str) -> Result<Option<VethPeer>> {
     let ns = match File::open(netns_path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -478,8 +494,8 @@ pub fn veth_peer_ifindex(netns_path: &Path, ifname: &str) -> Result<Option<u32>>
     };
     in_netns_file(netns_path, ns, || {
         Ok(get_link_by_name(ifname)?
-            .filter(|l| l.kind.as_deref() == Some("veth"))
-            .and_then(|l| l.peer_ifindex))
+            .filter(|l| l.kind.as_deref() == Some("veth") && l.link_netnsid.is_some())
+            .and_then(|l| l.peer_ifindex.map(|peer_ifindex| VethPeer { peer_ifindex, own_ifindex: l.index })))
     })
 }
 

@@ -80,7 +80,7 @@ pub struct Uplink {
 /// The uplinks a config asks for: `egressInterfaces` (or the default routes'
 /// interfaces) plus every rule's `outInterface`, with the address each masquerades to.
 pub fn resolve_uplinks(conf: &MasqConfig) -> Result<Vec<Uplink>> {
-    let mut names: Vec<(String, &'static str)> = match &conf.egress_interfaces {
+    let mut names: Vec<(String, &str)> = match &conf.egress_interfaces {
         Some(list) => list.iter().map(|n| (n.clone(), "egressInterfaces")).collect(),
         None => {
             let d = netlink::default_route_interfaces()?;
@@ -93,9 +93,11 @@ pub fn resolve_uplinks(conf: &MasqConfig) -> Result<Vec<Uplink>> {
             d.into_iter().map(|n| (n, "egressInterfaces")).collect()
         }
     };
-    for r in &conf.masquerade_rules {
+    let rule_keys: Vec<String> =
+        (0..conf.masquerade_rules.len()).map(|i| format!("masqueradeRules[{i}].outInterface")).collect();
+    for (r, key) in conf.masquerade_rules.iter().zip(&rule_keys) {
         if !names.iter().any(|(n, _)| n == &r.out_interface) {
-            names.push((r.out_interface.clone(), "masqueradeRules.outInterface"));
+            names.push((r.out_interface.clone(), key.as_str()));
         }
     }
     let mut out = Vec::new();

@@ -15,6 +15,10 @@ Subcommands (all print to stdout):
                           result lines bpf_<prog>_ns_<PHASE> = delta run_time_ns / delta run_cnt
   conflist NAME DATADIR [PIN]
                           a conflist bridge + host-local (+ ebpf-masq when PIN is given)
+  health STATUS.json CT_STAT
+                          after the run: ebpf-masq's counters/drops (`ebpf-masq status
+                          --json`) and the ipt node's conntrack stats (/proc/net/stat/
+                          nf_conntrack), as JSON; a one-line summary on stderr
   report RESULTS.jsonl META.json [--json FILE|-]
                           the table of medians and paired ratios (and the JSON document)
 """
@@ -115,6 +119,34 @@ def cmd_bpfshow(results, rnd):
         if r["round"] == int(rnd) and "_ns_" in r["metric"] and r["value"] is not None:
             parts.append(f"{r['metric'][4:]}={r['value']}")
     print(", ".join(parts))
+
+
+def cmd_health(status_path, ct_path):
+    """Did either NAT drop or fail anything? Printed with the table, kept in the JSON."""
+    health = {}
+    try:
+        st = json.loads(Path(status_path).read_text())
+        c = st.get("counters", {})
+        health["ebpf_masq"] = {
+            "nat_created": c.get("nat_created"), "nat_reclaimed": c.get("nat_reclaimed"),
+            "nat_repaired": c.get("nat_repaired"), "port_alloc_failures": c.get("port_alloc_failures"),
+            "nat_flows_v4": len(st["nat_flows_v4"]) if isinstance(st.get("nat_flows_v4"), list) else st.get("nat_flows_v4"),
+            "drops": {k: v for k, v in st.get("drops", {}).items() if v},
+        }
+    except (OSError, ValueError) as e:
+        health["ebpf_masq"] = {"error": repr(e)}
+    try:
+        lines = Path(ct_path).read_text().split("\n")
+        cols = lines[0].split()
+        tot = {}
+        for line in lines[1:]:  # one line per CPU, hex
+            for name, v in zip(cols, line.split()):
+                tot[name] = tot.get(name, 0) + int(v, 16)
+        health["iptables_conntrack"] = {k: tot.get(k) for k in ("entries", "insert_failed", "drop", "early_drop")}
+        health["iptables_conntrack"]["entries"] = int(lines[1].split()[0], 16) if len(lines) > 1 else None
+    except (OSError, ValueError, IndexError) as e:
+        health["iptables_conntrack"] = {"error": repr(e)}
+    print(json.dumps(health))
 
 
 def cmd_conflist(name, data_dir, pin=None):
@@ -222,6 +254,8 @@ def print_table(summary, meta):
           f"{meta['pings']} pings, UDP payload {meta['udp_len']} B, kernel {meta['kernel']}, "
           f"{meta['cpus']} CPUs, runtime {meta.get('runtime_s', '?')} s, "
           f"loadavg {meta.get('loadavg_start', '?')} -> {meta.get('loadavg_end', '?')}")
+    for name, h in meta.get("health", {}).items():
+        print(f"{name}: " + ", ".join(f"{k}={v}" for k, v in h.items()))
     print("values: median over rounds; ratios: median of per-round paired ratios [min-max over rounds]")
     print(line(head))
     print(line(["-" * w for w in widths]))
@@ -250,6 +284,7 @@ def cmd_report(results, meta_path, *rest):
 def main(argv):
     cmds = {"iperf": cmd_iperf, "ping": cmd_ping, "get": cmd_get, "progstats": cmd_progstats,
             "bpfdelta": cmd_bpfdelta, "bpfshow": cmd_bpfshow,
+            "health": cmd_health,
             "conflist": cmd_conflist, "report": cmd_report}
     if len(argv) < 2 or argv[1] not in cmds:
         sys.exit(__doc__)
