@@ -17,8 +17,14 @@ static __always_inline bool v6_is_link_local_or_unspec(const struct in6_addr *a)
 		 a->in6_u.u6_addr32[2] | a->in6_u.u6_addr32[3]); /* :: (DAD) */
 }
 
-/* true when the packet's source belongs to the pod behind @ifindex (or is not IP). */
-static __always_inline bool veth_source_ok(struct __sk_buff *skb, __u32 ifindex)
+enum source_check {
+	SOURCE_OK = 0,
+	SOURCE_SPOOFED,
+	SOURCE_TRUNCATED,   /* an IP frame too short to hold its header */
+};
+
+/* Does the packet's source belong to the pod behind @ifindex (non-IP passes)? */
+static __always_inline int veth_source_check(struct __sk_buff *skb, __u32 ifindex)
 {
 	void *data = (void *)(long)skb->data;
 	void *data_end = (void *)(long)skb->data_end;
@@ -28,23 +34,23 @@ static __always_inline bool veth_source_ok(struct __sk_buff *skb, __u32 ifindex)
 		struct iphdr *ip = data + ETH_HLEN;
 
 		if ((void *)(ip + 1) > data_end)
-			return false;
+			return SOURCE_TRUNCATED;
 		pod = bpf_map_lookup_elem(&pods4, &ip->saddr);
-		return pod && pod->ifindex == ifindex;
+		return pod && pod->ifindex == ifindex ? SOURCE_OK : SOURCE_SPOOFED;
 	}
 	if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
 		struct ipv6hdr *ip6 = data + ETH_HLEN;
 		struct in6_addr saddr;
 
 		if ((void *)(ip6 + 1) > data_end)
-			return false;
+			return SOURCE_TRUNCATED;
 		saddr = ip6->saddr;
 		if (v6_is_link_local_or_unspec(&saddr))
-			return true;
+			return SOURCE_OK;
 		pod = bpf_map_lookup_elem(&pods6, &saddr);
-		return pod && pod->ifindex == ifindex;
+		return pod && pod->ifindex == ifindex ? SOURCE_OK : SOURCE_SPOOFED;
 	}
-	return true; /* ARP and the rest are not routed by us */
+	return SOURCE_OK; /* ARP and the rest are not routed by us */
 }
 
 SEC("classifier/veth_ingress")
@@ -53,7 +59,10 @@ int masq_veth_in(struct __sk_buff *skb)
 	__u32 ifindex = skb->ifindex;
 	struct pod_stats *st = bpf_map_lookup_elem(&pod_stats, &ifindex);
 
-	if (!veth_source_ok(skb, ifindex)) {
+	switch (veth_source_check(skb, ifindex)) {
+	case SOURCE_TRUNCATED:
+		return drop_with(DROP_MALFORMED);
+	case SOURCE_SPOOFED:
 		if (st)
 			st->spoofed += 1;
 		return drop_with(DROP_SPOOFED_SOURCE);

@@ -458,23 +458,29 @@ def test_add_after_reboot_restores_masquerade(t, plugin):
 
 # 10. Versioned pin layout -------------------------------------------------------------------
 
+LAYOUT = 2  # MASQ_LAYOUT_VERSION in bpf/include/masq_abi.h
+
+
 def test_pin_layout_is_versioned(t, plugin):
-    """Only <pinPath>/v1 is used; other layout versions are neither read nor touched."""
+    """Only <pinPath>/v<LAYOUT> is used; other layout versions (an older binary's pins,
+    a newer one's) are neither read nor touched."""
     pin = t.lab.pin_path
-    decoys = ["v0/maps/nat4_fwd", "v0/progs/masq_veth_in", "v0/progs/masq_up_egress", "v0/progs/masq_up_ingress",
-              "v2/maps/attachments", "v2/progs/masq_veth_in", "v2/progs/masq_up_egress", "v2/progs/masq_up_ingress"]
+    cur, old, new = f"v{LAYOUT}", f"v{LAYOUT - 1}", f"v{LAYOUT + 1}"
+    decoys = [f"{old}/maps/nat4_fwd", f"{old}/progs/masq_veth_in", f"{old}/progs/masq_up_egress",
+              f"{old}/progs/masq_up_ingress", f"{new}/maps/attachments", f"{new}/progs/masq_veth_in",
+              f"{new}/progs/masq_up_egress", f"{new}/progs/masq_up_ingress"]
     for d in decoys:
         os.makedirs(os.path.join(pin, d))  # bpffs allows directories
-    others = {v: pin_tree(os.path.join(pin, v)) for v in ("v0", "v2")}
+    others = {v: pin_tree(os.path.join(pin, v)) for v in (old, new)}
 
     net = masq_network(t, plugin)
     pod = net.add(t.pod_ns())
-    assert sorted(os.listdir(pin)) == ["v0", "v1", "v2"]
-    v1 = pin_tree(os.path.join(pin, "v1"))
+    assert sorted(os.listdir(pin)) == sorted([old, cur, new])
+    tree = pin_tree(os.path.join(pin, cur))
     assert {"maps", "progs", "progs/masq_veth_in", "progs/masq_up_egress", "progs/masq_up_ingress",
-            "maps/attachments", "maps/nat4_fwd"} <= set(v1), v1
+            "maps/attachments", "maps/nat4_fwd", "maps/nat6_fwd"} <= set(tree), tree
     s = status(t, plugin)
-    assert s["layout_version"] == 1 and s["pin_path"] == os.path.join(pin, "v1"), s
+    assert s["layout_version"] == LAYOUT and s["pin_path"] == os.path.join(pin, cur), s
     assert_masqueraded(t, pod, 5001)
 
     conf = masq_conf(t, net.name, "1.1.0", **{"cni.dev/valid-attachments": []})
@@ -482,5 +488,5 @@ def test_pin_layout_is_versioned(t, plugin):
         r = invoke(t, plugin, verb, conf, ifname=None)
         assert r.rc == 0, r.log
     net.delete(pod.ns)
-    assert {v: pin_tree(os.path.join(pin, v)) for v in ("v0", "v2")} == others
-    assert sorted(os.listdir(pin)) == ["v0", "v1", "v2"]
+    assert {v: pin_tree(os.path.join(pin, v)) for v in (old, new)} == others
+    assert sorted(os.listdir(pin)) == sorted([old, cur, new])

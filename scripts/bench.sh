@@ -25,14 +25,24 @@
 #
 # Tests (pod -> ext):
 #   tcp   iperf3 TCP, one stream, --duration s; Gbit/s received
-#   udp   64-byte payload datagrams, benchtool udp-send (sendmmsg, 64 per call)
-#         for --duration s; rate = packets that ext's eth0 received / s (its
-#         veth rx counter: what the node forwarded, NATed, and handed to ext).
-#         Sent rate is reported too: sent >> received means drops in the path.
+#   udp   datagrams with a 64-byte payload (106-byte frames), one flow, sent by
+#         benchtool udp-send (sendmmsg, 64 per call) for --duration s; rate =
+#         packets ext's eth0 received / s (its veth rx counter: what the node
+#         forwarded, NATed and handed to ext). On veths the sender's own
+#         softirq carries each packet through the whole path, so the sender is
+#         held to the path's pace: sent == received, and the rate is
+#         1 / (per-packet CPU cost of syscall share + path). A drop anywhere
+#         would show as sent > received.
 #   cps   benchtool tcp-cps: connect()+close() one at a time for --duration s
 #         against an accept()+close() server in ext; connects/s. The client
 #         closes with RST: with orderly closes the pod's ports pile up in
 #         TIME_WAIT and port reuse, not the path, capped every mode at ~14k/s.
+#   cpu   with each rate, the CPU time it took (getrusage of the sender /
+#         client, iperf3's own for client + server), per packet, connection or
+#         GB. This kernel charges softirq work to the task it interrupts, and on
+#         veths that is the whole path of what the task sends. Neighbours that
+#         steal the CPU lower a rate but not the CPU per unit: on a shared box
+#         these rows are the steadier comparison.
 #   ping  RTT: 10 x --pings back-to-back pings (ping -A; interquartile mean,
 #         as ping prints whole us), and the median of --pings pings 10 ms apart
 #   bpf   ebpf mode only, a separate phase per round with
@@ -41,11 +51,24 @@
 #         of the timed tests because the stats themselves cost ~2 clock reads
 #         per program run, which would tax ebpf-masq only.
 #
-# Usage: scripts/bench.sh [--rounds N] [--duration S] [--pings N] [--quick]
-#                         [--json FILE|-] [--build]
+# Usage: scripts/bench.sh [options]
+#   --rounds N     rounds (default 5)
+#   --duration S   seconds per tcp/udp/cps test, whole seconds (default 3)
+#   --pings N      pings 10 ms apart per test; 10 x N back-to-back (default 50)
+#   --quick        smoke test: --rounds 1 --duration 1 --pings 20 (~30 s)
+#   --json FILE    also write {meta, summary, samples} as one JSON line to FILE
+#                  (- = stdout, after the table)
+#   --build        cargo build --release first (default: only if the binary
+#                  is missing); EBPF_MASQ_BIN=path benchmarks another binary
+# Output: progress on stderr, then the table on stdout: per metric the median
+# over rounds per mode, and the median of the per-round paired ratios
+# (ipt/none, ebpf/none, ebpf/ipt) with their min-max; after the run the
+# ebpf-masq counters/drops and the ipt node's conntrack drops, as a check.
+#
 # Needs root; the tools come from scripts/install-deps.sh (run when missing).
 # Everything it creates (namespaces emb-<id>-*, pins /sys/fs/bpf/emb-<id>,
-# cnitool cache entries, processes, a temp dir) is removed on exit.
+# cnitool cache entries, processes, a temp dir) is removed on exit, also on
+# failure or Ctrl-C; kernel.bpf_stats_enabled is put back as it was.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -67,6 +90,10 @@ ROUNDS=5 DURATION=3 PINGS=50 UDP_LEN=64 STATS_SECS=1 JSON_OUT="" BUILD=0 QUICK=0
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
 
 while [ $# -gt 0 ]; do
+  case $1 in
+    --rounds|--duration|--pings|--json)
+      [ $# -ge 2 ] || { echo "bench: $1 needs a value" >&2; exit 2; } ;;
+  esac
   case $1 in
     --rounds)   ROUNDS=$2; shift 2 ;;
     --duration) DURATION=$2; shift 2 ;;
@@ -92,7 +119,7 @@ die() { log "bench: $*"; exit 1; }
 # ---------------------------------------------------------------- prerequisites
 check_prereqs() {
   [ "$(id -u)" = 0 ] || die "must run as root"
-  local tools=(ip nsenter tc iperf3 ping iptables bpftool cnitool gcc shuf timeout sysctl)
+  local tools=(ip nsenter tc iperf3 ping iptables nft ss bpftool cnitool gcc shuf timeout sysctl)
   local missing=()
   for t in "${tools[@]}"; do command -v "$t" >/dev/null || missing+=("$t"); done
   [ -x "$PY" ] || missing+=("$PY")
@@ -239,18 +266,19 @@ calc() { "$PY" -c "import sys; a=[None if x=='null' else float(x) for x in sys.a
 print('null' if None in a else round(eval(sys.argv[1]), 3))" "$@"; }
 
 m_tcp() {   # m_tcp ROUND MODE SECS [norecord]
-  local f="$WORK/out/tcp-$2-$1.json" v
+  local f="$WORK/out/tcp-$2-$1.json" gbps cpu
   timeout $(($3 + 30)) ip netns exec "$(ns "$2" pod)" \
     iperf3 -c "$EXT_IP" -p "$IPERF_PORT" -t "$3" -J >"$f" 2>&1 || true
-  v=$("$PY" "$UTIL" iperf "$f")
   [ "${4:-}" = norecord ] && return 0
-  record "$1" "$2" tcp_gbps "$v"; show tcp "$2" "$v Gbit/s"
+  read -r gbps cpu < <("$PY" "$UTIL" iperf "$f")
+  record "$1" "$2" tcp_gbps "$gbps"; record "$1" "$2" tcp_cpu_s_per_gb "$cpu"
+  show tcp "$2" "$gbps Gbit/s, $cpu CPU-s/GB"
 }
 
 ext_rx() { nx "$1" ext cat /sys/class/net/eth0/statistics/rx_packets; }
 
 m_udp() {   # m_udp ROUND MODE SECS [norecord]
-  local f="$WORK/out/udp-$2-$1.json" rx0 rx1 sent secs rx tx
+  local f="$WORK/out/udp-$2-$1.json" rx0 rx1 sent secs cpu rx tx
   rx0=$(ext_rx "$2")
   timeout $(($3 + 30)) ip netns exec "$(ns "$2" pod)" \
     "$TOOL" udp-send "$EXT_IP" "$UDP_PORT" "$3" "$UDP_LEN" >"$f" 2>&1 || true
@@ -258,23 +286,28 @@ m_udp() {   # m_udp ROUND MODE SECS [norecord]
   [ "${4:-}" = norecord ] && return 0
   sent=$("$PY" "$UTIL" get "$f" sent)
   secs=$("$PY" "$UTIL" get "$f" secs)
+  cpu=$("$PY" "$UTIL" get "$f" cpu_s)
   rx=$(calc "(a[1]-a[0])/a[2]/1000" "$rx0" "$rx1" "$secs")
   tx=$(calc "a[0]/a[1]/1000" "$sent" "$secs")
+  cpu=$(calc "a[0]/a[1]*1e9" "$cpu" "$sent")
   record "$1" "$2" udp_rx_kpps "$rx"; record "$1" "$2" udp_tx_kpps "$tx"
-  show udp "$2" "rx $rx kpps (sent $tx kpps)"
+  record "$1" "$2" udp_cpu_ns_pkt "$cpu"
+  show udp "$2" "rx $rx kpps (sent $tx kpps), sender CPU $cpu ns/pkt"
 }
 
 m_cps() {   # m_cps ROUND MODE SECS [norecord]
-  local f="$WORK/out/cps-$2-$1.json" ok fail secs v
+  local f="$WORK/out/cps-$2-$1.json" ok fail secs cpu v
   timeout $(($3 + 30)) ip netns exec "$(ns "$2" pod)" \
     "$TOOL" tcp-cps "$EXT_IP" "$CPS_PORT" "$3" >"$f" 2>&1 || true
   [ "${4:-}" = norecord ] && return 0
   ok=$("$PY" "$UTIL" get "$f" ok)
   fail=$("$PY" "$UTIL" get "$f" fail)
   secs=$("$PY" "$UTIL" get "$f" secs)
+  cpu=$("$PY" "$UTIL" get "$f" cpu_s)
   v=$(calc "a[0]/a[1]" "$ok" "$secs")
-  record "$1" "$2" cps "$v"; record "$1" "$2" cps_fail "$fail"
-  show cps "$2" "$v conn/s ($fail failed$( [ "$fail" = 0 ] || echo ": $(tail -c 200 "$f")"))"
+  cpu=$(calc "a[0]/(a[1]+a[2])*1e6" "$cpu" "$ok" "$fail")
+  record "$1" "$2" cps "$v"; record "$1" "$2" cps_fail "$fail"; record "$1" "$2" cps_cpu_us_conn "$cpu"
+  show cps "$2" "$v conn/s, client CPU $cpu us/conn ($fail failed$( [ "$fail" = 0 ] || echo ": $(tail -c 200 "$f")"))"
 }
 
 m_ping() {  # m_ping ROUND MODE

@@ -12,10 +12,12 @@ pkgs=(
   iproute2 iptables nftables iperf3 tcpdump socat ncat iputils-ping procps
   util-linux kmod wireguard-tools wireguard-go busybox-static
   # test runner (Debian's python, not pyenv's)
-  python3 python3-scapy python3-pytest
+  python3 python3-scapy python3-pytest python3-prometheus-client python3-pip python3-yaml
   # CNI reference plugins + what build-cnitool.sh needs
   containernetworking-plugins golang-go golang-github-appc-cni-dev dpkg-dev
   tar gzip xz-utils ca-certificates
+  # real container runtimes for integration/test_runtimes.py (podman pulls conmon)
+  podman containerd runc
 )
 
 missing=()
@@ -38,6 +40,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 else
   echo "install-deps: all ${#pkgs[@]} packages already installed"
 fi
+
+/usr/bin/python3 -m pip show -q kubernetes-validate >/dev/null 2>&1 || /usr/bin/python3 -m pip install -q --break-system-packages kubernetes-validate  # offline Kubernetes schemas (integration/test_install.py)
 
 if command -v cnitool >/dev/null 2>&1; then
   echo "install-deps: cnitool present ($(command -v cnitool))"

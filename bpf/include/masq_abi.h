@@ -12,8 +12,9 @@
 #define MASQ_ABI_H
 
 #include <linux/types.h>
+#include <linux/in6.h>
 
-#define MASQ_LAYOUT_VERSION 1
+#define MASQ_LAYOUT_VERSION 2
 
 /* ---- config (ARRAY, 1 entry): node-wide knobs written by the plugin ---- */
 struct masq_config {
@@ -115,6 +116,72 @@ struct nat4_entry {
 	__u64 bytes;
 };
 
+/* ---- IPv6 rules: rules6 (LPM_TRIE) / rule_except6 (LPM_TRIE) ---- */
+struct rule6_key {
+	__u32 prefixlen;           /* 32 (ifindex) + source prefix length */
+	__u32 ifindex;             /* big-endian */
+	struct in6_addr saddr;
+};
+struct rule6_info {
+	__u32 id;                  /* shares the id space (and rule_stats) with IPv4 rules */
+	__u32 flags;               /* RULE_F_* */
+	struct in6_addr to_v6;     /* toAddress when RULE_F_TO_ADDRESS */
+};
+struct rule_except6_key {
+	__u32 prefixlen;
+	__u32 rule_id;             /* big-endian */
+	struct in6_addr daddr;
+};
+
+/* ---- nat6_fwd / nat6_rev (LRU_HASH): IPv6 NAT pairs, same scheme as IPv4 ---- */
+struct nat6_key {
+	struct in6_addr saddr;
+	struct in6_addr daddr;
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+	__u8 pad[3];
+};
+struct nat6_entry {
+	struct in6_addr addr;      /* fwd: nat address; rev: pod address */
+	__be16 port;
+	__u8 flags;
+	__u8 pad;
+	__u32 ifindex;
+	__u32 rule_id;
+	__u32 pad2;
+	__u64 created_ns;
+	__u64 last_seen_ns;
+	__u64 packets;
+	__u64 bytes;
+};
+
+/* ---- frag4 / frag6 (LRU_HASH): the ports of a fragmented datagram, learned from
+ * its first fragment, so the later fragments (no L4 header) find their NAT pair.
+ * Keyed by the datagram's addresses as they were before translation, the fragment
+ * id and the protocol that follows the IP (IPv6: fragment) header.
+ */
+struct frag4_key {
+	__be32 saddr;
+	__be32 daddr;
+	__be16 id;
+	__u8 proto;
+	__u8 pad;
+};
+struct frag6_key {
+	struct in6_addr saddr;
+	struct in6_addr daddr;
+	__be32 id;
+	__u8 proto;
+	__u8 pad[3];
+};
+struct frag_ports {
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;                /* the L4 protocol (IPv6: after any headers behind the fragment header) */
+	__u8 pad[3];
+};
+
 /* ---- pod_stats (PERCPU_HASH, key __u32 veth ifindex) ---- */
 struct pod_stats {
 	__u64 packets;             /* from the pod, accepted */
@@ -125,10 +192,10 @@ struct pod_stats {
 /* ---- attachments (HASH): what each CNI ADD registered, so DEL/CHECK/GC can undo or
  * verify exactly that. Only the plugin reads it; it lives in bpffs with the rest of
  * the state, so it vanishes with the pins (a reboot) like everything it describes.
- * key: container ID (NUL padded; IDs longer than 63 bytes are shortened by the
+ * key: container ID (NUL padded; IDs longer than 71 bytes are shortened by the
  * plugin, keeping a hash) and ifname.
  */
-#define ATT_ID_LEN 64
+#define ATT_ID_LEN 72               /* a 64-hex-digit runtime ID fits whole */
 #define ATT_IFNAME_LEN 16
 #define ATT_MAX_ADDRS 4
 struct attachment_key {
@@ -163,6 +230,9 @@ enum masq_counter {
 	CNT_ALLOC_FAIL,            /* no free port within the probe budget */
 	CNT_SKIP_EXCLUDED,         /* pod packet not masqueraded: destination excluded */
 	CNT_SKIP_NO_NAT_OUTGOING,  /* pod packet not masqueraded: natOutgoing false */
+	CNT_ICMP_ERR_IN,           /* ICMP errors about a masqueraded flow, sent back to the pod */
+	CNT_ICMP_ERR_OUT,          /* ICMP errors about a translated reply (from the pod or the node), outward */
+	CNT_FRAGS,                 /* non-first fragments translated through the frag maps */
 	CNT_MAX
 };
 
@@ -171,10 +241,11 @@ enum masq_drop_reason {
 	DROP_SPOOFED_SOURCE = 0,   /* veth: source is not one of the pod's addresses */
 	DROP_NO_PORT,              /* uplink: port allocation failed */
 	DROP_NAT_INSERT,           /* uplink: NAT map insert failed (not EEXIST) */
-	DROP_FRAGMENT,             /* uplink: non-first fragment of a flow to masquerade */
+	DROP_FRAGMENT,             /* uplink: fragment that cannot be translated (no L4 ports) */
 	DROP_MALFORMED,            /* truncated or invalid header on a flow to masquerade */
 	DROP_CSUM,                 /* checksum helper failed */
 	DROP_UNSUPPORTED_PROTO,    /* protocol we cannot masquerade (not TCP/UDP/ICMP echo) */
+	DROP_FRAG_NO_STATE,        /* later fragment seen before its first: ports unknown */
 	DROP_MAX
 };
 

@@ -23,7 +23,22 @@
  * -target bpf; the few ICMP definitions we need are spelled out here.
  */
 #define ICMP_ECHOREPLY 0
+#define ICMP_DEST_UNREACH 3
 #define ICMP_ECHO 8
+#define ICMP_TIME_EXCEEDED 11
+#define ICMP_PARAMETERPROB 12
+#define ICMPV6_DEST_UNREACH 1
+#define ICMPV6_PKT_TOOBIG 2
+#define ICMPV6_TIME_EXCEED 3
+#define ICMPV6_PARAMPROB 4
+#define ICMPV6_ECHO_REQUEST 128
+#define ICMPV6_ECHO_REPLY 129
+
+#define NEXTHDR_HOP 0
+#define NEXTHDR_ROUTING 43
+#define NEXTHDR_FRAGMENT 44
+#define NEXTHDR_AUTH 51
+#define NEXTHDR_DEST 60
 struct icmphdr {
 	__u8 type;
 	__u8 code;
@@ -64,7 +79,23 @@ _Static_assert(sizeof(struct rule_stats) == 16, "rule_stats size");
 _Static_assert(sizeof(struct nat4_key) == 16, "nat4_key size");
 _Static_assert(sizeof(struct nat4_entry) == 48, "nat4_entry size");
 _Static_assert(sizeof(struct pod_stats) == 24, "pod_stats size");
-_Static_assert(sizeof(struct attachment_key) == 80, "attachment_key size");
+_Static_assert(sizeof(struct rule6_key) == 24, "rule6_key size");
+_Static_assert(sizeof(struct rule6_info) == 24, "rule6_info size");
+_Static_assert(sizeof(struct rule_except6_key) == 24, "rule_except6_key size");
+_Static_assert(sizeof(struct nat6_key) == 40, "nat6_key size");
+_Static_assert(sizeof(struct nat6_entry) == 64, "nat6_entry size");
+_Static_assert(sizeof(struct frag4_key) == 12, "frag4_key size");
+_Static_assert(sizeof(struct frag6_key) == 40, "frag6_key size");
+_Static_assert(sizeof(struct frag_ports) == 8, "frag_ports size");
+_Static_assert(sizeof(struct attachment_key) == 88, "attachment_key size");
 _Static_assert(sizeof(struct attachment_info) == 120, "attachment_info size");
+
+static __always_inline bool ipv6_addr_equal(const struct in6_addr *a, const struct in6_addr *b)
+{
+	return !((a->in6_u.u6_addr32[0] ^ b->in6_u.u6_addr32[0]) |
+		 (a->in6_u.u6_addr32[1] ^ b->in6_u.u6_addr32[1]) |
+		 (a->in6_u.u6_addr32[2] ^ b->in6_u.u6_addr32[2]) |
+		 (a->in6_u.u6_addr32[3] ^ b->in6_u.u6_addr32[3]));
+}
 
 #endif /* MASQ_COMMON_H */

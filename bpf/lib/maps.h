@@ -102,6 +102,57 @@ struct {
 } nat4_rev SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, MAX_RULES);
+	__type(key, struct rule6_key);
+	__type(value, struct rule6_info);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} rules6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 4096);
+	__type(key, struct rule_except6_key);
+	__type(value, __u32);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} rule_except6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct nat6_key);
+	__type(value, struct nat6_entry);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} nat6_fwd SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct nat6_key);
+	__type(value, struct nat6_entry);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} nat6_rev SEC(".maps");
+
+/* Fragment state lives seconds at most; LRU eviction is its expiry. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct frag4_key);
+	__type(value, struct frag_ports);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} frag4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct frag6_key);
+	__type(value, struct frag_ports);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} frag6 SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
 	__uint(max_entries, 65536);
 	__type(key, __u32);

@@ -10,25 +10,13 @@ enum l4_state {
 	L4_FRAGMENT,        /* non-first fragment: no L4 header in this packet */
 	L4_TRUNCATED,       /* header claims more than the packet holds */
 	L4_UNSUPPORTED,     /* a protocol or ICMP type we do not translate */
+	L4_ICMP_ERROR,      /* ICMP(v6) error: a quoted packet follows at l4_off + 8 */
 };
 
-/*
- * One IPv4 packet's tuple. For ICMP echo the identifier plays the role of the
- * pod-side port: a request carries it in sport (dport 0), a reply in dport
- * (sport 0), so requests and replies produce the fwd and rev keys directly.
- */
-struct flow4 {
-	__u32 l3_off;
-	__u32 l4_off;
-	__u32 len;          /* skb->len, for byte counters */
-	__be32 saddr;
-	__be32 daddr;
-	__be16 sport;
-	__be16 dport;
-	__u8 proto;
-	__u8 tcp_flags;     /* byte 13 of the TCP header */
-	__u8 l4;            /* enum l4_state */
-	__u8 icmp_type;
+enum frag_state {
+	FRAG_NONE = 0,
+	FRAG_FIRST,         /* offset 0, more fragments follow: carries the L4 header */
+	FRAG_LATER,         /* offset > 0 */
 };
 
 #define TCP_FLAG_FIN 0x01
@@ -37,105 +25,227 @@ struct flow4 {
 #define TCP_FLAG_ACK 0x10
 
 /*
+ * One packet's tuple. For ICMP echo the identifier plays the role of the
+ * pod-side port: a request carries it in sport (dport 0), a reply in dport
+ * (sport 0), so requests and replies produce the fwd and rev keys directly.
+ * flow4 and flow6 share every field name but the address type, so the NAT
+ * template (nat_tmpl.h) serves both.
+ */
+#define FLOW_COMMON_FIELDS                                                  \
+	__u32 l3_off;                                                       \
+	__u32 l4_off;                                                       \
+	__u32 len;          /* skb->len, for byte counters */               \
+	__be16 sport;                                                       \
+	__be16 dport;                                                       \
+	__u8 proto;                                                         \
+	__u8 tcp_flags;     /* byte 13 of the TCP header */                 \
+	__u8 l4;            /* enum l4_state */                             \
+	__u8 icmp_type;                                                     \
+	__u8 frag;          /* enum frag_state */                           \
+	__u8 frag_proto;    /* what follows the IP (v6: fragment) header */ \
+	__u8 pad[2];                                                        \
+	__be32 frag_id;     /* IPv4: the 16-bit id; IPv6: the 32-bit id */
+
+struct flow4 {
+	FLOW_COMMON_FIELDS
+	__be32 saddr;
+	__be32 daddr;
+};
+
+struct flow6 {
+	FLOW_COMMON_FIELDS
+	struct in6_addr saddr;
+	struct in6_addr daddr;
+};
+
+/* ICMP echo request/reply ids, errors, and the rest, for either family. */
+static __always_inline void classify_icmp(__u8 type, __be16 id, bool v6, __be16 *sport, __be16 *dport, __u8 *l4)
+{
+	__u8 req = v6 ? ICMPV6_ECHO_REQUEST : ICMP_ECHO;
+	__u8 rep = v6 ? ICMPV6_ECHO_REPLY : ICMP_ECHOREPLY;
+
+	if (type == req) {
+		*sport = id;
+		*l4 = L4_OK;
+	} else if (type == rep) {
+		*dport = id;
+		*l4 = L4_OK;
+	} else if (v6 ? (type == ICMPV6_DEST_UNREACH || type == ICMPV6_PKT_TOOBIG ||
+			 type == ICMPV6_TIME_EXCEED || type == ICMPV6_PARAMPROB)
+		      : (type == ICMP_DEST_UNREACH || type == ICMP_TIME_EXCEEDED ||
+			 type == ICMP_PARAMETERPROB)) {
+		*l4 = L4_ICMP_ERROR;
+	} else {
+		*l4 = L4_UNSUPPORTED;
+	}
+}
+
+/*
+ * parse_l4 - read ports / ICMP type+id at @l4_off into the common fields.
+ * bpf_skb_load_bytes keeps this verifier-friendly at any offset (IP options,
+ * IPv6 extension headers) and works on non-linear skbs.
+ */
+static __always_inline void parse_l4(struct __sk_buff *skb, __u32 l4_off, __u8 proto, bool v6,
+				     __be16 *sport, __be16 *dport, __u8 *tcp_flags, __u8 *icmp_type, __u8 *l4)
+{
+	__u8 hdr[14];
+
+	*sport = 0;
+	*dport = 0;
+	*tcp_flags = 0;
+	*icmp_type = 0;
+	switch (proto) {
+	case IPPROTO_TCP:
+		if (bpf_skb_load_bytes(skb, l4_off, hdr, 14) || skb->len < l4_off + sizeof(struct tcphdr)) {
+			*l4 = L4_TRUNCATED;
+			return;
+		}
+		*sport = *(__be16 *)&hdr[0];
+		*dport = *(__be16 *)&hdr[2];
+		*tcp_flags = hdr[13];
+		*l4 = L4_OK;
+		return;
+	case IPPROTO_UDP:
+		if (bpf_skb_load_bytes(skb, l4_off, hdr, 8)) {
+			*l4 = L4_TRUNCATED;
+			return;
+		}
+		*sport = *(__be16 *)&hdr[0];
+		*dport = *(__be16 *)&hdr[2];
+		*l4 = L4_OK;
+		return;
+	case IPPROTO_ICMP:
+	case IPPROTO_ICMPV6:
+		if ((proto == IPPROTO_ICMPV6) != v6) {
+			*l4 = L4_UNSUPPORTED;
+			return;
+		}
+		if (bpf_skb_load_bytes(skb, l4_off, hdr, 8)) {
+			*l4 = L4_TRUNCATED;
+			return;
+		}
+		*icmp_type = hdr[0];
+		classify_icmp(hdr[0], *(__be16 *)&hdr[4], v6, sport, dport, l4);
+		return;
+	default:
+		*l4 = L4_UNSUPPORTED;
+	}
+}
+
+/*
  * parse_flow4 - fill @f from the IPv4 header at @l3_off.
  * Returns 0 when an IPv4 header was parsed (f->l4 says how far L4 got), or -1
- * when there is no valid IPv4 header at all. Pulls non-linear headers into the
- * linear area once (GSO packets from the stack usually have them linear already).
+ * when there is no valid IPv4 header at all. Not inlined: the BPF stack (512
+ * bytes for the whole call chain) is scarce, and a call frees the header copy.
  */
-static __always_inline int parse_flow4(struct __sk_buff *skb, __u32 l3_off, struct flow4 *f)
+static __noinline int parse_flow4(struct __sk_buff *skb, __u32 l3_off, struct flow4 *f)
 {
-	void *data = (void *)(long)skb->data;
-	void *data_end = (void *)(long)skb->data_end;
-	struct iphdr *ip = data + l3_off;
-	__u32 ihl_len, need;
-	__u8 *l4;
+	struct iphdr ip;
+	__u16 frag_off;
 
-	if ((void *)(ip + 1) > data_end) {
-		if (bpf_skb_pull_data(skb, l3_off + sizeof(*ip)))
-			return -1;
-		data = (void *)(long)skb->data;
-		data_end = (void *)(long)skb->data_end;
-		ip = data + l3_off;
-		if ((void *)(ip + 1) > data_end)
-			return -1;
-	}
-	if (ip->version != 4 || ip->ihl < 5)
+	if (bpf_skb_load_bytes(skb, l3_off, &ip, sizeof(ip)))
+		return -1;
+	if (ip.version != 4 || ip.ihl < 5)
 		return -1;
 
-	ihl_len = ip->ihl * 4;
 	f->l3_off = l3_off;
-	f->l4_off = l3_off + ihl_len;
+	f->l4_off = l3_off + ip.ihl * 4;
 	f->len = skb->len;
-	f->saddr = ip->saddr;
-	f->daddr = ip->daddr;
-	f->proto = ip->protocol;
+	f->saddr = ip.saddr;
+	f->daddr = ip.daddr;
+	f->proto = ip.protocol;
+	f->frag_id = ip.id;
+	frag_off = bpf_ntohs(ip.frag_off);
+	f->frag = (frag_off & IP_OFFSET) ? FRAG_LATER : (frag_off & IP_MF) ? FRAG_FIRST : FRAG_NONE;
+	f->frag_proto = ip.protocol;
+	if (f->frag == FRAG_LATER) {
+		f->sport = 0;
+		f->dport = 0;
+		f->tcp_flags = 0;
+		f->icmp_type = 0;
+		f->l4 = L4_FRAGMENT;
+		return 0;
+	}
+	parse_l4(skb, f->l4_off, f->proto, false, &f->sport, &f->dport, &f->tcp_flags, &f->icmp_type, &f->l4);
+	return 0;
+}
+
+#define IPV6_MAX_EXT_HDRS 6
+
+/*
+ * parse_flow6 - fill @f from the IPv6 header at @l3_off, walking extension
+ * headers (hop-by-hop, routing, destination options, AH, fragment).
+ */
+static __noinline int parse_flow6(struct __sk_buff *skb, __u32 l3_off, struct flow6 *f)
+{
+	struct ipv6hdr ip6;
+	__u32 off;
+	__u8 nexthdr;
+	int i;
+
+	if (bpf_skb_load_bytes(skb, l3_off, &ip6, sizeof(ip6)))
+		return -1;
+	if (ip6.version != 6)
+		return -1;
+
+	f->l3_off = l3_off;
+	f->len = skb->len;
+	f->saddr = ip6.saddr;
+	f->daddr = ip6.daddr;
+	f->frag = FRAG_NONE;
+	f->frag_proto = 0;
+	f->frag_id = 0;
 	f->sport = 0;
 	f->dport = 0;
 	f->tcp_flags = 0;
 	f->icmp_type = 0;
+	nexthdr = ip6.nexthdr;
+	off = l3_off + sizeof(ip6);
 
-	if (ip->frag_off & bpf_htons(IP_OFFSET)) {
-		f->l4 = L4_FRAGMENT;
-		return 0;
-	}
+#pragma unroll
+	for (i = 0; i < IPV6_MAX_EXT_HDRS; i++) {
+		__u8 eh[8];
 
-	switch (f->proto) {
-	case IPPROTO_TCP:
-		need = sizeof(struct tcphdr);
-		break;
-	case IPPROTO_UDP:
-		need = sizeof(struct udphdr);
-		break;
-	case IPPROTO_ICMP:
-		need = 8; /* type, code, checksum, id, sequence */
-		break;
-	default:
-		f->l4 = L4_UNSUPPORTED;
-		return 0;
-	}
-
-	if (data + f->l4_off + need > data_end) {
-		if (bpf_skb_pull_data(skb, f->l4_off + need)) {
+		if (nexthdr != NEXTHDR_HOP && nexthdr != NEXTHDR_ROUTING && nexthdr != NEXTHDR_DEST &&
+		    nexthdr != NEXTHDR_AUTH && nexthdr != NEXTHDR_FRAGMENT)
+			break;
+		if (bpf_skb_load_bytes(skb, off, eh, sizeof(eh))) {
+			f->proto = nexthdr;
+			f->l4_off = off;
 			f->l4 = L4_TRUNCATED;
 			return 0;
 		}
-		data = (void *)(long)skb->data;
-		data_end = (void *)(long)skb->data_end;
-	}
-	/* Re-derive from the (possibly new) data pointer; bound the offset for the verifier. */
-	if (f->l4_off > l3_off + 60) {
-		f->l4 = L4_TRUNCATED;
-		return 0;
-	}
-	l4 = data + f->l4_off;
-	if ((void *)(l4 + 20) > data_end && f->proto == IPPROTO_TCP) {
-		f->l4 = L4_TRUNCATED;
-		return 0;
-	}
-	if ((void *)(l4 + 8) > data_end) {
-		f->l4 = L4_TRUNCATED;
-		return 0;
-	}
+		if (nexthdr == NEXTHDR_FRAGMENT) {
+			__u16 fo = bpf_ntohs(*(__be16 *)&eh[2]);
 
-	if (f->proto == IPPROTO_ICMP) {
-		struct icmphdr *icmp = (void *)l4;
-
-		f->icmp_type = icmp->type;
-		if (icmp->type == ICMP_ECHO) {
-			f->sport = icmp->un.echo.id;
-		} else if (icmp->type == ICMP_ECHOREPLY) {
-			f->dport = icmp->un.echo.id;
+			f->frag_id = *(__be32 *)&eh[4];
+			f->frag = (fo & 0xfff8) ? FRAG_LATER : (fo & 1) ? FRAG_FIRST : FRAG_NONE;
+			f->frag_proto = eh[0];
+			nexthdr = eh[0];
+			off += 8;
+			/* Behind a later fragment's header is payload, not headers (RFC 8200). */
+			if (f->frag == FRAG_LATER)
+				break;
+		} else if (nexthdr == NEXTHDR_AUTH) {
+			nexthdr = eh[0];
+			off += (eh[1] + 2) * 4;
 		} else {
-			f->l4 = L4_UNSUPPORTED;
-			return 0;
+			nexthdr = eh[0];
+			off += (eh[1] + 1) * 8;
 		}
-	} else {
-		f->sport = *(__be16 *)l4;
-		f->dport = *(__be16 *)(l4 + 2);
-		if (f->proto == IPPROTO_TCP)
-			f->tcp_flags = l4[13];
 	}
-	f->l4 = L4_OK;
+	f->proto = nexthdr;
+	f->l4_off = off;
+	if (f->frag == FRAG_LATER) {
+		f->l4 = L4_FRAGMENT;
+		return 0;
+	}
+	if (nexthdr == NEXTHDR_HOP || nexthdr == NEXTHDR_ROUTING || nexthdr == NEXTHDR_DEST ||
+	    nexthdr == NEXTHDR_AUTH || nexthdr == NEXTHDR_FRAGMENT) {
+		f->l4 = L4_UNSUPPORTED; /* more extension headers than we walk */
+		return 0;
+	}
+	parse_l4(skb, off, nexthdr, true, &f->sport, &f->dport, &f->tcp_flags, &f->icmp_type, &f->l4);
 	return 0;
 }
 

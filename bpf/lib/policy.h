@@ -24,10 +24,18 @@ enum masq_verdict {
 	VERDICT_RULE = 2,
 };
 
-struct masq_decision {
+struct masq_decision4 {
 	__u32 verdict;      /* enum masq_verdict */
 	__u32 rule_id;
+	__u32 ifindex;      /* the uplink, for the NAT entry */
 	__be32 nat_addr;
+};
+
+struct masq_decision6 {
+	__u32 verdict;
+	__u32 rule_id;
+	__u32 ifindex;
+	struct in6_addr nat_addr;
 };
 
 static __always_inline bool rule_excepts_v4(__u32 rule_id, __be32 daddr)
@@ -42,7 +50,7 @@ static __always_inline bool rule_excepts_v4(__u32 rule_id, __be32 daddr)
 }
 
 static __always_inline void masq_decide_v4(__u32 ifindex, const struct uplink_info *up,
-					   __be32 saddr, __be32 daddr, struct masq_decision *d)
+					   __be32 saddr, __be32 daddr, struct masq_decision4 *d)
 {
 	struct rule4_key rk = {
 		.prefixlen = 64,
@@ -83,6 +91,63 @@ static __always_inline void masq_decide_v4(__u32 ifindex, const struct uplink_in
 		return;
 	d->verdict = VERDICT_POD;
 	d->nat_addr = up->masq_v4;
+}
+
+static __always_inline bool rule_excepts_v6(__u32 rule_id, const struct in6_addr *daddr)
+{
+	struct rule_except6_key k = {
+		.prefixlen = 32 + 128,
+		.rule_id = bpf_htonl(rule_id),
+		.daddr = *daddr,
+	};
+
+	return bpf_map_lookup_elem(&rule_except6, &k) != NULL;
+}
+
+static __always_inline void masq_decide_v6(__u32 ifindex, const struct uplink_info *up,
+					   const struct in6_addr *saddr, const struct in6_addr *daddr,
+					   struct masq_decision6 *d)
+{
+	struct rule6_key rk = {
+		.prefixlen = 32 + 128,
+		.ifindex = bpf_htonl(ifindex),
+		.saddr = *saddr,
+	};
+	struct lpm6_key ek = { .prefixlen = 128 };
+	struct rule6_info *rule;
+	struct pod_info *pod;
+
+	d->verdict = VERDICT_NONE;
+
+	rule = bpf_map_lookup_elem(&rules6, &rk);
+	if (rule && !rule_excepts_v6(rule->id, daddr)) {
+		if (rule->flags & RULE_F_TO_ADDRESS)
+			d->nat_addr = rule->to_v6;
+		else if (up->flags & UPLINK_F_HAS_V6)
+			__builtin_memcpy(&d->nat_addr, up->masq_v6, sizeof(d->nat_addr));
+		else
+			return;
+		d->verdict = VERDICT_RULE;
+		d->rule_id = rule->id;
+		return;
+	}
+
+	pod = bpf_map_lookup_elem(&pods6, saddr);
+	if (!pod)
+		return;
+	if (!(pod->flags & POD_F_NAT_OUTGOING)) {
+		count_add(CNT_SKIP_NO_NAT_OUTGOING, 1);
+		return;
+	}
+	__builtin_memcpy(ek.addr, daddr, sizeof(ek.addr));
+	if (bpf_map_lookup_elem(&excl6, &ek)) {
+		count_add(CNT_SKIP_EXCLUDED, 1);
+		return;
+	}
+	if (!(up->flags & UPLINK_F_HAS_V6))
+		return;
+	d->verdict = VERDICT_POD;
+	__builtin_memcpy(&d->nat_addr, up->masq_v6, sizeof(d->nat_addr));
 }
 
 #endif /* MASQ_POLICY_H */

@@ -20,7 +20,10 @@ use ipnetwork::IpNetwork;
 
 use crate::{
     bpf::{
-        abi::{self, ExclInfo, MasqConfig as AbiConfig, Rule4Data, RuleExcept4Data, RuleInfo, RuleStats, UplinkInfo},
+        abi::{
+            self, ExclInfo, MasqConfig as AbiConfig, Rule4Data, Rule6Data, Rule6Info, RuleExcept4Data, RuleExcept6Data,
+            RuleInfo, UplinkInfo,
+        },
         loader::{self, Pins},
         maps,
     },
@@ -221,36 +224,56 @@ fn sync_lpm<K: aya::Pod + Ord + Copy, V: aya::Pod + PartialEq>(
 }
 
 fn reconcile_rules(pins: &Pins, conf: &MasqConfig, uplinks: &[Uplink]) -> Result<()> {
-    let mut rules: LpmTrie<MapData, Rule4Data, RuleInfo> = maps::open(pins, abi::MAP_RULES4)?;
-    let mut except: LpmTrie<MapData, RuleExcept4Data, u32> = maps::open(pins, abi::MAP_RULE_EXCEPT4)?;
     let ifindex_of: StdHashMap<&str, u32> = uplinks.iter().map(|u| (u.name.as_str(), u.ifindex)).collect();
-    let mut want_rules = BTreeMap::new();
-    let mut want_except = BTreeMap::new();
+    let mut rules4 = BTreeMap::new();
+    let mut except4 = BTreeMap::new();
+    let mut rules6 = BTreeMap::new();
+    let mut except6 = BTreeMap::new();
     for (id, r) in conf.masquerade_rules.iter().enumerate() {
-        let IpNetwork::V4(src) = r.source else { continue }; // IPv6 rules: issue 4
-        let ifindex = ifindex_of[r.out_interface.as_str()];
-        let mut info = RuleInfo { id: id as u32, ..Default::default() };
-        if let Some(IpAddr::V4(a)) = r.to_address {
-            info.flags |= abi::RULE_F_TO_ADDRESS;
-            info.to_v4 = a.octets();
-        }
-        let data = Rule4Data { ifindex_be: ifindex.to_be_bytes(), saddr: src.network().octets() };
+        let id = id as u32;
+        let ifindex_be = ifindex_of[r.out_interface.as_str()].to_be_bytes();
+        let to_address = r.to_address.is_some().then_some(abi::RULE_F_TO_ADDRESS).unwrap_or(0);
         // First rule wins for the same (interface, source).
-        want_rules.entry((32 + src.prefix() as u32, data)).or_insert(info);
+        match r.source {
+            IpNetwork::V4(src) => {
+                let to_v4 = match r.to_address {
+                    Some(IpAddr::V4(a)) => a.octets(),
+                    _ => [0; 4],
+                };
+                let data = Rule4Data { ifindex_be, saddr: src.network().octets() };
+                rules4.entry((32 + src.prefix() as u32, data)).or_insert(RuleInfo { id, flags: to_address, to_v4, pad: 0 });
+            }
+            IpNetwork::V6(src) => {
+                let to_v6 = match r.to_address {
+                    Some(IpAddr::V6(a)) => a.octets(),
+                    _ => [0; 16],
+                };
+                let data = Rule6Data { ifindex_be, saddr: src.network().octets() };
+                rules6.entry((32 + src.prefix() as u32, data)).or_insert(Rule6Info { id, flags: to_address, to_v6 });
+            }
+        }
         for e in &r.except {
-            if let IpNetwork::V4(e) = e {
-                let d = RuleExcept4Data { rule_id_be: (id as u32).to_be_bytes(), daddr: e.network().octets() };
-                want_except.insert((32 + e.prefix() as u32, d), 1u32);
+            match e {
+                IpNetwork::V4(e) => {
+                    let d = RuleExcept4Data { rule_id_be: id.to_be_bytes(), daddr: e.network().octets() };
+                    except4.insert((32 + e.prefix() as u32, d), 1u32);
+                }
+                IpNetwork::V6(e) => {
+                    let d = RuleExcept6Data { rule_id_be: id.to_be_bytes(), daddr: e.network().octets() };
+                    except6.insert((32 + e.prefix() as u32, d), 1u32);
+                }
             }
         }
     }
     // Exceptions first, so a new rule never matches before its exceptions exist.
-    sync_lpm(&mut except, &want_except, "rule_except4")?;
-    sync_lpm(&mut rules, &want_rules, "rules4")?;
-    // Fresh counters for rules whose meaning may have changed is not attempted:
-    // counters are per rule position and reset only with the pins.
-    let _: PerCpuArray<MapData, RuleStats> = maps::open(pins, abi::MAP_RULE_STATS)?;
-    Ok(())
+    let mut m: LpmTrie<MapData, RuleExcept4Data, u32> = maps::open(pins, abi::MAP_RULE_EXCEPT4)?;
+    sync_lpm(&mut m, &except4, "rule_except4")?;
+    let mut m: LpmTrie<MapData, RuleExcept6Data, u32> = maps::open(pins, abi::MAP_RULE_EXCEPT6)?;
+    sync_lpm(&mut m, &except6, "rule_except6")?;
+    let mut m: LpmTrie<MapData, Rule4Data, RuleInfo> = maps::open(pins, abi::MAP_RULES4)?;
+    sync_lpm(&mut m, &rules4, "rules4")?;
+    let mut m: LpmTrie<MapData, Rule6Data, Rule6Info> = maps::open(pins, abi::MAP_RULES6)?;
+    sync_lpm(&mut m, &rules6, "rules6")
 }
 
 fn reconcile_uplinks(pins: &Pins, uplinks: &[Uplink]) -> Result<()> {

@@ -10,9 +10,9 @@ use aya::{
 
 use crate::{
     bpf::{
-        abi::{self, AttachmentInfo, AttachmentKey, Nat4Entry, Nat4Key, PodInfo, PodStats},
+        abi::{self, AttachmentInfo, AttachmentKey, PodInfo, PodStats},
         loader::{self, Pins},
-        maps,
+        maps, nat,
     },
     error::{Error, Result},
     netlink,
@@ -188,7 +188,7 @@ pub fn unregister(pins: &Pins, key: &AttachmentKey) -> Result<bool> {
         (Err(e), _) | (_, Err(e)) => errors.push(e.msg),
     }
 
-    if let Err(e) = flush_nat_v4(pins, &addrs) {
+    if let Err(e) = flush_nat(pins, &addrs) {
         errors.push(e.msg);
     }
 
@@ -227,47 +227,9 @@ pub fn unregister(pins: &Pins, key: &AttachmentKey) -> Result<bool> {
     }
 }
 
-/// Delete both halves of every IPv4 NAT pair that belongs to one of `addrs`.
-pub fn flush_nat_v4(pins: &Pins, addrs: &[IpAddr]) -> Result<usize> {
-    let v4: Vec<[u8; 4]> = addrs
-        .iter()
-        .filter_map(|a| match a {
-            IpAddr::V4(v) => Some(v.octets()),
-            _ => None,
-        })
-        .collect();
-    if v4.is_empty() {
-        return Ok(0);
-    }
-    let mut fwd: HashMap<MapData, Nat4Key, Nat4Entry> = maps::open(pins, abi::MAP_NAT4_FWD)?;
-    let mut rev: HashMap<MapData, Nat4Key, Nat4Entry> = maps::open(pins, abi::MAP_NAT4_REV)?;
-    let mut n = 0;
-    let fwd_items: Vec<(Nat4Key, Nat4Entry)> = fwd
-        .iter()
-        .filter_map(|r| r.ok())
-        .filter(|(k, _)| v4.contains(&k.saddr))
-        .collect();
-    for (k, e) in fwd_items {
-        let rk = Nat4Key { saddr: k.daddr, daddr: e.addr, sport: k.dport, dport: e.port, proto: k.proto, pad: [0; 3] };
-        ignore_not_found(rev.remove(&rk)).map_err(|e| map_err("nat4_rev", e))?;
-        ignore_not_found(fwd.remove(&k)).map_err(|e| map_err("nat4_fwd", e))?;
-        n += 1;
-    }
-    // Reverse halves whose forward half the LRU already dropped.
-    let orphans: Vec<Nat4Key> =
-        rev.iter().filter_map(|r| r.ok()).filter(|(_, e)| v4.contains(&e.addr)).map(|(k, _)| k).collect();
-    for k in orphans {
-        ignore_not_found(rev.remove(&k)).map_err(|e| map_err("nat4_rev", e))?;
-        n += 1;
-    }
-    Ok(n)
-}
-
-fn ignore_not_found(r: std::result::Result<(), aya::maps::MapError>) -> std::result::Result<(), aya::maps::MapError> {
-    match r {
-        Err(e) if maps::is_key_not_found(&e) => Ok(()),
-        other => other,
-    }
+/// Delete both halves of every NAT pair (both families) that belongs to one of `addrs`.
+pub fn flush_nat(pins: &Pins, addrs: &[IpAddr]) -> Result<usize> {
+    Ok(nat::flush::<nat::V4>(pins, addrs)? + nat::flush::<nat::V6>(pins, addrs)?)
 }
 
 /// Every attachment record on the node.

@@ -4,14 +4,14 @@
  *
  *   udp-send DST PORT SECS LEN  sendmmsg() batches of LEN-byte datagrams on a
  *                               connected socket for SECS seconds.
- *                               Prints {"sent":N,"errors":E,"secs":T}.
+ *                               Prints {"sent":N,"errors":E,"secs":T,"cpu_s":C}.
  *   udp-sink PORT               bind PORT and drain it with recvmmsg(), so the
  *                               receiver never answers "port unreachable".
  *   tcp-cps DST PORT SECS       one connection at a time: socket(), connect(),
  *                               close() with RST (SO_LINGER 0), for SECS
  *                               seconds. A connect() that takes over 1 s (a
  *                               lost SYN) counts as a failure.
- *                               Prints {"ok":N,"fail":F,"secs":T,"errno":{...}}.
+ *                               Prints {"ok":N,"fail":F,"secs":T,"cpu_s":C,"errno":{...}}.
  *   tcp-accept PORT             accept() and close() forever.
  *
  * Why not iperf3 / python for these: iperf3 -u writes one datagram per syscall
@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -41,6 +42,21 @@ static double now_s(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/*
+ * CPU seconds this process used (user + system). The kernel here uses tick
+ * accounting without IRQ_TIME_ACCOUNTING, so softirq work done on our behalf
+ * in our context (on veths: the whole forwarding path of what we send) is
+ * charged to us too. Unlike a rate, this does not drop when a noisy neighbour
+ * takes the CPU away.
+ */
+static double cpu_s(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
 static void die(const char *what)
@@ -67,7 +83,7 @@ static int udp_send(const char *dst, const char *port, double secs, int len)
 	struct iovec iov = { .iov_base = buf, .iov_len = len };
 	struct sockaddr_in sa = addr_of(dst, port);
 	unsigned long long sent = 0, errors = 0;
-	double t0, t;
+	double t0, t, c0;
 	int fd, i;
 
 	if (len < 1 || len > MAX_LEN) {
@@ -85,6 +101,7 @@ static int udp_send(const char *dst, const char *port, double secs, int len)
 		die("socket");
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)))
 		die("connect");
+	c0 = cpu_s();
 	t0 = now_s();
 	do {
 		int n = sendmmsg(fd, msgs, BATCH, 0);
@@ -95,7 +112,8 @@ static int udp_send(const char *dst, const char *port, double secs, int len)
 			errors++; /* e.g. ENOBUFS, or ECONNREFUSED from an ICMP error */
 		t = now_s();
 	} while (t - t0 < secs);
-	printf("{\"sent\":%llu,\"errors\":%llu,\"secs\":%.6f}\n", sent, errors, t - t0);
+	printf("{\"sent\":%llu,\"errors\":%llu,\"secs\":%.6f,\"cpu_s\":%.6f}\n", sent, errors, t - t0,
+	       cpu_s() - c0);
 	return 0;
 }
 
@@ -133,9 +151,10 @@ static int tcp_cps(const char *dst, const char *port, double secs)
 	struct linger abort_close = { .l_onoff = 1, .l_linger = 0 };
 	unsigned long long ok = 0, fail = 0;
 	unsigned long long by_errno[256] = { 0 };
-	double t0, t;
+	double t0, t, c0;
 	int i, first = 1;
 
+	c0 = cpu_s();
 	t0 = now_s();
 	do {
 		int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -160,7 +179,8 @@ static int tcp_cps(const char *dst, const char *port, double secs)
 		close(fd);
 		t = now_s();
 	} while (t - t0 < secs);
-	printf("{\"ok\":%llu,\"fail\":%llu,\"secs\":%.6f,\"errno\":{", ok, fail, t - t0);
+	printf("{\"ok\":%llu,\"fail\":%llu,\"secs\":%.6f,\"cpu_s\":%.6f,\"errno\":{", ok, fail, t - t0,
+	       cpu_s() - c0);
 	for (i = 0; i < 256; i++) {
 		if (by_errno[i]) {
 			/* SO_SNDTIMEO expiring leaves connect() with EINPROGRESS */

@@ -2,7 +2,9 @@
 """Parsing and reporting helpers of scripts/bench.sh (Debian's /usr/bin/python3, stdlib only).
 
 Subcommands (all print to stdout):
-  iperf FILE              Gbit/s received, from `iperf3 -J` output ("null" on error)
+  iperf FILE              "Gbit/s CPU-s/GB" from `iperf3 -J` output ("null null" on error):
+                          the rate received, and client + server CPU time per GB
+                          (iperf3's getrusage-based cpu_utilization_percent x seconds)
   ping FILE [iqm]         median RTT in microseconds, from `ping` output ("null" if no reply);
                           with iqm the interquartile mean instead (ping prints whole us, so
                           for RTTs of a few us a median only takes 2-3 values; the mean of
@@ -35,9 +37,12 @@ MODE_LABEL = {"none": "no-NAT", "ipt": "iptables", "ebpf": "ebpf-masq"}
 # key: (label, unit, higher is better). Order = table order.
 METRICS = {
     "tcp_gbps": ("TCP throughput (iperf3)", "Gbit/s", True),
+    "tcp_cpu_s_per_gb": ("  CPU, client+server", "CPU-s/GB", False),
     "udp_rx_kpps": ("UDP 64B rate received at ext", "kpps", True),
     "udp_tx_kpps": ("UDP 64B rate sent by pod", "kpps", True),
+    "udp_cpu_ns_pkt": ("  CPU of the sender (incl. the path)", "ns/pkt", False),
     "cps": ("TCP connect+close", "conn/s", True),
+    "cps_cpu_us_conn": ("  CPU of the client (incl. the path)", "us/conn", False),
     "cps_fail": ("  connects failed/timed out (sum of rounds)", "count", False),
     "ping_hot_us": ("ping RTT IQ-mean, back-to-back (-A)", "us", False),
     "ping_us": ("ping RTT median, 10 ms apart", "us", False),
@@ -61,10 +66,12 @@ def out(v):
 
 def cmd_iperf(path):
     try:
-        doc = json.loads(Path(path).read_text())
-        out(round(doc["end"]["sum_received"]["bits_per_second"] / 1e9, 4))
-    except (ValueError, KeyError, OSError):
-        out(None)
+        end = json.loads(Path(path).read_text())["end"]
+        rcv, cpu = end["sum_received"], end["cpu_utilization_percent"]
+        cpu_s = (cpu["host_total"] + cpu["remote_total"]) / 100.0 * rcv["seconds"]
+        print(round(rcv["bits_per_second"] / 1e9, 4), round(cpu_s / (rcv["bytes"] / 1e9), 4))
+    except (ValueError, KeyError, OSError, ZeroDivisionError):
+        print("null null")
 
 
 def cmd_ping(path, how="median"):

@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 
 // Map names (pinned by name under <pinPath>/v<LAYOUT_VERSION>/maps/).
 pub const MAP_CONFIG: &str = "masq_config";
@@ -22,6 +22,12 @@ pub const MAP_POD_STATS: &str = "pod_stats";
 pub const MAP_COUNTERS: &str = "counters";
 pub const MAP_DROPS: &str = "drops";
 pub const MAP_ATTACHMENTS: &str = "attachments";
+pub const MAP_RULES6: &str = "rules6";
+pub const MAP_RULE_EXCEPT6: &str = "rule_except6";
+pub const MAP_NAT6_FWD: &str = "nat6_fwd";
+pub const MAP_NAT6_REV: &str = "nat6_rev";
+pub const MAP_FRAG4: &str = "frag4";
+pub const MAP_FRAG6: &str = "frag6";
 
 pub const MAX_RULES: u32 = 256;
 
@@ -96,6 +102,54 @@ pub struct RuleStats {
     pub bytes: u64,
 }
 
+/// Data part of `struct rule6_key`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Rule6Data {
+    pub ifindex_be: [u8; 4],
+    pub saddr: [u8; 16],
+}
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Rule6Info {
+    pub id: u32,
+    pub flags: u32,
+    pub to_v6: [u8; 16],
+}
+/// Data part of `struct rule_except6_key`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RuleExcept6Data {
+    pub rule_id_be: [u8; 4],
+    pub daddr: [u8; 16],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Nat6Key {
+    pub saddr: [u8; 16],
+    pub daddr: [u8; 16],
+    pub sport: [u8; 2],
+    pub dport: [u8; 2],
+    pub proto: u8,
+    pub pad: [u8; 3],
+}
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Nat6Entry {
+    pub addr: [u8; 16],
+    pub port: [u8; 2],
+    pub flags: u8,
+    pub pad: u8,
+    pub ifindex: u32,
+    pub rule_id: u32,
+    pub pad2: u32,
+    pub created_ns: u64,
+    pub last_seen_ns: u64,
+    pub packets: u64,
+    pub bytes: u64,
+}
+
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Nat4Key {
@@ -124,6 +178,35 @@ pub struct Nat4Entry {
     pub bytes: u64,
 }
 
+/// `struct frag4_key`: a fragmented datagram, as its first fragment named it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Frag4Key {
+    pub saddr: [u8; 4],
+    pub daddr: [u8; 4],
+    pub id: [u8; 2],
+    pub proto: u8,
+    pub pad: u8,
+}
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Frag6Key {
+    pub saddr: [u8; 16],
+    pub daddr: [u8; 16],
+    pub id: [u8; 4],
+    pub proto: u8,
+    pub pad: [u8; 3],
+}
+/// `struct frag_ports`: the first fragment's ports and L4 protocol.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FragPorts {
+    pub sport: [u8; 2],
+    pub dport: [u8; 2],
+    pub proto: u8,
+    pub pad: [u8; 3],
+}
+
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PodStats {
@@ -132,7 +215,7 @@ pub struct PodStats {
     pub spoofed: u64,
 }
 
-pub const ATT_ID_LEN: usize = 64;
+pub const ATT_ID_LEN: usize = 72;
 pub const ATT_IFNAME_LEN: usize = 16;
 pub const ATT_MAX_ADDRS: usize = 4;
 pub const ATT_F_NAT_OUTGOING: u32 = 0x1;
@@ -171,7 +254,10 @@ pub mod counter {
     pub const ALLOC_FAIL: u32 = 11;
     pub const SKIP_EXCLUDED: u32 = 12;
     pub const SKIP_NO_NAT_OUTGOING: u32 = 13;
-    pub const MAX: u32 = 14;
+    pub const ICMP_ERR_IN: u32 = 14;
+    pub const ICMP_ERR_OUT: u32 = 15;
+    pub const FRAGS: u32 = 16;
+    pub const MAX: u32 = 17;
     pub const NAMES: [&str; MAX as usize] = [
         "snat_packets_v4",
         "snat_bytes_v4",
@@ -187,12 +273,15 @@ pub mod counter {
         "port_alloc_failures",
         "skipped_excluded",
         "skipped_nat_outgoing_false",
+        "icmp_errors_to_pods",
+        "icmp_errors_outward",
+        "fragments_translated",
     ];
 }
 
 /// Drop reasons (enum masq_drop_reason).
 pub mod drop_reason {
-    pub const MAX: u32 = 7;
+    pub const MAX: u32 = 8;
     pub const NAMES: [&str; MAX as usize] = [
         "spoofed_source",
         "no_port",
@@ -201,6 +290,7 @@ pub mod drop_reason {
         "malformed",
         "checksum",
         "unsupported_protocol",
+        "fragment_without_state",
     ];
 }
 
@@ -222,9 +312,17 @@ pod! {
     RuleInfo = 16,
     RuleExcept4Data = 8,
     RuleStats = 16,
+    Rule6Data = 20,
+    Rule6Info = 24,
+    RuleExcept6Data = 20,
+    Nat6Key = 40,
+    Nat6Entry = 64,
+    Frag4Key = 12,
+    Frag6Key = 40,
+    FragPorts = 8,
     Nat4Key = 16,
     Nat4Entry = 48,
     PodStats = 24,
-    AttachmentKey = 80,
+    AttachmentKey = 88,
     AttachmentInfo = 120,
 }

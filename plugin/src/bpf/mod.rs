@@ -2,3 +2,4 @@
 pub mod abi;
 pub mod loader;
 pub mod maps;
+pub mod nat;

@@ -1,7 +1,11 @@
 //! The operator CLI: status, nat list, apply.
 
 pub mod apply;
+pub mod explain;
+pub mod install;
+pub mod metrics;
 pub mod nat;
+pub mod readers;
 pub mod status;
 
 use std::path::PathBuf;
@@ -43,6 +47,24 @@ pub enum Command {
         #[arg(long, help = "a conflist holding an ebpf-masq entry, or a single ebpf-masq plugin config")]
         conf: PathBuf,
     },
+    /// Explain what the data plane does to one packet (masquerade or not, and why), from the pinned maps
+    #[command(long_about = explain::LONG_HELP)]
+    Explain(explain::ExplainArgs),
+    /// Counters in the Prometheus text format, printed once or served on GET /metrics
+    #[command(long_about = metrics::LONG_HELP)]
+    Metrics(metrics::MetricsArgs),
+    /// Put ebpf-masq on this node: copy the binary, chain it into the node's CNI conflist
+    #[command(long_about = install::INSTALL_LONG_HELP, after_help = install::INSTALL_AFTER_HELP)]
+    Install(install::InstallArgs),
+    /// Take ebpf-masq off this node: conflist entry, binary, attached programs, pins
+    #[command(long_about = install::UNINSTALL_LONG_HELP, after_help = install::UNINSTALL_AFTER_HELP)]
+    Uninstall(install::UninstallArgs),
+    /// Check a conflist or plugin config as the plugin would, touching nothing
+    #[command(long_about = install::VALIDATE_LONG_HELP)]
+    Validate {
+        #[arg(long, help = "a conflist holding an ebpf-masq entry, or a single ebpf-masq plugin config")]
+        conf: PathBuf,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -62,6 +84,11 @@ pub fn main() -> i32 {
         Command::Status { pin_path, json } => status::run(&Pins::new(&pin_path), json),
         Command::Nat { cmd: NatCmd::List { pin_path, json } } => nat::list(&Pins::new(&pin_path), json),
         Command::Apply { conf } => apply::run(&conf),
+        Command::Explain(args) => explain::main(&args),
+        Command::Metrics(args) => metrics::main(&args),
+        Command::Install(args) => install::install(&args),
+        Command::Uninstall(args) => install::uninstall(&args),
+        Command::Validate { conf } => install::validate(&conf),
     };
     match res {
         Ok(()) => 0,

@@ -1,23 +1,17 @@
 //! `ebpf-masq nat list`: the NAT table as the data plane sees it.
 
-use std::net::Ipv4Addr;
-
-use aya::maps::{HashMap, MapData};
 use serde::Serialize;
 
 use crate::{
-    bpf::{
-        abi::{self, Nat4Entry, Nat4Key},
-        loader::Pins,
-        maps,
-    },
-    error::{Error, Result},
+    bpf::{abi, loader::Pins, nat},
+    error::Result,
     pod::monotonic_ns,
 };
 
 #[derive(Debug, Serialize, PartialEq)]
 pub struct Flow {
     pub proto: String,
+    pub family: &'static str,
     pub pod_addr: String,
     pub pod_port: u16,
     pub nat_addr: String,
@@ -45,25 +39,17 @@ pub fn proto_name(p: u8) -> String {
     }
 }
 
-/// Every IPv4 flow: the forward half joined with its reverse half.
-pub fn flows_v4(pins: &Pins) -> Result<Vec<Flow>> {
-    let fwd: HashMap<MapData, Nat4Key, Nat4Entry> = maps::open(pins, abi::MAP_NAT4_FWD)?;
-    let rev: HashMap<MapData, Nat4Key, Nat4Entry> = maps::open(pins, abi::MAP_NAT4_REV)?;
-    let now = monotonic_ns();
-    let mut out = Vec::new();
-    for item in fwd.iter() {
-        let (k, e) = item.map_err(|e| Error::bpf(format!("nat4_fwd: {e}")))?;
-        let rk = Nat4Key { saddr: k.daddr, daddr: e.addr, sport: k.dport, dport: e.port, proto: k.proto, pad: [0; 3] };
-        let r = rev.get(&rk, 0).ok().filter(|r| r.addr == k.saddr && r.port == k.sport);
-        let (pod_port, remote_port) = (u16::from_be_bytes(k.sport), u16::from_be_bytes(k.dport));
+fn flows_of<F: nat::Family>(pins: &Pins, now: u64, out: &mut Vec<Flow>) -> Result<()> {
+    for (t, e, r) in nat::pairs::<F>(pins)? {
         out.push(Flow {
-            proto: proto_name(k.proto),
-            pod_addr: Ipv4Addr::from(k.saddr).to_string(),
-            pod_port,
-            nat_addr: Ipv4Addr::from(e.addr).to_string(),
-            nat_port: u16::from_be_bytes(e.port),
-            remote_addr: Ipv4Addr::from(k.daddr).to_string(),
-            remote_port,
+            proto: proto_name(t.proto),
+            family: if t.saddr.is_ipv4() { "ipv4" } else { "ipv6" },
+            pod_addr: t.saddr.to_string(),
+            pod_port: t.sport,
+            nat_addr: e.addr.to_string(),
+            nat_port: e.port,
+            remote_addr: t.daddr.to_string(),
+            remote_port: t.dport,
             age_s: now.saturating_sub(e.created_ns) as f64 / 1e9,
             idle_s: now.saturating_sub(e.last_seen_ns.max(r.map(|r| r.last_seen_ns).unwrap_or(0))) as f64 / 1e9,
             packets: e.packets,
@@ -75,27 +61,38 @@ pub fn flows_v4(pins: &Pins) -> Result<Vec<Flow>> {
             complete: r.is_some(),
         });
     }
-    out.sort_by(|a, b| (&a.pod_addr, a.pod_port, &a.remote_addr).cmp(&(&b.pod_addr, b.pod_port, &b.remote_addr)));
+    Ok(())
+}
+
+/// Every flow of both families: the forward half joined with its reverse half.
+pub fn flows(pins: &Pins) -> Result<Vec<Flow>> {
+    let now = monotonic_ns();
+    let mut out = Vec::new();
+    flows_of::<nat::V4>(pins, now, &mut out)?;
+    flows_of::<nat::V6>(pins, now, &mut out)?;
+    out.sort_by(|a, b| {
+        (a.family, &a.pod_addr, a.pod_port, &a.remote_addr).cmp(&(b.family, &b.pod_addr, b.pod_port, &b.remote_addr))
+    });
     Ok(out)
 }
 
 pub fn list(pins: &Pins, json: bool) -> Result<()> {
-    let flows = flows_v4(pins)?;
+    let flows = flows(pins)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&flows).expect("serializable"));
         return Ok(());
     }
     println!(
-        "{:<6} {:<22} {:<22} {:<22} {:>8} {:>9} {:>9}",
+        "{:<6} {:<30} {:<30} {:<30} {:>8} {:>9} {:>9}",
         "PROTO", "POD", "NODE (NAT)", "REMOTE", "AGE", "PKTS", "REPLIES"
     );
     for f in &flows {
         println!(
-            "{:<6} {:<22} {:<22} {:<22} {:>7.1}s {:>9} {:>9}{}",
+            "{:<6} {:<30} {:<30} {:<30} {:>7.1}s {:>9} {:>9}{}",
             f.proto,
-            format!("{}:{}", f.pod_addr, f.pod_port),
-            format!("{}:{}", f.nat_addr, f.nat_port),
-            format!("{}:{}", f.remote_addr, f.remote_port),
+            endpoint(&f.pod_addr, f.pod_port),
+            endpoint(&f.nat_addr, f.nat_port),
+            endpoint(&f.remote_addr, f.remote_port),
             f.age_s,
             f.packets,
             f.reply_packets,
@@ -104,4 +101,13 @@ pub fn list(pins: &Pins, json: bool) -> Result<()> {
     }
     println!("{} flow(s)", flows.len());
     Ok(())
+}
+
+/// "addr:port", with IPv6 addresses in brackets.
+fn endpoint(addr: &str, port: u16) -> String {
+    if addr.contains(':') {
+        format!("[{addr}]:{port}")
+    } else {
+        format!("{addr}:{port}")
+    }
 }

@@ -2,17 +2,18 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use aya::maps::{lpm_trie::LpmTrie, Array, HashMap, MapData, PerCpuArray, PerCpuHashMap};
+use aya::maps::{lpm_trie::LpmTrie, Array, HashMap, MapData};
 use serde_json::{json, Value};
 
 use crate::{
     bpf::{
-        abi::{self, counter, drop_reason, ExclInfo, MasqConfig, PodStats, Rule4Data, RuleExcept4Data, RuleInfo, RuleStats, UplinkInfo},
+        abi::{self, counter, drop_reason, ExclInfo, MasqConfig, UplinkInfo},
         loader::{self, Pins},
         maps,
     },
+    cli::readers,
     error::{Error, Result},
-    netlink, node, pod,
+    netlink, node,
 };
 
 fn e(what: &str) -> impl Fn(aya::maps::MapError) -> Error + '_ {
@@ -73,54 +74,40 @@ pub fn collect(pins: &Pins) -> Result<Value> {
         exclusions.push(json!({"cidr": format!("{}/{}", Ipv6Addr::from(k.data()), k.prefix_len()), "reason": excl_reason(v.reason)}));
     }
 
-    let rules4: LpmTrie<MapData, Rule4Data, RuleInfo> = maps::open(pins, abi::MAP_RULES4)?;
-    let except4: LpmTrie<MapData, RuleExcept4Data, u32> = maps::open(pins, abi::MAP_RULE_EXCEPT4)?;
-    let rstats: PerCpuArray<MapData, RuleStats> = maps::open(pins, abi::MAP_RULE_STATS)?;
-    let mut rules = Vec::new();
-    let mut all_except = Vec::new();
-    for item in except4.iter() {
-        let (k, _) = item.map_err(e("rule_except4"))?;
-        let d = k.data();
-        all_except.push((u32::from_be_bytes(d.rule_id_be), format!("{}/{}", Ipv4Addr::from(d.daddr), k.prefix_len() - 32)));
-    }
-    for item in rules4.iter() {
-        let (k, r) = item.map_err(e("rules4"))?;
-        let d = k.data();
-        let ifindex = u32::from_be_bytes(d.ifindex_be);
-        let name = netlink::get_link_by_index(ifindex)?.map(|l| l.name);
-        let st = rstats.get(&r.id, 0).map_err(e("rule_stats"))?;
-        let (packets, bytes) = st.iter().fold((0u64, 0u64), |(p, b), s| (p + s.packets, b + s.bytes));
-        rules.push(json!({
-            "id": r.id,
-            "source": format!("{}/{}", Ipv4Addr::from(d.saddr), k.prefix_len() - 32),
-            "out_interface": name,
-            "out_ifindex": ifindex,
-            "except": all_except.iter().filter(|(id, _)| *id == r.id).map(|(_, c)| c.clone()).collect::<Vec<_>>(),
-            "to_address": (r.flags & abi::RULE_F_TO_ADDRESS != 0).then(|| Ipv4Addr::from(r.to_v4).to_string()),
-            "packets": packets,
-            "bytes": bytes,
-        }));
-    }
-    rules.sort_by_key(|r| r["id"].as_u64());
+    // Rules of both families and pods, from the readers shared with `metrics`.
+    let rules: Vec<Value> = readers::rules(pins)?
+        .into_iter()
+        .map(|r| {
+            json!({
+                "id": r.id,
+                "source": r.source_cidr(),
+                "out_interface": r.out_interface,
+                "out_ifindex": r.out_ifindex,
+                "except": r.except,
+                "to_address": r.to_address.map(|a| a.to_string()),
+                "packets": r.packets,
+                "bytes": r.bytes,
+            })
+        })
+        .collect();
 
-    let stats: PerCpuHashMap<MapData, u32, PodStats> = maps::open(pins, abi::MAP_POD_STATS)?;
-    let mut pods = Vec::new();
-    for (k, info) in pod::list_attachments(pins)? {
-        let st = stats.get(&info.veth_ifindex, 0).ok();
-        let sum = |f: fn(&PodStats) -> u64| st.as_ref().map(|s| s.iter().map(f).sum::<u64>()).unwrap_or(0);
-        pods.push(json!({
-            "container_id": pod::cstr(&k.container_id),
-            "ifname": pod::cstr(&k.ifname),
-            "veth": pod::cstr(&info.veth_name),
-            "veth_ifindex": info.veth_ifindex,
-            "addresses": pod::addrs_of(&info).iter().map(|a| a.to_string()).collect::<Vec<_>>(),
-            "nat_outgoing": info.flags & abi::ATT_F_NAT_OUTGOING != 0,
-            "veth_attached": netlink::has_tc_filter(info.veth_ifindex, true, loader::TC_PRIORITY).unwrap_or(false),
-            "packets": sum(|s| s.packets),
-            "bytes": sum(|s| s.bytes),
-            "spoofed_dropped": sum(|s| s.spoofed),
-        }));
-    }
+    let pods: Vec<Value> = readers::pods(pins)?
+        .into_iter()
+        .map(|p| {
+            json!({
+                "container_id": p.container_id,
+                "ifname": p.ifname,
+                "veth": p.veth,
+                "veth_ifindex": p.veth_ifindex,
+                "addresses": p.addresses.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+                "nat_outgoing": p.nat_outgoing,
+                "veth_attached": netlink::has_tc_filter(p.veth_ifindex, true, loader::TC_PRIORITY).unwrap_or(false),
+                "packets": p.packets,
+                "bytes": p.bytes,
+                "spoofed_dropped": p.spoofed,
+            })
+        })
+        .collect();
 
     let counters = node::read_counters(pins, abi::MAP_COUNTERS)?;
     let drops = node::read_counters(pins, abi::MAP_DROPS)?;
@@ -128,7 +115,9 @@ pub fn collect(pins: &Pins) -> Result<Value> {
         counter::NAMES.iter().zip(counters.iter()).map(|(n, v)| (n.to_string(), json!(v))).collect();
     let drops: serde_json::Map<String, Value> =
         drop_reason::NAMES.iter().zip(drops.iter()).map(|(n, v)| (n.to_string(), json!(v))).collect();
-    let nat_entries = crate::cli::nat::flows_v4(pins)?.len();
+    let flows = crate::cli::nat::flows(pins)?;
+    let nat_v4 = flows.iter().filter(|f| f.family == "ipv4").count();
+    let nat_v6 = flows.len() - nat_v4;
 
     Ok(json!({
         "pin_path": pins.root.display().to_string(),
@@ -142,7 +131,8 @@ pub fn collect(pins: &Pins) -> Result<Value> {
         "uplinks": uplinks,
         "rules": rules,
         "pods": pods,
-        "nat_flows_v4": nat_entries,
+        "nat_flows_v4": nat_v4,
+        "nat_flows_v6": nat_v6,
         "counters": counters,
         "drops": drops,
     }))
@@ -204,7 +194,7 @@ pub fn run(pins: &Pins, json_out: bool) -> Result<()> {
             p["spoofed_dropped"]
         );
     }
-    println!("nat flows (v4): {}", s["nat_flows_v4"]);
+    println!("nat flows: {} IPv4, {} IPv6", s["nat_flows_v4"], s["nat_flows_v6"]);
     println!("counters: {}", s["counters"]);
     println!("drops: {}", s["drops"]);
     Ok(())

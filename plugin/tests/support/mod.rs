@@ -1,3 +1,5 @@
 //! Shared helpers for the BPF_PROG_TEST_RUN tests.
 pub mod harness;
 pub mod packet;
+pub mod packet6;
+pub mod icmp;

@@ -1,0 +1,105 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * The packet quoted inside an ICMP(v6) error (RFC 5508): its tuple, read with
+ * the same conventions as the outer flow, so it maps onto our NAT keys.
+ */
+#ifndef MASQ_INNER_H
+#define MASQ_INNER_H
+
+#include "parse.h"
+
+#define INNER_COMMON_FIELDS                                                 \
+	__u32 l3_off;                                                       \
+	__u32 l4_off;                                                       \
+	__be16 sport;       /* echo request: the id */                      \
+	__be16 dport;       /* echo reply: the id */                        \
+	__u8 proto;                                                         \
+	__u8 echo;          /* the quoted packet is an ICMP echo */         \
+	__u8 l4_csum_ok;    /* its L4 checksum field is inside the packet */\
+	__u8 pad;
+
+struct inner4 {
+	INNER_COMMON_FIELDS
+	__be32 saddr;
+	__be32 daddr;
+};
+
+struct inner6 {
+	INNER_COMMON_FIELDS
+	struct in6_addr saddr;
+	struct in6_addr daddr;
+};
+
+/* Offset of the quoted L4 checksum field, for the protocols we translate. */
+static __always_inline __u32 inner_l4_csum_off(__u8 proto)
+{
+	switch (proto) {
+	case IPPROTO_TCP:
+		return offsetof(struct tcphdr, check);
+	case IPPROTO_UDP:
+		return offsetof(struct udphdr, check);
+	default: /* ICMP / ICMPv6 echo */
+		return 2;
+	}
+}
+
+static __always_inline int parse_inner_l4(struct __sk_buff *skb, __u8 proto, bool v6, __u32 l4_off,
+					  __be16 *sport, __be16 *dport, __u8 *echo, __u8 *csum_ok)
+{
+	__u8 tcp_flags, icmp_type, l4;
+
+	parse_l4(skb, l4_off, proto, v6, sport, dport, &tcp_flags, &icmp_type, &l4);
+	/* An error quotes at least 8 bytes of L4: TCP's checksum may be cut off. */
+	if (l4 == L4_TRUNCATED && proto == IPPROTO_TCP) {
+		__u8 p[4];
+
+		if (bpf_skb_load_bytes(skb, l4_off, p, 4))
+			return -1;
+		*sport = *(__be16 *)&p[0];
+		*dport = *(__be16 *)&p[2];
+		l4 = L4_OK;
+	}
+	if (l4 != L4_OK)
+		return -1; /* an error about an error, a fragment, or an unknown protocol */
+	*echo = proto == IPPROTO_ICMP || proto == IPPROTO_ICMPV6;
+	*csum_ok = skb->len >= l4_off + inner_l4_csum_off(proto) + 2;
+	return 0;
+}
+
+/* parse_inner4 - the IPv4 packet quoted by the ICMP error of @f. */
+static __always_inline int parse_inner4(struct __sk_buff *skb, const struct flow4 *f, struct inner4 *in)
+{
+	struct iphdr ip;
+
+	in->l3_off = f->l4_off + 8;
+	if (bpf_skb_load_bytes(skb, in->l3_off, &ip, sizeof(ip)))
+		return -1;
+	if (ip.version != 4 || ip.ihl < 5 || (bpf_ntohs(ip.frag_off) & IP_OFFSET))
+		return -1;
+	in->l4_off = in->l3_off + ip.ihl * 4;
+	in->saddr = ip.saddr;
+	in->daddr = ip.daddr;
+	in->proto = ip.protocol;
+	return parse_inner_l4(skb, ip.protocol, false, in->l4_off, &in->sport, &in->dport, &in->echo,
+			      &in->l4_csum_ok);
+}
+
+/* parse_inner6 - the IPv6 packet quoted by the ICMPv6 error of @f (no extension headers). */
+static __always_inline int parse_inner6(struct __sk_buff *skb, const struct flow6 *f, struct inner6 *in)
+{
+	struct ipv6hdr ip6;
+
+	in->l3_off = f->l4_off + 8;
+	if (bpf_skb_load_bytes(skb, in->l3_off, &ip6, sizeof(ip6)))
+		return -1;
+	if (ip6.version != 6)
+		return -1;
+	in->l4_off = in->l3_off + sizeof(ip6);
+	in->saddr = ip6.saddr;
+	in->daddr = ip6.daddr;
+	in->proto = ip6.nexthdr;
+	return parse_inner_l4(skb, ip6.nexthdr, true, in->l4_off, &in->sport, &in->dport, &in->echo,
+			      &in->l4_csum_ok);
+}
+
+#endif /* MASQ_INNER_H */

@@ -1,0 +1,475 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * The NAT engine, written once for both address families. nat.h includes this
+ * file twice, with the family's types, maps and helpers bound to these names:
+ *
+ *   NAT_FN(x)        x##_v4 / x##_v6
+ *   FLOW_T INNER_T   struct flow4 / flow6, struct inner4 / inner6
+ *   KEY_T ENTRY_T    struct nat4_key / nat6_key, struct nat4_entry / nat6_entry
+ *   FRAGKEY_T DEC_T  struct frag4_key / frag6_key, struct masq_decision4 / 6
+ *   MAP_FWD MAP_REV MAP_FRAG
+ *   ADDR_EQ(a, b)    address equality (pointers)
+ *   UPLINK_HAS(up) UPLINK_ADDR(up)   the uplink's address of this family
+ *   PARSE PARSE_INNER DECIDE REWRITE REWRITE_ADDR ICMP_ERR_REWRITE
+ *   ECHO_REPLY ICMP_PROTO CNT_SNAT_PKTS CNT_SNAT_BYTES CNT_RNAT_PKTS CNT_RNAT_BYTES
+ *
+ * Every masqueraded flow is a pair of entries inserted together:
+ *   fwd[{pod, remote, pod port, remote port}]    -> {nat addr, nat port}
+ *   rev[{remote, nat addr, remote port, nat port}] -> {pod, pod port}
+ * The reverse half is inserted first with BPF_NOEXIST (that is the port claim);
+ * if the forward half then fails, the reverse half is removed again.
+ *
+ * Expiry: entries carry last_seen_ns; a pair idle longer than its protocol's
+ * timeout may have its port taken over by a new flow (the stale forward half is
+ * deleted then). Both halves are refreshed together, at most once a second, from
+ * whichever direction has traffic, so a one-way flow never loses its reply path.
+ * The maps are LRU: if memory pressure evicts one half, the next refresh puts it back.
+ */
+
+#define NAT_NOT_OURS (-100)
+
+static __always_inline bool NAT_FN(nat_expired)(const ENTRY_T *e, const struct masq_config *cfg,
+						__u8 proto, __u64 now)
+{
+	__u64 seen = e->last_seen_ns;
+
+	/* Another CPU may have refreshed it after we read the clock: alive. */
+	if (seen >= now)
+		return false;
+	return now - seen > nat_timeout_ns(cfg, proto, e->flags);
+}
+
+/* Account one packet; true when last_seen was refreshed (once a second at most). */
+static __always_inline bool NAT_FN(nat_touch)(ENTRY_T *e, const FLOW_T *f, __u64 now)
+{
+	__sync_fetch_and_add(&e->packets, 1);
+	__sync_fetch_and_add(&e->bytes, f->len);
+	if (f->proto == IPPROTO_TCP) {
+		if (f->tcp_flags & (TCP_FLAG_FIN | TCP_FLAG_RST)) {
+			if (!(e->flags & NAT_F_TCP_CLOSING)) {
+				e->flags |= NAT_F_TCP_CLOSING;
+				e->last_seen_ns = now;
+				return true;
+			}
+		} else if ((f->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN &&
+			   (e->flags & NAT_F_TCP_CLOSING)) {
+			/* The pod reuses the tuple for a new connection. */
+			e->flags &= ~NAT_F_TCP_CLOSING;
+			e->last_seen_ns = now;
+			return true;
+		}
+	}
+	if (now > e->last_seen_ns + NSEC_PER_SEC) {
+		e->last_seen_ns = now;
+		return true;
+	}
+	return false;
+}
+
+/*
+ * snat_sync_rev - after the forward half of a flow was refreshed, refresh its
+ * reverse half too (carrying the TCP closing state), or put it back if the LRU
+ * evicted it. Returns false if the reverse slot now belongs to another flow.
+ */
+static __noinline bool NAT_FN(snat_sync_rev)(const FLOW_T *f, const ENTRY_T *fwd, __u64 now)
+{
+	KEY_T rk = {
+		.saddr = f->daddr, .daddr = fwd->addr,
+		.sport = f->dport, .dport = fwd->port, .proto = f->proto,
+	};
+	ENTRY_T *rev = bpf_map_lookup_elem(&MAP_REV, &rk);
+
+	if (rev) {
+		if (!ADDR_EQ(&rev->addr, &f->saddr) || rev->port != f->sport)
+			return false;
+		rev->last_seen_ns = now;
+		rev->flags = fwd->flags;
+		return true;
+	}
+	ENTRY_T nr = {
+		.addr = f->saddr, .port = f->sport, .flags = fwd->flags,
+		.ifindex = fwd->ifindex, .rule_id = fwd->rule_id,
+		.created_ns = fwd->created_ns, .last_seen_ns = now,
+	};
+	if (bpf_map_update_elem(&MAP_REV, &rk, &nr, BPF_NOEXIST) == 0)
+		count_add(CNT_NAT_REPAIRED, 1);
+	return true;
+}
+
+/* The mirror of snat_sync_rev, from a reply that hit the reverse half. */
+static __noinline void NAT_FN(rnat_sync_fwd)(const FLOW_T *f, const ENTRY_T *rev, __u64 now)
+{
+	KEY_T fk = {
+		.saddr = rev->addr, .daddr = f->saddr,
+		.sport = rev->port, .dport = f->sport, .proto = f->proto,
+	};
+	ENTRY_T *fwd = bpf_map_lookup_elem(&MAP_FWD, &fk);
+
+	if (fwd) {
+		if (ADDR_EQ(&fwd->addr, &f->daddr) && fwd->port == f->dport) {
+			fwd->last_seen_ns = now;
+			fwd->flags = rev->flags;
+		}
+		return;
+	}
+	ENTRY_T nf = {
+		.addr = f->daddr, .port = f->dport, .flags = rev->flags,
+		.ifindex = rev->ifindex, .rule_id = rev->rule_id,
+		.created_ns = rev->created_ns, .last_seen_ns = now,
+	};
+	if (bpf_map_update_elem(&MAP_FWD, &fk, &nf, BPF_NOEXIST) == 0)
+		count_add(CNT_NAT_REPAIRED, 1);
+}
+
+/* State of one port search, shared with the bpf_loop() callback. */
+struct NAT_FN(probe) {
+	KEY_T fk;           /* the new flow's forward key */
+	KEY_T rk;           /* the candidate reverse key (its dport is the candidate port) */
+	ENTRY_T e;          /* one entry serves both halves: the reverse one first */
+	const struct masq_config *cfg;
+	__u64 now;
+	__u32 range;
+	__u32 start;        /* first port of the sequential sweep, as an offset in the range */
+	__u32 claimed;
+};
+
+/*
+ * One probe: a random port from the range; claim it if free, or if its pair
+ * expired (the stale forward half goes). Returns 1 (stop) once claimed.
+ * Run through bpf_loop() so the verifier checks it once, not once per probe.
+ */
+static long NAT_FN(probe_port)(__u32 i, void *ctx)
+{
+	struct NAT_FN(probe) *p = ctx;
+	const struct masq_config *cfg = p->cfg;
+	ENTRY_T *old;
+
+	/* Random probes first; then a sweep, so a nearly full range still finds its last ports. */
+	__u32 off = i < NAT_PROBES ? bpf_get_prandom_u32() : p->start + (i - NAT_PROBES);
+
+	p->rk.dport = bpf_htons(cfg->port_min + off % p->range);
+	if (bpf_map_update_elem(&MAP_REV, &p->rk, &p->e, BPF_NOEXIST) == 0) {
+		p->claimed = 1;
+		return 1;
+	}
+	old = bpf_map_lookup_elem(&MAP_REV, &p->rk);
+	if (old && NAT_FN(nat_expired)(old, cfg, p->fk.proto, p->now)) {
+		/* fk doubles as the stale pair's forward key for a moment. */
+		KEY_T mine = p->fk;
+
+		p->fk.saddr = old->addr;
+		p->fk.sport = old->port;
+		bpf_map_delete_elem(&MAP_FWD, &p->fk);
+		p->fk = mine;
+		if (bpf_map_update_elem(&MAP_REV, &p->rk, &p->e, BPF_ANY) == 0) {
+			count_add(CNT_NAT_RECLAIMED, 1);
+			p->claimed = 1;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/*
+ * snat_create - claim a port for a new flow and insert both halves.
+ * Returns the forward entry, or NULL with *reason set: DROP_NO_PORT when no
+ * port was free within NAT_PROBES tries (also counted as CNT_ALLOC_FAIL),
+ * DROP_NAT_INSERT when the forward half could not be inserted.
+ */
+static __noinline ENTRY_T *NAT_FN(snat_create)(const FLOW_T *f, const struct masq_config *cfg,
+					       const DEC_T *d, __u64 now, __u32 *reason)
+{
+	struct NAT_FN(probe) p = {
+		.fk = { .saddr = f->saddr, .daddr = f->daddr,
+			.sport = f->sport, .dport = f->dport, .proto = f->proto },
+		.rk = { .saddr = f->daddr, .daddr = d->nat_addr, .sport = f->dport, .proto = f->proto },
+		.e = { .addr = f->saddr, .port = f->sport,
+		       .flags = d->verdict == VERDICT_RULE ? NAT_F_BY_RULE : 0,
+		       .ifindex = d->ifindex, .rule_id = d->rule_id,
+		       .created_ns = now, .last_seen_ns = now },
+		.cfg = cfg,
+		.now = now,
+		.range = (__u32)cfg->port_max - cfg->port_min + 1,
+	};
+
+	*reason = DROP_NO_PORT;
+	if (cfg->port_min == 0 || cfg->port_max < cfg->port_min)
+		return NULL;
+	p.start = bpf_get_prandom_u32();
+	bpf_loop(NAT_PROBES + (p.range < NAT_SWEEP ? p.range : NAT_SWEEP), NAT_FN(probe_port), &p, 0);
+	if (!p.claimed) {
+		count_add(CNT_ALLOC_FAIL, 1);
+		return NULL;
+	}
+
+	p.e.addr = d->nat_addr;
+	p.e.port = p.rk.dport;
+	if (bpf_map_update_elem(&MAP_FWD, &p.fk, &p.e, BPF_NOEXIST)) {
+		/* Give the port back. If another CPU created this flow meanwhile
+		 * (EEXIST), use its pair; otherwise the insert failed for real. */
+		bpf_map_delete_elem(&MAP_REV, &p.rk);
+		*reason = DROP_NAT_INSERT;
+		return bpf_map_lookup_elem(&MAP_FWD, &p.fk);
+	}
+	count_add(CNT_NAT_CREATED, 1);
+	return bpf_map_lookup_elem(&MAP_FWD, &p.fk);
+}
+
+static __always_inline void NAT_FN(rule_account)(__u32 rule_id, __u32 len)
+{
+	struct rule_stats *rs = bpf_map_lookup_elem(&rule_stats, &rule_id);
+
+	if (rs) {
+		rs->packets += 1;
+		rs->bytes += len;
+	}
+}
+
+/* Remember a first fragment's ports for the fragments that follow it. */
+static __noinline void NAT_FN(frag_remember)(const FLOW_T *f)
+{
+	FRAGKEY_T k = { .saddr = f->saddr, .daddr = f->daddr, .id = f->frag_id, .proto = f->frag_proto };
+	struct frag_ports p = { .sport = f->sport, .dport = f->dport, .proto = f->proto };
+
+	bpf_map_update_elem(&MAP_FRAG, &k, &p, BPF_ANY);
+}
+
+static __always_inline struct frag_ports *NAT_FN(frag_lookup)(const FLOW_T *f)
+{
+	FRAGKEY_T k = { .saddr = f->saddr, .daddr = f->daddr, .id = f->frag_id, .proto = f->frag_proto };
+
+	return bpf_map_lookup_elem(&MAP_FRAG, &k);
+}
+
+/* Egress, a later fragment: translate its address like its first fragment's. */
+static __noinline int NAT_FN(snat_fragment)(struct __sk_buff *skb, const struct uplink_info *up,
+						 const FLOW_T *f)
+{
+	struct frag_ports *p = NAT_FN(frag_lookup)(f);
+	DEC_T d = {};
+
+	if (p) {
+		KEY_T fk = {
+			.saddr = f->saddr, .daddr = f->daddr,
+			.sport = p->sport, .dport = p->dport, .proto = p->proto,
+		};
+		ENTRY_T *fwd = bpf_map_lookup_elem(&MAP_FWD, &fk);
+
+		if (fwd) {
+			if (REWRITE_ADDR(skb, f, true, &fwd->addr))
+				return drop_with(DROP_CSUM);
+			if (fwd->flags & NAT_F_BY_RULE)
+				NAT_FN(rule_account)(fwd->rule_id, f->len);
+			count_add(CNT_FRAGS, 1);
+			count_add(CNT_SNAT_PKTS, 1);
+			count_add(CNT_SNAT_BYTES, f->len);
+			return MASQ_PASS;
+		}
+	}
+	/* Unknown datagram: never let it leave with an address we would have masqueraded. */
+	DECIDE(skb->ifindex, up, f, &d);
+	if (d.verdict == VERDICT_NONE)
+		return MASQ_PASS;
+	return drop_with(DROP_FRAG_NO_STATE);
+}
+
+/* Ingress, a later fragment of a reply: follow its first fragment, or leave it to the host. */
+static __noinline int NAT_FN(rnat_fragment)(struct __sk_buff *skb, const FLOW_T *f)
+{
+	struct frag_ports *p = NAT_FN(frag_lookup)(f);
+	ENTRY_T *rev;
+
+	if (!p)
+		return MASQ_PASS;
+	KEY_T rk = {
+		.saddr = f->saddr, .daddr = f->daddr,
+		.sport = p->sport, .dport = p->dport, .proto = p->proto,
+	};
+	rev = bpf_map_lookup_elem(&MAP_REV, &rk);
+	if (!rev)
+		return MASQ_PASS;
+	if (REWRITE_ADDR(skb, f, false, &rev->addr))
+		return drop_with(DROP_CSUM);
+	count_add(CNT_FRAGS, 1);
+	count_add(CNT_RNAT_PKTS, 1);
+	count_add(CNT_RNAT_BYTES, f->len);
+	return MASQ_PASS;
+}
+
+/*
+ * An ICMP error leaving about a reply we translated towards a pod: sent by the
+ * pod itself (port unreachable...) or by the node while forwarding the reply
+ * (fragmentation needed towards a smaller-MTU pod or tunnel link, TTL...). The
+ * quoted packet is the reply as the pod would see it, so its reversed tuple is
+ * the flow's forward key; the remote must see its own packet quoted back.
+ * The outer source is translated only when it is the pod's.
+ * NAT_NOT_OURS when it is about no masqueraded flow.
+ */
+static __noinline int NAT_FN(icmp_err_egress)(struct __sk_buff *skb, const FLOW_T *f)
+{
+	INNER_T in;
+	ENTRY_T *fwd;
+
+	if (PARSE_INNER(skb, f, &in))
+		return NAT_NOT_OURS;
+	KEY_T fk = {
+		.saddr = in.daddr, .daddr = in.saddr,
+		.sport = in.dport, .dport = in.sport, .proto = in.proto,
+	};
+	fwd = bpf_map_lookup_elem(&MAP_FWD, &fk);
+	if (!fwd)
+		return NAT_NOT_OURS;
+	if (ICMP_ERR_REWRITE(skb, f, &in, true, ADDR_EQ(&in.daddr, &f->saddr), &fwd->addr, fwd->port))
+		return drop_with(DROP_CSUM);
+	count_add(CNT_ICMP_ERR_OUT, 1);
+	return MASQ_PASS;
+}
+
+/*
+ * An ICMP error about a packet we masqueraded (fragmentation needed / packet too
+ * big, TTL exceeded, unreachable...), from the remote or a router on the way:
+ * the quoted packet is ours as it left, so its reversed tuple is the reverse key.
+ */
+static __noinline int NAT_FN(icmp_err_ingress)(struct __sk_buff *skb, const FLOW_T *f)
+{
+	INNER_T in;
+	ENTRY_T *rev;
+
+	if (PARSE_INNER(skb, f, &in) || !ADDR_EQ(&in.saddr, &f->daddr))
+		return MASQ_PASS;
+	KEY_T rk = {
+		.saddr = in.daddr, .daddr = in.saddr,
+		.sport = in.dport, .dport = in.sport, .proto = in.proto,
+	};
+	rev = bpf_map_lookup_elem(&MAP_REV, &rk);
+	if (!rev)
+		return MASQ_PASS; /* about the host's own traffic */
+	if (ICMP_ERR_REWRITE(skb, f, &in, false, true, &rev->addr, rev->port))
+		return drop_with(DROP_CSUM);
+	count_add(CNT_ICMP_ERR_IN, 1);
+	return MASQ_PASS;
+}
+
+static __noinline int NAT_FN(snat_egress)(struct __sk_buff *skb, const struct uplink_info *up)
+{
+	const struct masq_config *cfg;
+	ENTRY_T *fwd = NULL;
+	__u32 zero = 0, reason;
+	DEC_T d = {};
+	FLOW_T f;
+	__u64 now;
+	int ret;
+
+	if (PARSE(skb, uplink_l3_off(up), &f))
+		return MASQ_PASS;
+	/* The host's own traffic: by far the most common non-NAT case. Its ICMP
+	 * errors may quote a reply we translated, though. */
+	if (UPLINK_HAS(up) && ADDR_EQ(&f.saddr, UPLINK_ADDR(up))) {
+		if (f.l4 == L4_ICMP_ERROR)
+			NAT_FN(icmp_err_egress)(skb, &f);
+		return MASQ_PASS;
+	}
+	cfg = bpf_map_lookup_elem(&masq_config, &zero);
+	if (!cfg)
+		return MASQ_PASS;
+
+	now = bpf_ktime_get_ns();
+	switch (f.l4) {
+	case L4_OK: {
+		KEY_T fk = {
+			.saddr = f.saddr, .daddr = f.daddr,
+			.sport = f.sport, .dport = f.dport, .proto = f.proto,
+		};
+		fwd = bpf_map_lookup_elem(&MAP_FWD, &fk);
+		if (fwd) {
+			if (NAT_FN(nat_touch)(fwd, &f, now) && !NAT_FN(snat_sync_rev)(&f, fwd, now)) {
+				/* Our reply slot was taken over: start this flow afresh. */
+				bpf_map_delete_elem(&MAP_FWD, &fk);
+				fwd = NULL;
+			} else {
+				goto rewrite;
+			}
+		}
+		break;
+	}
+	case L4_FRAGMENT:
+		return NAT_FN(snat_fragment)(skb, up, &f);
+	case L4_ICMP_ERROR:
+		ret = NAT_FN(icmp_err_egress)(skb, &f);
+		if (ret != NAT_NOT_OURS)
+			return ret;
+		break;
+	}
+
+	DECIDE(skb->ifindex, up, &f, &d);
+	if (d.verdict == VERDICT_NONE)
+		return MASQ_PASS;
+
+	/*
+	 * From here on the packet must leave masqueraded or not at all. An echo
+	 * reply answers a ping that reached the pod directly: no flow of ours to map
+	 * it to, and it must not leave with the pod's address either.
+	 */
+	if (f.l4 == L4_OK && f.proto == ICMP_PROTO && f.icmp_type == ECHO_REPLY)
+		return drop_with(DROP_UNSUPPORTED_PROTO);
+	switch (f.l4) {
+	case L4_TRUNCATED:
+		return drop_with(DROP_MALFORMED);
+	case L4_UNSUPPORTED:
+	case L4_ICMP_ERROR:
+		return drop_with(DROP_UNSUPPORTED_PROTO);
+	}
+
+	d.ifindex = skb->ifindex;
+	fwd = NAT_FN(snat_create)(&f, cfg, &d, now, &reason);
+	if (!fwd)
+		return drop_with(reason);
+	NAT_FN(nat_touch)(fwd, &f, now);
+
+rewrite:
+	if (f.frag == FRAG_FIRST)
+		NAT_FN(frag_remember)(&f);
+	if (fwd->flags & NAT_F_BY_RULE)
+		NAT_FN(rule_account)(fwd->rule_id, f.len);
+	if (REWRITE(skb, &f, true, &fwd->addr, fwd->port))
+		return drop_with(DROP_CSUM);
+	count_add(CNT_SNAT_PKTS, 1);
+	count_add(CNT_SNAT_BYTES, f.len);
+	return MASQ_PASS;
+}
+
+static __noinline int NAT_FN(rnat_ingress)(struct __sk_buff *skb, const struct uplink_info *up)
+{
+	ENTRY_T *rev;
+	FLOW_T f;
+	__u64 now;
+
+	if (PARSE(skb, uplink_l3_off(up), &f))
+		return MASQ_PASS;
+	if (f.l4 == L4_FRAGMENT)
+		return NAT_FN(rnat_fragment)(skb, &f);
+	if (f.l4 == L4_ICMP_ERROR)
+		return NAT_FN(icmp_err_ingress)(skb, &f);
+	if (f.l4 != L4_OK)
+		return MASQ_PASS;
+
+	KEY_T rk = {
+		.saddr = f.saddr, .daddr = f.daddr,
+		.sport = f.sport, .dport = f.dport, .proto = f.proto,
+	};
+	/* No entry: the host's own traffic, or unsolicited. Never ours to touch. */
+	rev = bpf_map_lookup_elem(&MAP_REV, &rk);
+	if (!rev)
+		return MASQ_PASS;
+
+	now = bpf_ktime_get_ns();
+	if (NAT_FN(nat_touch)(rev, &f, now))
+		NAT_FN(rnat_sync_fwd)(&f, rev, now);
+	if (f.frag == FRAG_FIRST)
+		NAT_FN(frag_remember)(&f);
+	if (REWRITE(skb, &f, false, &rev->addr, rev->port))
+		return drop_with(DROP_CSUM);
+	count_add(CNT_RNAT_PKTS, 1);
+	count_add(CNT_RNAT_BYTES, f.len);
+	return MASQ_PASS;
+}

@@ -1,0 +1,489 @@
+"""`ebpf-masq install` / `uninstall` / `validate`, the conf/ examples, conf/daemonset.yaml
+and the Containerfile.
+
+Everything runs in scratch directories (pytest's tmp_path) and, for anything that
+touches a data plane, in a throwaway node network namespace with a per-test pin
+path: never the machine's /etc/cni, /opt/cni or interfaces. No registry, no
+container engine, no network: the Kubernetes schemas come from the
+kubernetes-validate package (scripts/install-deps.sh installs it).
+"""
+import json
+import os
+import shlex
+import stat
+from pathlib import Path
+
+import pytest
+import yaml
+
+from netlab import CNI_BIN_DIR, PY, REPO, Pod, sh
+
+CONF = REPO / "conf"
+DAEMONSET = CONF / "daemonset.yaml"
+VALIDATOR = REPO / "integration" / "k8s_validate.py"
+# The chained examples: main plugin types before ebpf-masq.
+EXAMPLES = {
+    "bridge": ["bridge", "portmap"],
+    "ptp": ["ptp", "portmap"],
+    "calico": ["calico", "portmap", "bandwidth"],
+    "flannel": ["flannel", "portmap"],
+}
+BAK = ".ebpf-masq.bak"
+
+
+# ---------------------------------------------------------------- helpers
+
+def run(binary, *args, ns=None, check=True):
+    cmd = [str(binary), *map(str, args)]
+    return ns.enter(cmd, check=check) if ns else sh(cmd, check=check)
+
+
+def snapshot(*dirs):
+    """{path: (bytes, mode, inode, mtime_ns)} of every file under dirs: equal
+    snapshots mean nothing was written, not even the same bytes again."""
+    out = {}
+    for d in dirs:
+        for root, _, files in os.walk(d):
+            for f in files:
+                p = os.path.join(root, f)
+                st = os.stat(p)
+                out[p] = (open(p, "rb").read(), stat.S_IMODE(st.st_mode), st.st_ino, st.st_mtime_ns)
+    return out
+
+
+def contents(*dirs):
+    """{path: bytes} of every file under dirs."""
+    return {p: v[0] for p, v in snapshot(*dirs).items()}
+
+
+def example(name):
+    return json.loads((CONF / f"{name}.conflist").read_text())
+
+
+def without_masq(conflist):
+    """What the main CNI plugin ships: the example without our entry."""
+    return {**conflist, "plugins": [p for p in conflist["plugins"] if p["type"] != "ebpf-masq"]}
+
+
+def masq_entry(conflist):
+    [e] = [p for p in conflist["plugins"] if p["type"] == "ebpf-masq"]
+    return e
+
+
+def keys_in_order(v):
+    """Every object's key order, recursively (json.loads keeps it)."""
+    if isinstance(v, dict):
+        return [list(v), *[keys_in_order(x) for x in v.values()]]
+    if isinstance(v, list):
+        return [keys_in_order(x) for x in v]
+    return None
+
+
+def scratch(tmp_path):
+    conf_dir, bin_dir = tmp_path / "etc-cni-net.d", tmp_path / "opt-cni-bin"
+    conf_dir.mkdir()
+    bin_dir.mkdir()
+    return conf_dir, bin_dir
+
+
+def manifests():
+    with open(DAEMONSET) as f:
+        return [d for d in yaml.safe_load_all(f) if d]
+
+
+def one(kind):
+    [d] = [d for d in manifests() if d["kind"] == kind]
+    return d
+
+
+@pytest.fixture
+def node(lab):
+    """A node network namespace with eth0 (10.0.0.5/24, a veth to an "ext" namespace
+    at 10.0.0.1) and a default route via 10.0.0.1."""
+    ns, ext = lab.netns("node"), lab.netns("ext")
+    lab.veth(ns, "eth0", "10.0.0.5/24", ext, "eth0", "10.0.0.1/24")
+    ns.ip("route", "add", "default", "via", "10.0.0.1", "dev", "eth0")
+    return ns
+
+
+# ---------------------------------------------------------------- (a) manifests
+
+def test_daemonset_validates_offline_against_kubernetes_schemas():
+    """Strict schema validation (unknown fields fail) with no network at all:
+    the validator runs in a fresh, empty network namespace."""
+    p = sh(["unshare", "--net", PY, VALIDATOR, DAEMONSET], check=False)
+    assert "No module named" not in p.stderr, \
+        f"kubernetes-validate missing for {PY}: run scripts/install-deps.sh\n{p.stderr}"
+    assert p.returncode == 0, p.stdout + p.stderr
+    kinds = sorted(d["kind"] for d in manifests())
+    assert kinds == ["ConfigMap", "DaemonSet", "Namespace", "ServiceAccount"]
+    assert p.stdout.count("ok ") == 2 * len(kinds), p.stdout
+
+
+def test_validator_catches_mistakes(tmp_path):
+    """The offline validation is not a rubber stamp."""
+    text = DAEMONSET.read_text()
+    for bad in (text.replace("hostNetwork: true", "hostNetwrk: true"),
+                text.replace("periodSeconds: 30", "periodSeconds: thirty"),
+                text.replace("kind: DaemonSet", "kind: DaemonSett")):
+        assert bad != text
+        f = tmp_path / "bad.yaml"
+        f.write_text(bad)
+        p = sh(["unshare", "--net", PY, VALIDATOR, f], check=False)
+        assert p.returncode == 1 and "FAIL" in p.stdout, p.stdout + p.stderr
+
+
+def test_daemonset_shape(plugin, tmp_path):
+    ns_name = one("Namespace")["metadata"]["name"]
+    sa, cm, ds = one("ServiceAccount"), one("ConfigMap"), one("DaemonSet")
+    assert sa["metadata"]["namespace"] == cm["metadata"]["namespace"] == ds["metadata"]["namespace"] == ns_name
+    spec = ds["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == sa["metadata"]["name"]
+    assert spec["hostNetwork"] is True
+    assert {"operator": "Exists"} in spec["tolerations"]
+    vols = {v["name"]: v for v in spec["volumes"]}
+    host_paths = {v["hostPath"]["path"]: n for n, v in vols.items() if "hostPath" in v}
+    assert set(host_paths) == {"/opt/cni/bin", "/etc/cni/net.d", "/sys/fs/bpf"}
+    [cfg_vol] = [n for n, v in vols.items() if "configMap" in v]
+    assert vols[cfg_vol]["configMap"]["name"] == cm["metadata"]["name"]
+
+    [init] = spec["initContainers"]
+    assert init["securityContext"]["privileged"] is True
+    mounts = {m["name"]: m for m in init["volumeMounts"]}
+    assert mounts[host_paths["/sys/fs/bpf"]]["mountPropagation"] == "Bidirectional"
+    assert mounts[host_paths["/sys/fs/bpf"]]["mountPath"] == "/sys/fs/bpf"
+    assert mounts[host_paths["/opt/cni/bin"]]["mountPath"] == "/host/opt/cni/bin"
+    assert mounts[host_paths["/etc/cni/net.d"]]["mountPath"] == "/host/etc/cni/net.d"
+    assert mounts[cfg_vol]["mountPath"] == "/config"
+    install, apply = init_commands(init)
+    assert install == ["ebpf-masq", "install", "--cni-bin-dir", "/host/opt/cni/bin",
+                       "--cni-conf-dir", "/host/etc/cni/net.d", "--conf", "/config/ebpf-masq.json"]
+    assert apply == ["ebpf-masq", "apply", "--conf", "/config/ebpf-masq.json"]
+
+    [main] = spec["containers"]
+    probe = main["readinessProbe"]["exec"]["command"]
+    assert probe[:2] == ["ebpf-masq", "status"]
+    for c in (init, main):
+        assert c["image"] == main["image"]
+        assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
+    assert host_paths["/sys/fs/bpf"] in {m["name"] for m in main["volumeMounts"]}
+
+    # The ConfigMap's config is valid, and its pinPath is what the probe checks.
+    cfg = tmp_path / "ebpf-masq.json"
+    cfg.write_text(cm["data"]["ebpf-masq.json"])
+    run(plugin, "validate", "--conf", cfg)
+    assert json.loads(cfg.read_text())["pinPath"] == probe[probe.index("--pin-path") + 1]
+
+
+def test_containerfile():
+    """Multi-stage: rust:1.95 builder with clang and libbpf-dev, Debian slim runtime
+    of the same release, binary on PATH as the DaemonSet calls it. Static checks only
+    (no engine, no registry in tests)."""
+    lines = [l.strip() for l in (REPO / "Containerfile").read_text().splitlines()]
+    froms = [l.split()[1] for l in lines if l.startswith("FROM ")]
+    assert len(froms) == 2
+    assert froms[0].startswith("rust:1.95-"), froms
+    release = froms[0].split("-", 1)[1]
+    assert froms[1] == f"debian:{release}-slim", froms
+    text = "\n".join(lines)
+    for pkg in ("clang", "libbpf-dev"):
+        assert pkg in text
+    assert "cargo build --release --locked" in text
+    assert "COPY --from=build /out/ebpf-masq /usr/local/bin/ebpf-masq" in text
+    for l in lines:
+        if l.startswith("COPY ") and "--from" not in l:
+            for src in l.split()[1:-1]:
+                assert (REPO / src).exists(), f"Containerfile copies missing {src}"
+
+
+# ---------------------------------------------------------------- (b) examples
+
+def test_every_example_conflist_passes_our_validation(plugin, tmp_path):
+    files = sorted(CONF.glob("*.conflist"))
+    assert {f.stem for f in files} >= set(EXAMPLES)
+    for f in files:
+        p = run(plugin, "validate", "--conf", f)
+        assert "valid" in p.stdout
+    for name, main_plugins in EXAMPLES.items():
+        conf = example(name)
+        assert [p["type"] for p in conf["plugins"]] == [*main_plugins, "ebpf-masq"], name
+    # validate really validates: a bad key fails with the key named and code 7.
+    bad = example("calico")
+    masq_entry(bad)["portRange"] = "9-1"
+    f = tmp_path / "bad.conflist"
+    f.write_text(json.dumps(bad))
+    p = run(plugin, "validate", "--conf", f, check=False)
+    assert p.returncode == 1 and "plugins[3].portRange" in p.stderr and "code 7" in p.stderr, p.stderr
+
+
+# ---------------------------------------------------------------- (c) install / uninstall
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_install_chains_then_uninstall_restores(plugin, node, lab, tmp_path, name):
+    conf_dir, bin_dir = scratch(tmp_path)
+    ours = example(name)
+    shipped = without_masq(ours)
+    target = conf_dir / f"10-{name}.conflist"
+    # Formatted unlike our output, so a byte-exact restore is meaningful.
+    target.write_text(json.dumps(shipped, indent=4))
+    target.chmod(0o600)
+    (conf_dir / "99-later.conflist").write_text(json.dumps(without_masq(example("bridge"))))  # not the primary
+    (conf_dir / "calico-kubeconfig").write_text("apiVersion: v1\nkind: Config\n")
+    before = contents(conf_dir, bin_dir)
+
+    p = run(plugin, "install", "--cni-bin-dir", bin_dir, "--cni-conf-dir", conf_dir,
+            "--conf", CONF / f"{name}.conflist", ns=node)
+    assert "chained ebpf-masq into" in p.stdout, p.stdout
+    chained = json.loads(target.read_text())
+    # Other plugins and keys unchanged, in order; our entry last, as in the example.
+    assert chained["plugins"][:-1] == shipped["plugins"]
+    assert chained["plugins"][-1] == masq_entry(ours)
+    assert {k: v for k, v in chained.items() if k != "plugins"} == \
+        {k: v for k, v in shipped.items() if k != "plugins"}
+    assert keys_in_order(chained)[:-1] == keys_in_order(shipped)[:-1]
+    assert keys_in_order(chained["plugins"][:-1]) == keys_in_order(shipped["plugins"])
+    assert chained == ours
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    # Backup of the original; the binary in place; nothing else touched.
+    assert (conf_dir / f"10-{name}.conflist{BAK}").read_bytes() == before[str(target)]
+    installed = bin_dir / "ebpf-masq"
+    assert installed.read_bytes() == plugin.read_bytes() and os.access(installed, os.X_OK)
+    for other in ("99-later.conflist", "calico-kubeconfig"):
+        assert (conf_dir / other).read_bytes() == before[str(conf_dir / other)]
+    assert sorted(os.listdir(conf_dir)) == sorted(["99-later.conflist", "calico-kubeconfig",
+                                                   target.name, target.name + BAK])
+    run(plugin, "validate", "--conf", target)
+
+    # Twice: nothing changes, not even a rewrite of the same bytes.
+    snap = snapshot(conf_dir, bin_dir)
+    p = run(plugin, "install", "--cni-bin-dir", bin_dir, "--cni-conf-dir", conf_dir,
+            "--conf", CONF / f"{name}.conflist", ns=node)
+    assert "unchanged" in p.stdout and "up to date" in p.stdout, p.stdout
+    assert snapshot(conf_dir, bin_dir) == snap
+
+    # Uninstall: the original file, byte for byte, and nothing of ours left.
+    p = run(plugin, "uninstall", "--cni-conf-dir", conf_dir, "--cni-bin-dir", bin_dir,
+            "--pin-path", lab.pin_path, ns=node)
+    assert "restored" in p.stdout, p.stdout
+    assert contents(conf_dir, bin_dir) == before
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    # And again: idempotent.
+    p = run(plugin, "uninstall", "--cni-conf-dir", conf_dir, "--cni-bin-dir", bin_dir,
+            "--pin-path", lab.pin_path, ns=node)
+    assert "no ebpf-masq entry" in p.stdout, p.stdout
+    assert contents(conf_dir, bin_dir) == before
+
+
+def test_install_defaults_and_replaces_in_place(plugin, node, lab, tmp_path):
+    conf_dir, bin_dir = scratch(tmp_path)
+    target = conf_dir / "10-calico.conflist"
+    target.write_text(json.dumps(example("calico")))  # already has an entry, not last
+    conf = example("calico")
+    conf["plugins"].insert(1, conf["plugins"].pop())
+    target.write_text(json.dumps(conf))
+    extra = conf_dir / "50-extra.conflist"  # a secondary network using ebpf-masq too
+    extra.write_text(json.dumps(example("ptp")))
+    run(plugin, "install", "--cni-bin-dir", bin_dir, "--cni-conf-dir", conf_dir, ns=node)
+    got = json.loads(target.read_text())
+    assert [p["type"] for p in got["plugins"]] == ["calico", "ebpf-masq", "portmap", "bandwidth"]
+    assert got["plugins"][1] == {"type": "ebpf-masq"}  # the default entry, replaced in place
+    # A file that already had our entry is no "original": no backup of it.
+    assert not (conf_dir / f"10-calico.conflist{BAK}").exists()
+    # --pin-path goes into the entry.
+    run(plugin, "install", "--cni-bin-dir", bin_dir, "--cni-conf-dir", conf_dir,
+        "--pin-path", lab.pin_path, ns=node)
+    assert json.loads(target.read_text())["plugins"][1] == {"type": "ebpf-masq", "pinPath": lab.pin_path}
+    # Uninstall takes the pin path from the entry and removes just our entry.
+    p = run(plugin, "uninstall", "--cni-conf-dir", conf_dir, ns=node)
+    assert f"no pins under {lab.pin_path}/v" in p.stdout, p.stdout
+    assert json.loads(target.read_text()) == without_masq(conf)
+    # Every network loses the entry (the binary may be gone next), not just the primary.
+    assert json.loads(extra.read_text()) == without_masq(example("ptp"))
+    assert (bin_dir / "ebpf-masq").exists()  # no --cni-bin-dir: binary left
+
+
+def test_conf_file_is_converted_to_conflist_and_back(plugin, node, lab, tmp_path):
+    conf_dir, bin_dir = scratch(tmp_path)
+    bridge = {"cniVersion": "1.0.0", "name": "mynet", "type": "bridge", "bridge": "cni0",
+              "isGateway": True, "ipMasq": False,
+              "ipam": {"type": "host-local", "subnet": "10.22.0.0/16", "routes": [{"dst": "0.0.0.0/0"}]}}
+    src = conf_dir / "10-mynet.conf"
+    src.write_text(json.dumps(bridge))
+    (conf_dir / "20-other.conflist").write_text(json.dumps(without_masq(example("ptp"))))
+    before = contents(conf_dir, bin_dir)
+
+    p = run(plugin, "install", "--cni-bin-dir", bin_dir, "--cni-conf-dir", conf_dir, ns=node)
+    assert "converted" in p.stdout, p.stdout
+    out = conf_dir / "10-mynet.conflist"
+    assert not src.exists(), "the .conf would sort first and keep the node unchained"
+    got = json.loads(out.read_text())
+    assert list(got) == ["cniVersion", "name", "plugins"]
+    assert got["cniVersion"] == "1.0.0" and got["name"] == "mynet"
+    assert got["plugins"] == [bridge, {"type": "ebpf-masq"}]
+    assert keys_in_order(got["plugins"][0]) == keys_in_order(bridge)
+    assert (conf_dir / f"10-mynet.conf{BAK}").read_bytes() == before[str(src)]
+    run(plugin, "validate", "--conf", out)
+
+    snap = snapshot(conf_dir, bin_dir)
+    p = run(plugin, "install", "--cni-bin-dir", bin_dir, "--cni-conf-dir", conf_dir, ns=node)
+    assert "unchanged" in p.stdout, p.stdout
+    assert snapshot(conf_dir, bin_dir) == snap
+
+    p = run(plugin, "uninstall", "--cni-conf-dir", conf_dir, "--cni-bin-dir", bin_dir,
+            "--pin-path", lab.pin_path, ns=node)
+    assert "restored" in p.stdout, p.stdout
+    assert contents(conf_dir, bin_dir) == before
+
+
+def test_uninstall_after_the_main_plugin_changed_the_file(plugin, node, lab, tmp_path):
+    """The file changed after install: the backup is stale, so only our entry goes."""
+    conf_dir, bin_dir = scratch(tmp_path)
+    target = conf_dir / "10-flannel.conflist"
+    target.write_text(json.dumps(without_masq(example("flannel"))))
+    run(plugin, "install", "--cni-bin-dir", bin_dir, "--cni-conf-dir", conf_dir, ns=node)
+    changed = json.loads(target.read_text())
+    changed["plugins"][0]["delegate"]["hairpinMode"] = False
+    target.write_text(json.dumps(changed))
+    p = run(plugin, "uninstall", "--cni-conf-dir", conf_dir, "--pin-path", lab.pin_path, ns=node)
+    assert "removed the ebpf-masq entry" in p.stdout and "stale backup" in p.stdout, p.stdout
+    assert json.loads(target.read_text()) == without_masq(changed)
+    assert sorted(os.listdir(conf_dir)) == ["10-flannel.conflist"]
+
+
+def test_install_refuses_what_would_break_the_node(plugin, tmp_path):
+    conf_dir, bin_dir = scratch(tmp_path)
+    # Flannel as it ships: cniVersion 0.3.1, which ebpf-masq does not speak.
+    shipped = {**without_masq(example("flannel")), "cniVersion": "0.3.1"}
+    (conf_dir / "10-flannel.conflist").write_text(json.dumps(shipped))
+    before = contents(conf_dir, bin_dir)
+    p = run(plugin, "install", "--cni-bin-dir", bin_dir, "--cni-conf-dir", conf_dir, check=False)
+    assert p.returncode == 1 and "0.3.1" in p.stderr and "10-flannel.conflist" in p.stderr, p.stderr
+    # An invalid --conf is refused before anything is touched.
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"cniVersion": "1.0.0", "name": "x", "type": "ebpf-masq", "natOutgoin": true}')
+    p = run(plugin, "install", "--cni-bin-dir", bin_dir, "--cni-conf-dir", conf_dir, "--conf", bad, check=False)
+    assert p.returncode == 1 and "natOutgoin" in p.stderr, p.stderr
+    # No config at all: the main plugin is not installed yet.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    p = run(plugin, "install", "--cni-bin-dir", bin_dir, "--cni-conf-dir", empty, check=False)
+    assert p.returncode == 1 and "no network config" in p.stderr, p.stderr
+    assert contents(conf_dir, bin_dir) == before
+
+
+def test_install_dry_run_and_conflist_choice(plugin, tmp_path):
+    conf_dir, bin_dir = scratch(tmp_path)
+    (conf_dir / "10-bridge.conflist").write_text(json.dumps(without_masq(example("bridge"))))
+    (conf_dir / "20-ptp.conflist").write_text(json.dumps(without_masq(example("ptp"))))
+    before = contents(conf_dir, bin_dir)
+    p = run(plugin, "install", "--cni-bin-dir", bin_dir, "--cni-conf-dir", conf_dir, "--dry-run")
+    assert "would write" in p.stdout and "10-bridge.conflist" in p.stdout, p.stdout
+    assert contents(conf_dir, bin_dir) == before
+    run(plugin, "install", "--cni-bin-dir", bin_dir, "--cni-conf-dir", conf_dir, "--conflist", "20-ptp.conflist")
+    assert (conf_dir / "10-bridge.conflist").read_bytes() == before[str(conf_dir / "10-bridge.conflist")]
+    assert masq_entry(json.loads((conf_dir / "20-ptp.conflist").read_text())) == {"type": "ebpf-masq"}
+
+
+def test_help_is_complete(plugin):
+    for cmd, words in (("install", ["--cni-bin-dir", "--cni-conf-dir", "--conf", "--conflist", "--pin-path",
+                                    "--dry-run", ".conflist", "backup", "Idempotent"]),
+                       ("uninstall", ["--cni-conf-dir", "--cni-bin-dir", "--pin-path", "restored", "Idempotent"]),
+                       ("validate", ["--conf"])):
+        out = run(plugin, cmd, "--help").stdout
+        for w in words:
+            assert w in out, f"{cmd} --help lacks {w!r}"
+
+
+# ---------------------------------------------------------------- (d) the DaemonSet's commands
+
+def init_commands(init):
+    """The init container's commands, one argv per script line."""
+    assert init["command"] == ["/bin/sh", "-ec"], init["command"]
+    [script] = init["args"]
+    return [shlex.split(l) for l in script.splitlines() if l.strip() and not l.strip().startswith("#")]
+
+
+def test_daemonset_commands_on_a_scratch_host(plugin, node, lab, tmp_path):
+    """Run the init container's exact commands against a scratch host root, in a node
+    netns with eth0 + default route, with the container's mounts mapped to scratch dirs
+    (bpffs: a per-test directory); then the readiness probe; then uninstall."""
+    ds, cm = one("DaemonSet"), one("ConfigMap")
+    spec = ds["spec"]["template"]["spec"]
+    [init], [main] = spec["initContainers"], spec["containers"]
+    vols = {v["name"]: v for v in spec["volumes"]}
+
+    host = tmp_path / "host"
+    mapping = {}
+    for m in init["volumeMounts"] + main["volumeMounts"]:
+        v = vols[m["name"]]
+        if "hostPath" in v and v["hostPath"]["path"] == "/sys/fs/bpf":
+            dst = lab.pin_path  # the real bpffs, a directory of this test's own
+        elif "hostPath" in v:
+            dst = str(host) + v["hostPath"]["path"]
+        else:
+            dst = str(tmp_path / "configmap")
+        os.makedirs(dst, exist_ok=True)
+        mapping[m["mountPath"]] = dst
+
+    def remap(arg):
+        for src in sorted(mapping, key=len, reverse=True):
+            if arg == src or arg.startswith(src + "/"):
+                return mapping[src] + arg[len(src):]
+        return arg
+
+    # The ConfigMap as mounted; its pinPath points into the container's bpffs mount.
+    cfg = json.loads(cm["data"]["ebpf-masq.json"])
+    assert remap(cfg["pinPath"]) != cfg["pinPath"], "pinPath must be under the bpffs mount"
+    cfg["pinPath"] = remap(cfg["pinPath"])
+    (tmp_path / "configmap" / "ebpf-masq.json").write_text(json.dumps(cfg))
+    pins = cfg["pinPath"]
+
+    # The node as the main CNI left it: a bridge conflist (a network name and IPAM
+    # store of this test's own, so cnitool touches nothing shared).
+    conf_dir, bin_dir = remap("/host/etc/cni/net.d"), remap("/host/opt/cni/bin")
+    primary = os.path.join(conf_dir, "10-containerd-net.conflist")
+    shipped = without_masq(example("bridge"))
+    shipped["name"] = f"{lab.prefix}containerd-net"
+    shipped["plugins"][0]["ipam"]["dataDir"] = str(tmp_path / "ipam")
+    with open(primary, "w") as f:
+        json.dump(shipped, f, indent=2)
+    before = contents(conf_dir, bin_dir)
+
+    for argv in init_commands(init):
+        assert argv[0] == "ebpf-masq"
+        run(plugin, *map(remap, argv[1:]), ns=node)
+    assert os.path.exists(os.path.join(bin_dir, "ebpf-masq"))
+    chained = json.loads(open(primary).read())
+    assert [p["type"] for p in chained["plugins"]] == ["bridge", "portmap", "ebpf-masq"]
+    assert chained["plugins"][-1]["pinPath"] == pins
+    for direction in ("ingress", "egress"):
+        assert node.tc_filters("eth0", direction).strip(), f"apply attached nothing to eth0 {direction}"
+
+    # Readiness: succeeds with no pod on the node.
+    probe = main["readinessProbe"]["exec"]["command"]
+    assert probe[0] == "ebpf-masq"
+    p = run(plugin, *map(remap, probe[1:]), ns=node)
+    assert "eth0" in p.stdout, p.stdout
+
+    # A runtime using that conf dir and bin dir now chains ebpf-masq for a new pod.
+    env = {**os.environ, "NETCONFPATH": conf_dir, "CNI_PATH": f"{CNI_BIN_DIR}:{bin_dir}"}
+    pod = lab.netns("pod")
+    lab.on_close(lambda: [f.unlink() for f in Path("/var/lib/cni/results").glob(f"{shipped['name']}-*")])
+    lab.on_close(lambda: node.enter(["cnitool", "del", shipped["name"], pod.path], env=env, check=False))
+    result = json.loads(node.enter(["cnitool", "add", shipped["name"], pod.path], env=env).stdout)
+    veth = Pod(pod, result).host_veth
+    assert node.tc_filters(veth, "ingress").strip(), f"no ebpf-masq filter on the pod's veth {veth}"
+    pod_ip = result["ips"][0]["address"].split("/")[0]
+    assert pod_ip in run(plugin, *map(remap, probe[1:]), ns=node).stdout
+
+    # Uninstall: no pins, no filters on eth0 or the veth, conf and bin dirs as before.
+    p = run(plugin, "uninstall", "--cni-conf-dir", conf_dir, "--cni-bin-dir", bin_dir, "--pin-path", pins,
+            ns=node)
+    assert "detached from 1 pod veth(s)" in p.stdout, p.stdout
+    left = [os.path.join(r, f) for r, ds_, fs in os.walk(lab.pin_path) for f in ds_ + fs]
+    assert not left, f"pins left: {left}"
+    for dev, direction in (("eth0", "ingress"), ("eth0", "egress"), (veth, "ingress")):
+        assert not node.tc_filters(dev, direction).strip(), f"filter left on {dev} {direction}"
+    assert contents(conf_dir, bin_dir) == before
+    # The readiness probe now fails: nothing to report.
+    assert run(plugin, *map(remap, probe[1:]), ns=node, check=False).returncode != 0

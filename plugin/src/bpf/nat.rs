@@ -1,0 +1,263 @@
+//! Both families' NAT maps behind one view: read the pairs (forward half joined
+//! with its reverse half) and delete every pair of some pod addresses.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use aya::maps::{HashMap, MapData, MapError};
+
+use super::{
+    abi::{self, Nat4Entry, Nat4Key, Nat6Entry, Nat6Key},
+    loader::Pins,
+    maps,
+};
+use crate::error::{Error, Result};
+
+/// A NAT key in either family: the tuple of the packet it matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tuple {
+    pub saddr: IpAddr,
+    pub daddr: IpAddr,
+    pub sport: u16,
+    pub dport: u16,
+    pub proto: u8,
+}
+
+/// A NAT entry in either family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    pub addr: IpAddr,
+    pub port: u16,
+    pub flags: u8,
+    pub rule_id: u32,
+    pub created_ns: u64,
+    pub last_seen_ns: u64,
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+/// One family's maps and layouts.
+pub trait Family {
+    type Key: aya::Pod;
+    type Value: aya::Pod;
+    const FWD: &'static str;
+    const REV: &'static str;
+    fn tuple(k: &Self::Key) -> Tuple;
+    fn key(t: &Tuple) -> Self::Key;
+    fn entry(v: &Self::Value) -> Entry;
+    fn holds(addr: &IpAddr) -> bool;
+}
+
+pub struct V4;
+pub struct V6;
+
+fn v4(a: &IpAddr) -> [u8; 4] {
+    match a {
+        IpAddr::V4(a) => a.octets(),
+        IpAddr::V6(_) => [0; 4],
+    }
+}
+
+fn v6(a: &IpAddr) -> [u8; 16] {
+    match a {
+        IpAddr::V6(a) => a.octets(),
+        IpAddr::V4(_) => [0; 16],
+    }
+}
+
+impl Family for V4 {
+    type Key = Nat4Key;
+    type Value = Nat4Entry;
+    const FWD: &'static str = abi::MAP_NAT4_FWD;
+    const REV: &'static str = abi::MAP_NAT4_REV;
+    fn tuple(k: &Nat4Key) -> Tuple {
+        Tuple {
+            saddr: Ipv4Addr::from(k.saddr).into(),
+            daddr: Ipv4Addr::from(k.daddr).into(),
+            sport: u16::from_be_bytes(k.sport),
+            dport: u16::from_be_bytes(k.dport),
+            proto: k.proto,
+        }
+    }
+    fn key(t: &Tuple) -> Nat4Key {
+        Nat4Key {
+            saddr: v4(&t.saddr),
+            daddr: v4(&t.daddr),
+            sport: t.sport.to_be_bytes(),
+            dport: t.dport.to_be_bytes(),
+            proto: t.proto,
+            pad: [0; 3],
+        }
+    }
+    fn entry(v: &Nat4Entry) -> Entry {
+        Entry {
+            addr: Ipv4Addr::from(v.addr).into(),
+            port: u16::from_be_bytes(v.port),
+            flags: v.flags,
+            rule_id: v.rule_id,
+            created_ns: v.created_ns,
+            last_seen_ns: v.last_seen_ns,
+            packets: v.packets,
+            bytes: v.bytes,
+        }
+    }
+    fn holds(a: &IpAddr) -> bool {
+        a.is_ipv4()
+    }
+}
+
+impl Family for V6 {
+    type Key = Nat6Key;
+    type Value = Nat6Entry;
+    const FWD: &'static str = abi::MAP_NAT6_FWD;
+    const REV: &'static str = abi::MAP_NAT6_REV;
+    fn tuple(k: &Nat6Key) -> Tuple {
+        Tuple {
+            saddr: Ipv6Addr::from(k.saddr).into(),
+            daddr: Ipv6Addr::from(k.daddr).into(),
+            sport: u16::from_be_bytes(k.sport),
+            dport: u16::from_be_bytes(k.dport),
+            proto: k.proto,
+        }
+    }
+    fn key(t: &Tuple) -> Nat6Key {
+        Nat6Key {
+            saddr: v6(&t.saddr),
+            daddr: v6(&t.daddr),
+            sport: t.sport.to_be_bytes(),
+            dport: t.dport.to_be_bytes(),
+            proto: t.proto,
+            pad: [0; 3],
+        }
+    }
+    fn entry(v: &Nat6Entry) -> Entry {
+        Entry {
+            addr: Ipv6Addr::from(v.addr).into(),
+            port: u16::from_be_bytes(v.port),
+            flags: v.flags,
+            rule_id: v.rule_id,
+            created_ns: v.created_ns,
+            last_seen_ns: v.last_seen_ns,
+            packets: v.packets,
+            bytes: v.bytes,
+        }
+    }
+    fn holds(a: &IpAddr) -> bool {
+        a.is_ipv6()
+    }
+}
+
+/// The reverse key of a forward pair: the reply's tuple.
+pub fn reverse_of(fwd: &Tuple, e: &Entry) -> Tuple {
+    Tuple { saddr: fwd.daddr, daddr: e.addr, sport: fwd.dport, dport: e.port, proto: fwd.proto }
+}
+
+type NatMap<F> = HashMap<MapData, <F as Family>::Key, <F as Family>::Value>;
+
+fn open<F: Family>(pins: &Pins) -> Result<(NatMap<F>, NatMap<F>)> {
+    Ok((maps::open(pins, F::FWD)?, maps::open(pins, F::REV)?))
+}
+
+fn map_err(name: &str) -> impl Fn(MapError) -> Error + '_ {
+    move |e| Error::bpf(format!("{name}: {e}"))
+}
+
+/// Every forward half with its reverse half (None when the reverse half is
+/// missing or now belongs to another flow).
+pub fn pairs<F: Family>(pins: &Pins) -> Result<Vec<(Tuple, Entry, Option<Entry>)>> {
+    let (fwd, rev) = open::<F>(pins)?;
+    let mut out = Vec::new();
+    for item in fwd.iter() {
+        let (k, v) = item.map_err(map_err(F::FWD))?;
+        let (t, e) = (F::tuple(&k), F::entry(&v));
+        let r = rev
+            .get(&F::key(&reverse_of(&t, &e)), 0)
+            .ok()
+            .map(|r| F::entry(&r))
+            .filter(|r| r.addr == t.saddr && r.port == t.sport);
+        out.push((t, e, r));
+    }
+    Ok(out)
+}
+
+fn ignore_not_found(r: std::result::Result<(), MapError>) -> std::result::Result<(), MapError> {
+    match r {
+        Err(e) if maps::is_key_not_found(&e) => Ok(()),
+        other => other,
+    }
+}
+
+/// Delete both halves of every pair that belongs to one of `addrs`; returns how many halves went.
+pub fn flush<F: Family>(pins: &Pins, addrs: &[IpAddr]) -> Result<usize> {
+    let mine: Vec<IpAddr> = addrs.iter().filter(|a| F::holds(a)).copied().collect();
+    if mine.is_empty() {
+        return Ok(0);
+    }
+    let (mut fwd, mut rev) = open::<F>(pins)?;
+    let mut n = 0;
+    let doomed: Vec<(Tuple, Entry)> = fwd
+        .iter()
+        .filter_map(|r| r.ok())
+        .map(|(k, v)| (F::tuple(&k), F::entry(&v)))
+        .filter(|(t, _)| mine.contains(&t.saddr))
+        .collect();
+    for (t, e) in doomed {
+        ignore_not_found(rev.remove(&F::key(&reverse_of(&t, &e)))).map_err(map_err(F::REV))?;
+        ignore_not_found(fwd.remove(&F::key(&t))).map_err(map_err(F::FWD))?;
+        n += 2;
+    }
+    // Reverse halves whose forward half the LRU already dropped.
+    let orphans: Vec<Tuple> = rev
+        .iter()
+        .filter_map(|r| r.ok())
+        .filter(|(_, v)| mine.contains(&F::entry(v).addr))
+        .map(|(k, _)| F::tuple(&k))
+        .collect();
+    for t in orphans {
+        ignore_not_found(rev.remove(&F::key(&t))).map_err(map_err(F::REV))?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_round_trip_both_families() {
+        let t4 = Tuple {
+            saddr: "10.244.1.2".parse().unwrap(),
+            daddr: "10.0.0.2".parse().unwrap(),
+            sport: 40000,
+            dport: 80,
+            proto: 6,
+        };
+        assert_eq!(V4::tuple(&V4::key(&t4)), t4);
+        let t6 = Tuple { saddr: "fd00::2".parse().unwrap(), daddr: "2001:db8::1".parse().unwrap(), ..t4 };
+        assert_eq!(V6::tuple(&V6::key(&t6)), t6);
+        assert_eq!(V4::key(&t4).sport, 40000u16.to_be_bytes(), "ports in network byte order");
+    }
+
+    #[test]
+    fn reverse_key_is_the_reply_tuple() {
+        let fwd = Tuple {
+            saddr: "10.244.1.2".parse().unwrap(),
+            daddr: "10.0.0.2".parse().unwrap(),
+            sport: 40000,
+            dport: 53,
+            proto: 17,
+        };
+        let e = Entry {
+            addr: "10.0.0.5".parse().unwrap(),
+            port: 2000,
+            flags: 0,
+            rule_id: 0,
+            created_ns: 0,
+            last_seen_ns: 0,
+            packets: 0,
+            bytes: 0,
+        };
+        let r = reverse_of(&fwd, &e);
+        assert_eq!((r.saddr, r.daddr, r.sport, r.dport), (fwd.daddr, e.addr, 53, 2000));
+    }
+}

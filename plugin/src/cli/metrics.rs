@@ -1,0 +1,709 @@
+//! `ebpf-masq metrics`: the data plane's counters in the Prometheus text
+//! exposition format (version 0.0.4), read from the pinned maps.
+//!
+//! Printed once (for node-exporter's textfile collector:
+//! `ebpf-masq metrics > f.prom.$$ && mv f.prom.$$ /var/lib/node_exporter/ebpf_masq.prom`)
+//! or served on `GET /metrics` by a tiny std::net HTTP server (`--listen ADDR`).
+
+use std::{
+    fmt::Write as _,
+    io::{Read, Write},
+    net::{TcpListener, TcpStream},
+    time::Duration,
+};
+
+use crate::{
+    bpf::{abi, loader::Pins},
+    cli::readers::{self, PodRow, RuleRow},
+    error::{code, Error, Result},
+};
+
+/// Everything one scrape reports.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    pub loaded: bool,
+    /// `counters` by name (abi::counter::NAMES).
+    pub counters: Vec<(String, u64)>,
+    /// `drops` by reason (abi::drop_reason::NAMES).
+    pub drops: Vec<(String, u64)>,
+    /// (family, entries, max entries) of each pinned NAT map (forward halves).
+    pub nat: Vec<(&'static str, u64, u64)>,
+    pub rules: Vec<RuleRow>,
+    pub pods: Vec<PodRow>,
+}
+
+impl Snapshot {
+    fn counter(&self, name: &str) -> u64 {
+        self.counters.iter().find(|(n, _)| n == name).map(|(_, v)| *v).unwrap_or(0)
+    }
+    /// The data plane has this counter (newer versions add some).
+    fn has(&self, name: &str) -> bool {
+        self.counters.iter().any(|(n, _)| n == name)
+    }
+}
+
+/// Read one snapshot from the pins. A node without a data plane is a valid
+/// snapshot (`ebpf_masq_data_plane_loaded 0`), not an error.
+pub fn collect(pins: &Pins) -> Result<Snapshot> {
+    if !pins.loaded() {
+        return Ok(Snapshot::default());
+    }
+    let mut nat = Vec::new();
+    for (family, map) in [("ipv4", abi::MAP_NAT4_FWD), ("ipv6", abi::MAP_NAT6_FWD)] {
+        if let Some((n, max)) = readers::map_fill(pins, map)? {
+            nat.push((family, n, max));
+        }
+    }
+    let mut pods = readers::pods(pins)?;
+    pods.sort_by(|a, b| (&a.container_id, &a.ifname).cmp(&(&b.container_id, &b.ifname)));
+    Ok(Snapshot {
+        loaded: true,
+        counters: readers::counters(pins)?.into_iter().map(|(n, v)| (n.to_string(), v)).collect(),
+        drops: readers::drops(pins)?.into_iter().map(|(n, v)| (n.to_string(), v)).collect(),
+        nat,
+        rules: readers::rules(pins)?,
+        pods,
+    })
+}
+
+/// Escape a label value: backslash, double quote and line feed.
+pub fn escape_label(v: &str) -> String {
+    let mut s = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => s.push_str("\\\\"),
+            '"' => s.push_str("\\\""),
+            '\n' => s.push_str("\\n"),
+            c => s.push(c),
+        }
+    }
+    s
+}
+
+/// One metric family being written.
+struct Family<'a> {
+    out: &'a mut String,
+    name: &'static str,
+}
+
+impl Family<'_> {
+    fn sample(&mut self, labels: &[(&str, &str)], value: u64) {
+        self.out.push_str(self.name);
+        if !labels.is_empty() {
+            self.out.push('{');
+            for (i, (k, v)) in labels.iter().enumerate() {
+                if i > 0 {
+                    self.out.push(',');
+                }
+                let _ = write!(self.out, "{k}=\"{}\"", escape_label(v));
+            }
+            self.out.push('}');
+        }
+        let _ = writeln!(self.out, " {value}");
+    }
+}
+
+fn family<'a>(out: &'a mut String, name: &'static str, kind: &str, help: &str) -> Family<'a> {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+    Family { out, name }
+}
+
+/// The exposition text of one snapshot.
+pub fn render(s: &Snapshot) -> String {
+    let mut out = String::new();
+    family(&mut out, "ebpf_masq_data_plane_loaded", "gauge", "1 when the ebpf-masq programs are pinned under the pin path.")
+        .sample(&[], s.loaded as u64);
+    if !s.loaded {
+        return out;
+    }
+
+    let dirs = [("snat", "snat"), ("rnat", "rnat")];
+    let fams = [("ipv4", "v4"), ("ipv6", "v6")];
+    let mut f = family(
+        &mut out,
+        "ebpf_masq_translated_packets_total",
+        "counter",
+        "Packets translated: snat = source rewritten on uplink egress, rnat = reply rewritten back on uplink ingress.",
+    );
+    for (d, dn) in dirs {
+        for (fam, fs) in fams {
+            f.sample(&[("direction", d), ("family", fam)], s.counter(&format!("{dn}_packets_{fs}")));
+        }
+    }
+    let mut f = family(&mut out, "ebpf_masq_translated_bytes_total", "counter", "Bytes of the translated packets (skb length).");
+    for (d, dn) in dirs {
+        for (fam, fs) in fams {
+            f.sample(&[("direction", d), ("family", fam)], s.counter(&format!("{dn}_bytes_{fs}")));
+        }
+    }
+    for (name, counter, help) in [
+        ("ebpf_masq_nat_pairs_created_total", "nat_created", "NAT pairs (forward and reverse half) created."),
+        (
+            "ebpf_masq_nat_pairs_reclaimed_total",
+            "nat_reclaimed",
+            "Expired NAT pairs whose port was taken over by a new flow.",
+        ),
+        (
+            "ebpf_masq_nat_pairs_repaired_total",
+            "nat_repaired",
+            "NAT pair halves re-inserted after the LRU evicted them.",
+        ),
+        (
+            "ebpf_masq_port_allocation_failures_total",
+            "port_alloc_failures",
+            "New flows for which no free NAT port was found within the probe budget.",
+        ),
+    ] {
+        family(&mut out, name, "counter", help).sample(&[], s.counter(counter));
+    }
+    let mut f = family(
+        &mut out,
+        "ebpf_masq_skipped_packets_total",
+        "counter",
+        "Pod packets the policy left untouched: destination excluded, or natOutgoing false.",
+    );
+    f.sample(&[("reason", "destination_excluded")], s.counter("skipped_excluded"));
+    f.sample(&[("reason", "nat_outgoing_false")], s.counter("skipped_nat_outgoing_false"));
+    if s.has("icmp_errors_to_pods") || s.has("icmp_errors_outward") {
+        let mut f = family(
+            &mut out,
+            "ebpf_masq_icmp_errors_translated_total",
+            "counter",
+            "ICMP errors translated: to_pod = about a masqueraded flow, sent back to the pod; \
+             outward = about a translated reply (from a pod or the node), sent out.",
+        );
+        f.sample(&[("direction", "to_pod")], s.counter("icmp_errors_to_pods"));
+        f.sample(&[("direction", "outward")], s.counter("icmp_errors_outward"));
+    }
+    if s.has("fragments_translated") {
+        family(
+            &mut out,
+            "ebpf_masq_fragments_translated_total",
+            "counter",
+            "Later fragments translated like their first fragment.",
+        )
+        .sample(&[], s.counter("fragments_translated"));
+    }
+
+    let mut f = family(&mut out, "ebpf_masq_nat_entries", "gauge", "NAT pairs currently in the table (forward halves).");
+    for (fam, _) in fams {
+        f.sample(&[("family", fam)], s.nat.iter().find(|(x, _, _)| *x == fam).map(|(_, n, _)| *n).unwrap_or(0));
+    }
+    let mut f = family(&mut out, "ebpf_masq_nat_entries_limit", "gauge", "Capacity of the NAT table (natMaxEntries) per family.");
+    for (fam, _, max) in &s.nat {
+        f.sample(&[("family", fam)], *max);
+    }
+
+    let mut f = family(&mut out, "ebpf_masq_drops_total", "counter", "Packets dropped by the data plane, by reason.");
+    for (reason, v) in &s.drops {
+        f.sample(&[("reason", reason)], *v);
+    }
+
+    let rule_labels = |r: &RuleRow| {
+        let out_if = r.out_interface.clone().unwrap_or_else(|| format!("ifindex:{}", r.out_ifindex));
+        (r.id.to_string(), r.source_cidr(), out_if)
+    };
+    let rules: Vec<_> = s.rules.iter().map(|r| (rule_labels(r), r.packets, r.bytes)).collect();
+    let mut f = family(&mut out, "ebpf_masq_rule_packets_total", "counter", "Packets masqueraded by each masqueradeRules entry.");
+    for ((id, src, oif), p, _) in &rules {
+        f.sample(&[("rule", id), ("source", src), ("out_interface", oif)], *p);
+    }
+    let mut f = family(&mut out, "ebpf_masq_rule_bytes_total", "counter", "Bytes masqueraded by each masqueradeRules entry.");
+    for ((id, src, oif), _, b) in &rules {
+        f.sample(&[("rule", id), ("source", src), ("out_interface", oif)], *b);
+    }
+
+    for (name, help, get) in [
+        (
+            "ebpf_masq_pod_packets_total",
+            "Packets from each pod interface accepted by the veth source check.",
+            (|p: &PodRow| p.packets) as fn(&PodRow) -> u64,
+        ),
+        ("ebpf_masq_pod_bytes_total", "Bytes from each pod interface accepted by the veth source check.", |p: &PodRow| p.bytes),
+        (
+            "ebpf_masq_pod_spoofed_packets_total",
+            "Packets from each pod interface dropped because their source is not the pod's.",
+            |p: &PodRow| p.spoofed,
+        ),
+    ] {
+        let mut f = family(&mut out, name, "counter", help);
+        for p in &s.pods {
+            f.sample(&[("container_id", &p.container_id), ("ifname", &p.ifname)], get(p));
+        }
+    }
+    out
+}
+
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// Longest request head we read; anything longer is refused (431).
+pub const MAX_REQUEST: usize = 8192;
+const IO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// An HTTP response: status, reason, content type, body.
+#[derive(Debug, PartialEq)]
+pub struct Response {
+    pub status: u16,
+    pub reason: &'static str,
+    pub content_type: &'static str,
+    pub body: String,
+    pub allow: bool,
+}
+
+fn plain(status: u16, reason: &'static str, body: impl Into<String>) -> Response {
+    Response { status, reason, content_type: "text/plain; charset=utf-8", body: body.into(), allow: false }
+}
+
+/// The response to one request head (the bytes up to the blank line).
+/// `metrics` is called only for `GET /metrics` (or HEAD).
+pub fn respond(head: &[u8], metrics: impl FnOnce() -> Result<String>) -> (Response, bool) {
+    let head_only = head.starts_with(b"HEAD ");
+    let Some(line) = std::str::from_utf8(head).ok().and_then(|h| h.split("\r\n").next()) else {
+        return (plain(400, "Bad Request", "bad request\n"), false);
+    };
+    let mut parts = line.split(' ');
+    let (Some(method), Some(target), Some(version), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
+        return (plain(400, "Bad Request", "bad request\n"), false);
+    };
+    if !version.starts_with("HTTP/1.") || !target.starts_with('/') {
+        return (plain(400, "Bad Request", "bad request\n"), false);
+    }
+    if method != "GET" && method != "HEAD" {
+        let mut r = plain(405, "Method Not Allowed", "only GET and HEAD\n");
+        r.allow = true;
+        return (r, false);
+    }
+    let path = target.split(['?', '#']).next().unwrap_or("");
+    if path != "/metrics" {
+        return (plain(404, "Not Found", "not found: try /metrics\n"), head_only);
+    }
+    match metrics() {
+        Ok(body) => (Response { status: 200, reason: "OK", content_type: CONTENT_TYPE, body, allow: false }, head_only),
+        Err(e) => (plain(500, "Internal Server Error", format!("ebpf-masq: {}\n", e.msg)), head_only),
+    }
+}
+
+fn write_response(s: &mut TcpStream, r: &Response, head_only: bool) -> std::io::Result<()> {
+    let mut head = format!(
+        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n",
+        r.status,
+        r.reason,
+        r.content_type,
+        r.body.len()
+    );
+    if r.allow {
+        head.push_str("Allow: GET, HEAD\r\n");
+    }
+    head.push_str("\r\n");
+    s.write_all(head.as_bytes())?;
+    if !head_only {
+        s.write_all(r.body.as_bytes())?;
+    }
+    s.flush()
+}
+
+/// Read one request head (bounded) and answer it.
+fn handle(pins: &Pins, mut s: TcpStream) -> std::io::Result<()> {
+    s.set_read_timeout(Some(IO_TIMEOUT))?;
+    s.set_write_timeout(Some(IO_TIMEOUT))?;
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            buf.truncate(end);
+            break;
+        }
+        if buf.len() >= MAX_REQUEST {
+            let r = plain(431, "Request Header Fields Too Large", "request too large\n");
+            return write_response(&mut s, &r, false);
+        }
+        let want = chunk.len().min(MAX_REQUEST - buf.len());
+        let n = s.read(&mut chunk[..want])?;
+        if n == 0 {
+            break; // EOF before the blank line: answer what we have (likely a 400)
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    let (r, head_only) = respond(&buf, || collect(pins).map(|snap| render(&snap)));
+    write_response(&mut s, &r, head_only)
+}
+
+/// Serve `GET /metrics` on `addr` until killed; one connection at a time.
+pub fn serve(pins: &Pins, addr: &str) -> Result<()> {
+    let listener = TcpListener::bind(addr).map_err(|e| Error::new(code::IO_FAILURE, format!("listen on {addr}: {e}")))?;
+    let local = listener.local_addr().map_err(|e| Error::new(code::IO_FAILURE, format!("listen on {addr}: {e}")))?;
+    eprintln!("ebpf-masq metrics: serving http://{local}/metrics");
+    for conn in listener.incoming() {
+        match conn {
+            Ok(s) => {
+                if let Err(e) = handle(pins, s) {
+                    eprintln!("ebpf-masq metrics: connection: {e}");
+                }
+            }
+            Err(e) => {
+                eprintln!("ebpf-masq metrics: accept: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+    Ok(())
+}
+
+pub const LONG_HELP: &str = "The data plane's counters in the Prometheus text exposition format (0.0.4): \
+packets/bytes translated per direction and family, NAT pairs created/reclaimed/repaired, NAT entries, port \
+allocation failures, drops by reason, per-rule and per-pod counters. Read from the pinned maps.\n\n\
+Without --listen it prints once, for node-exporter's textfile collector:\n  \
+ebpf-masq metrics > /var/lib/node_exporter/textfile/ebpf_masq.prom.$$ && \
+mv /var/lib/node_exporter/textfile/ebpf_masq.prom.$$ /var/lib/node_exporter/textfile/ebpf_masq.prom\n\
+With --listen ADDR (e.g. 127.0.0.1:9436) it serves the same on GET /metrics until killed.";
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct MetricsArgs {
+    #[arg(long, default_value = crate::config::DEFAULT_PIN_PATH, help = "bpffs directory holding the pins")]
+    pub pin_path: std::path::PathBuf,
+    #[arg(long, value_name = "ADDR", help = "serve GET /metrics on ADDR (host:port) instead of printing once")]
+    pub listen: Option<String>,
+}
+
+pub fn main(args: &MetricsArgs) -> Result<()> {
+    run(&Pins::new(&args.pin_path), args.listen.as_deref())
+}
+
+pub fn run(pins: &Pins, listen: Option<&str>) -> Result<()> {
+    match listen {
+        Some(addr) => serve(pins, addr),
+        None => {
+            let text = render(&collect(pins)?);
+            let mut out = std::io::stdout().lock();
+            out.write_all(text.as_bytes()).and_then(|_| out.flush()).map_err(|e| Error::new(code::IO_FAILURE, format!("stdout: {e}")))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::{HashMap, HashSet};
+
+    /// A strict parser of the text exposition format 0.0.4, for what we emit:
+    /// every sample's family has a TYPE line before it, families are contiguous,
+    /// names and labels are well formed, no series appears twice, counters end
+    /// in `_total` and are non-negative integers. Returns name -> type and the series.
+    /// (metric name, labels in order, value) of every sample.
+    type Series = Vec<(String, Vec<(String, String)>, f64)>;
+
+    fn validate(text: &str) -> std::result::Result<(HashMap<String, String>, Series), String> {
+        fn is_name(s: &str, colon: bool) -> bool {
+            let mut cs = s.chars();
+            matches!(cs.next(), Some(c) if c.is_ascii_alphabetic() || c == '_' || (colon && c == ':'))
+                && cs.all(|c| c.is_ascii_alphanumeric() || c == '_' || (colon && c == ':'))
+        }
+        if !text.ends_with('\n') {
+            return Err("must end with a newline".into());
+        }
+        let mut types: HashMap<String, String> = HashMap::new();
+        let mut helps: HashSet<String> = HashSet::new();
+        let mut closed: HashSet<String> = HashSet::new();
+        let mut current: Option<String> = None;
+        let mut seen: HashSet<String> = HashSet::new();
+        let mut series = Vec::new();
+        for (no, line) in text.lines().enumerate() {
+            let err = |m: &str| format!("line {}: {m}: {line:?}", no + 1);
+            if line.is_empty() {
+                return Err(err("empty line"));
+            }
+            if let Some(rest) = line.strip_prefix("# ") {
+                let mut it = rest.splitn(3, ' ');
+                let (kw, name, arg) = (it.next().unwrap_or(""), it.next().unwrap_or(""), it.next().unwrap_or(""));
+                if !is_name(name, true) {
+                    return Err(err("bad metric name"));
+                }
+                if current.as_deref() != Some(name) {
+                    if let Some(c) = current.take() {
+                        closed.insert(c);
+                    }
+                    if closed.contains(name) {
+                        return Err(err("family not contiguous"));
+                    }
+                    current = Some(name.to_string());
+                }
+                match kw {
+                    "HELP" => {
+                        if !helps.insert(name.into()) || arg.is_empty() {
+                            return Err(err("duplicate or empty HELP"));
+                        }
+                    }
+                    "TYPE" => {
+                        if !["counter", "gauge", "histogram", "summary", "untyped"].contains(&arg) {
+                            return Err(err("bad type"));
+                        }
+                        if types.insert(name.into(), arg.into()).is_some() {
+                            return Err(err("duplicate TYPE"));
+                        }
+                        if arg == "counter" && !name.ends_with("_total") {
+                            return Err(err("counter without _total"));
+                        }
+                        if series.iter().any(|(n, _, _): &(String, _, _)| n == name) {
+                            return Err(err("TYPE after samples"));
+                        }
+                    }
+                    _ => return Err(err("unknown comment keyword")),
+                }
+                continue;
+            }
+            if line.starts_with('#') {
+                return Err(err("bad comment"));
+            }
+            // name{labels} value
+            let name_end = line.find(['{', ' ']).ok_or_else(|| err("no value"))?;
+            let name = &line[..name_end];
+            if !is_name(name, true) {
+                return Err(err("bad metric name"));
+            }
+            let kind = types.get(name).ok_or_else(|| err("sample without TYPE"))?;
+            if current.as_deref() != Some(name) {
+                return Err(err("sample outside its family"));
+            }
+            let mut rest = &line[name_end..];
+            let mut labels: Vec<(String, String)> = Vec::new();
+            if let Some(r) = rest.strip_prefix('{') {
+                let mut chars = r.char_indices().peekable();
+                loop {
+                    // label name
+                    let start = chars.peek().map(|(i, _)| *i).ok_or_else(|| err("unterminated labels"))?;
+                    if r[start..].starts_with('}') {
+                        chars.next();
+                        break;
+                    }
+                    let eq = r[start..].find('=').ok_or_else(|| err("label without ="))? + start;
+                    let lname = &r[start..eq];
+                    if !is_name(lname, false) || lname.starts_with("__") {
+                        return Err(err("bad label name"));
+                    }
+                    while chars.peek().is_some_and(|(i, _)| *i <= eq) {
+                        chars.next();
+                    }
+                    if chars.next().map(|(_, c)| c) != Some('"') {
+                        return Err(err("label value not quoted"));
+                    }
+                    let mut val = String::new();
+                    loop {
+                        match chars.next().ok_or_else(|| err("unterminated label value"))?.1 {
+                            '"' => break,
+                            '\\' => match chars.next().ok_or_else(|| err("dangling escape"))?.1 {
+                                '\\' => val.push('\\'),
+                                '"' => val.push('"'),
+                                'n' => val.push('\n'),
+                                _ => return Err(err("bad escape")),
+                            },
+                            '\n' => return Err(err("raw newline in label value")),
+                            c => val.push(c),
+                        }
+                    }
+                    if labels.iter().any(|(n, _)| n == lname) {
+                        return Err(err("duplicate label"));
+                    }
+                    labels.push((lname.to_string(), val));
+                    match chars.next().map(|(_, c)| c) {
+                        Some(',') => continue,
+                        Some('}') => break,
+                        _ => return Err(err("expected , or }")),
+                    }
+                }
+                let consumed = chars.peek().map(|(i, _)| *i).unwrap_or(r.len());
+                rest = &r[consumed..];
+            }
+            let value = rest.strip_prefix(' ').ok_or_else(|| err("no space before value"))?;
+            if value.contains(' ') {
+                return Err(err("timestamps are not emitted"));
+            }
+            let v: f64 = match value {
+                "+Inf" => f64::INFINITY,
+                "-Inf" => f64::NEG_INFINITY,
+                "NaN" => f64::NAN,
+                v => v.parse().map_err(|_| err("bad value"))?,
+            };
+            if kind == "counter" && !(v >= 0.0 && v.fract() == 0.0) {
+                return Err(err("counter must be a non-negative integer"));
+            }
+            let mut sorted = labels.clone();
+            sorted.sort();
+            if !seen.insert(format!("{name}{sorted:?}")) {
+                return Err(err("duplicate series"));
+            }
+            series.push((name.to_string(), labels, v));
+        }
+        Ok((types, series))
+    }
+
+    fn rule(id: u32, oif: Option<&str>) -> RuleRow {
+        RuleRow {
+            id,
+            source: "192.168.6.0".parse().unwrap(),
+            source_len: 24,
+            out_ifindex: 7,
+            out_interface: oif.map(String::from),
+            except: vec![],
+            to_address: None,
+            packets: 10 + id as u64,
+            bytes: 1000,
+        }
+    }
+
+    fn pod(id: &str, ifname: &str) -> PodRow {
+        PodRow {
+            container_id: id.into(),
+            ifname: ifname.into(),
+            veth: "veth0".into(),
+            veth_ifindex: 9,
+            addresses: vec![],
+            nat_outgoing: true,
+            packets: 5,
+            bytes: 500,
+            spoofed: 1,
+        }
+    }
+
+    fn snapshot() -> Snapshot {
+        Snapshot {
+            loaded: true,
+            counters: abi::counter::NAMES.iter().enumerate().map(|(i, n)| (n.to_string(), i as u64 * 3)).collect(),
+            drops: abi::drop_reason::NAMES.iter().map(|n| (n.to_string(), 2)).collect(),
+            nat: vec![("ipv4", 12, 1 << 20)],
+            rules: vec![rule(0, Some("eth0")), rule(1, None)],
+            // Hostile label values: quotes, backslashes, a newline.
+            pods: vec![pod("abc", "eth0"), pod("abc", "net1"), pod("we\"ird\\id\nx", "eth0")],
+        }
+    }
+
+    fn value(series: &Series, name: &str, labels: &[(&str, &str)]) -> f64 {
+        let want: Vec<(String, String)> = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        series.iter().find(|(n, l, _)| n == name && *l == want).unwrap_or_else(|| panic!("no {name} {labels:?}")).2
+    }
+
+    #[test]
+    fn exposition_parses_and_holds_every_family() {
+        let text = render(&snapshot());
+        let (types, series) = validate(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        for (name, kind) in [
+            ("ebpf_masq_data_plane_loaded", "gauge"),
+            ("ebpf_masq_translated_packets_total", "counter"),
+            ("ebpf_masq_translated_bytes_total", "counter"),
+            ("ebpf_masq_nat_pairs_created_total", "counter"),
+            ("ebpf_masq_nat_pairs_reclaimed_total", "counter"),
+            ("ebpf_masq_nat_pairs_repaired_total", "counter"),
+            ("ebpf_masq_port_allocation_failures_total", "counter"),
+            ("ebpf_masq_nat_entries", "gauge"),
+            ("ebpf_masq_drops_total", "counter"),
+            ("ebpf_masq_rule_packets_total", "counter"),
+            ("ebpf_masq_rule_bytes_total", "counter"),
+            ("ebpf_masq_pod_packets_total", "counter"),
+            ("ebpf_masq_pod_bytes_total", "counter"),
+            ("ebpf_masq_pod_spoofed_packets_total", "counter"),
+        ] {
+            assert_eq!(types.get(name).map(String::as_str), Some(kind), "{name}\n{text}");
+        }
+        assert!(types.keys().all(|n| n.starts_with("ebpf_masq_")));
+        // Counter indexes: snat_packets_v4 = 0, rnat_packets_v4 = 2, snat_packets_v6 = 4 (x3 in the fixture).
+        let t = "ebpf_masq_translated_packets_total";
+        assert_eq!(value(&series, t, &[("direction", "snat"), ("family", "ipv4")]), 0.0);
+        assert_eq!(value(&series, t, &[("direction", "rnat"), ("family", "ipv4")]), 6.0);
+        assert_eq!(value(&series, t, &[("direction", "snat"), ("family", "ipv6")]), 12.0);
+        assert_eq!(value(&series, "ebpf_masq_nat_pairs_created_total", &[]), 24.0);
+        assert_eq!(value(&series, "ebpf_masq_port_allocation_failures_total", &[]), 33.0);
+        assert_eq!(value(&series, "ebpf_masq_nat_entries", &[("family", "ipv4")]), 12.0);
+        assert_eq!(value(&series, "ebpf_masq_nat_entries", &[("family", "ipv6")]), 0.0);
+        assert_eq!(value(&series, "ebpf_masq_drops_total", &[("reason", "no_port")]), 2.0);
+        let r = [("rule", "0"), ("source", "192.168.6.0/24"), ("out_interface", "eth0")];
+        assert_eq!(value(&series, "ebpf_masq_rule_packets_total", &r), 10.0);
+        let r = [("rule", "1"), ("source", "192.168.6.0/24"), ("out_interface", "ifindex:7")];
+        assert_eq!(value(&series, "ebpf_masq_rule_bytes_total", &r), 1000.0);
+        let p = [("container_id", "we\"ird\\id\nx"), ("ifname", "eth0")];
+        assert_eq!(value(&series, "ebpf_masq_pod_spoofed_packets_total", &p), 1.0);
+        assert_eq!(series.iter().filter(|(n, _, _)| n == "ebpf_masq_drops_total").count(), abi::drop_reason::NAMES.len());
+    }
+
+    #[test]
+    fn not_loaded_is_one_gauge() {
+        let text = render(&Snapshot::default());
+        let (_, series) = validate(&text).unwrap();
+        assert_eq!(series, vec![("ebpf_masq_data_plane_loaded".to_string(), vec![], 0.0)]);
+    }
+
+    #[test]
+    fn empty_node_parses() {
+        let s = Snapshot { rules: vec![], pods: vec![], nat: vec![], ..snapshot() };
+        validate(&render(&s)).unwrap();
+    }
+
+    #[test]
+    fn validator_rejects_bad_text() {
+        for bad in [
+            "x 1\n",                                                        // no TYPE
+            "# TYPE x_total counter\nx_total{a=\"1\"} 1\nx_total{a=\"1\"} 2\n", // duplicate series
+            "# TYPE x counter\nx 1\n",                                      // counter without _total
+            "# TYPE x gauge\nx{a=1} 1\n",                                   // unquoted
+            "# TYPE x gauge\nx{a=\"\\t\"} 1\n",                             // bad escape
+            "# TYPE x gauge\nx{__a=\"1\"} 1\n",                             // reserved label
+            "# TYPE 1x gauge\n1x 1\n",                                      // bad name
+            "# TYPE x gauge\n# TYPE y gauge\ny 1\nx 1\n",                   // not contiguous
+            "# TYPE x gauge\nx 1",                                          // no final newline
+            "# TYPE x gauge\nx one\n",                                      // bad value
+        ] {
+            assert!(validate(bad).is_err(), "accepted {bad:?}");
+        }
+        validate("# HELP x h\n# TYPE x gauge\nx{a=\"q\\\"\\\\\\n\",b=\"\"} -1.5\n").unwrap();
+    }
+
+    #[test]
+    fn http_routing() {
+        let ok = || Ok("body\n".to_string());
+        let (r, head) = respond(b"GET /metrics HTTP/1.1\r\nHost: x", ok);
+        assert_eq!((r.status, r.content_type, r.body.as_str(), head), (200, CONTENT_TYPE, "body\n", false));
+        let (r, head) = respond(b"HEAD /metrics?x=1 HTTP/1.0", ok);
+        assert_eq!((r.status, head), (200, true));
+        assert_eq!(respond(b"GET / HTTP/1.1", ok).0.status, 404);
+        assert_eq!(respond(b"GET /metricsx HTTP/1.1", ok).0.status, 404);
+        let (r, _) = respond(b"POST /metrics HTTP/1.1", ok);
+        assert!(r.status == 405 && r.allow);
+        for bad in [&b""[..], b"GET", b"GET /metrics", b"GET metrics HTTP/1.1", b"GET /metrics SPDY/3", b"\xff\xfe"] {
+            assert_eq!(respond(bad, ok).0.status, 400, "{bad:?}");
+        }
+        let (r, _) = respond(b"GET /metrics HTTP/1.1", || Err(Error::bpf("boom")));
+        assert_eq!(r.status, 500);
+        // The body is produced only for /metrics.
+        let (r, _) = respond(b"GET /other HTTP/1.1", || panic!("must not collect"));
+        assert_eq!(r.status, 404);
+    }
+
+    #[test]
+    fn http_server_end_to_end() {
+        // The server loop on an ephemeral port with pins that do not exist: loaded 0.
+        let dir = std::env::temp_dir().join(format!("ebpf-masq-metrics-test-{}", std::process::id()));
+        let pins = Pins::new(&dir);
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let t = std::thread::spawn(move || {
+            for s in listener.incoming().take(3) {
+                handle(&pins, s.unwrap()).unwrap();
+            }
+        });
+        let get = |req: &[u8]| {
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.write_all(req).unwrap();
+            let mut out = String::new();
+            s.read_to_string(&mut out).unwrap();
+            out
+        };
+        let r = get(b"GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n");
+        assert!(r.starts_with("HTTP/1.1 200 OK\r\n"), "{r}");
+        assert!(r.contains(CONTENT_TYPE), "{r}");
+        assert!(r.ends_with("\r\n\r\n# HELP ebpf_masq_data_plane_loaded 1 when the ebpf-masq programs are pinned under the pin path.\n# TYPE ebpf_masq_data_plane_loaded gauge\nebpf_masq_data_plane_loaded 0\n"), "{r}");
+        assert!(get(b"GET /nope HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404 "));
+        // An endless head is cut off at MAX_REQUEST.
+        let mut big = b"GET /metrics HTTP/1.1\r\nX: ".to_vec();
+        big.resize(MAX_REQUEST, b'a'); // exactly the limit, all read: no RST on close
+        assert!(get(&big).starts_with("HTTP/1.1 431 "));
+        t.join().unwrap();
+    }
+}

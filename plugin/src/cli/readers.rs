@@ -1,0 +1,238 @@
+//! Typed readers of the pinned maps shared by the operator commands (`status`,
+//! `metrics`, `explain`): one place that knows how to join a map with its
+//! counters and name what it holds.
+
+use std::{
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
+    os::fd::{AsFd, AsRawFd},
+};
+
+use aya::maps::{lpm_trie::LpmTrie, MapData, PerCpuArray, PerCpuHashMap};
+
+use crate::{
+    bpf::{
+        abi::{self, PodStats, Rule4Data, Rule6Data, Rule6Info, RuleExcept4Data, RuleExcept6Data, RuleInfo, RuleStats},
+        loader::Pins,
+        maps,
+    },
+    error::{Error, Result},
+    netlink, node, pod,
+};
+
+fn e(what: &str) -> impl Fn(aya::maps::MapError) -> Error + '_ {
+    move |err| Error::bpf(format!("{what}: {err}"))
+}
+
+/// One masquerade rule as the maps hold it (rules4 or rules6), with its counters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuleRow {
+    pub id: u32,
+    pub source: IpAddr,
+    pub source_len: u8,
+    pub out_ifindex: u32,
+    /// The interface's name now (None: no such interface any more).
+    pub out_interface: Option<String>,
+    /// "addr/len" of every except CIDR of this rule.
+    pub except: Vec<String>,
+    pub to_address: Option<IpAddr>,
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+impl RuleRow {
+    pub fn source_cidr(&self) -> String {
+        format!("{}/{}", self.source, self.source_len)
+    }
+    pub fn family(&self) -> &'static str {
+        if self.source.is_ipv6() {
+            "ipv6"
+        } else {
+            "ipv4"
+        }
+    }
+}
+
+/// (rule id, "addr/len") of every except CIDR in an except trie of either family.
+fn excepts<K: aya::Pod>(
+    pins: &Pins,
+    name: &str,
+    show: impl Fn(&K) -> (u32, String),
+) -> Result<Vec<(u32, String)>> {
+    if !has_map(pins, name) {
+        return Ok(Vec::new());
+    }
+    let trie: LpmTrie<MapData, K, u32> = maps::open(pins, name)?;
+    let mut out = Vec::new();
+    for item in trie.keys() {
+        let k = item.map_err(e(name))?;
+        let (id, addr) = show(&k.data());
+        out.push((id, format!("{addr}/{}", k.prefix_len() - 32)));
+    }
+    Ok(out)
+}
+
+/// Every rule of both families (rules4/rules6 joined with their except lists and
+/// rule_stats, which the families share), by id. rules6 is read when pinned.
+pub fn rules(pins: &Pins) -> Result<Vec<RuleRow>> {
+    let rstats: PerCpuArray<MapData, RuleStats> = maps::open(pins, abi::MAP_RULE_STATS)?;
+    let mut all_except = excepts::<RuleExcept4Data>(pins, abi::MAP_RULE_EXCEPT4, |d| {
+        (u32::from_be_bytes(d.rule_id_be), Ipv4Addr::from(d.daddr).to_string())
+    })?;
+    all_except.extend(excepts::<RuleExcept6Data>(pins, abi::MAP_RULE_EXCEPT6, |d| {
+        (u32::from_be_bytes(d.rule_id_be), Ipv6Addr::from(d.daddr).to_string())
+    })?);
+
+    // (prefix length incl. the 32 ifindex bits, ifindex, source, id, toAddress)
+    let mut found: Vec<(u32, u32, IpAddr, u32, Option<IpAddr>)> = Vec::new();
+    let rules4: LpmTrie<MapData, Rule4Data, RuleInfo> = maps::open(pins, abi::MAP_RULES4)?;
+    for item in rules4.iter() {
+        let (k, r) = item.map_err(e(abi::MAP_RULES4))?;
+        let d = k.data();
+        let to = (r.flags & abi::RULE_F_TO_ADDRESS != 0).then(|| IpAddr::V4(Ipv4Addr::from(r.to_v4)));
+        found.push((k.prefix_len(), u32::from_be_bytes(d.ifindex_be), IpAddr::V4(Ipv4Addr::from(d.saddr)), r.id, to));
+    }
+    if has_map(pins, abi::MAP_RULES6) {
+        let rules6: LpmTrie<MapData, Rule6Data, Rule6Info> = maps::open(pins, abi::MAP_RULES6)?;
+        for item in rules6.iter() {
+            let (k, r) = item.map_err(e(abi::MAP_RULES6))?;
+            let d = k.data();
+            let to = (r.flags & abi::RULE_F_TO_ADDRESS != 0).then(|| IpAddr::V6(Ipv6Addr::from(r.to_v6)));
+            found.push((k.prefix_len(), u32::from_be_bytes(d.ifindex_be), IpAddr::V6(Ipv6Addr::from(d.saddr)), r.id, to));
+        }
+    }
+
+    let mut rules = Vec::new();
+    for (plen, ifindex, source, id, to_address) in found {
+        let name = netlink::get_link_by_index(ifindex)?.map(|l| l.name);
+        let st = rstats.get(&id, 0).map_err(e(abi::MAP_RULE_STATS))?;
+        let (packets, bytes) = st.iter().fold((0u64, 0u64), |(p, b), s| (p + s.packets, b + s.bytes));
+        rules.push(RuleRow {
+            id,
+            source,
+            source_len: (plen - 32) as u8,
+            out_ifindex: ifindex,
+            out_interface: name,
+            except: all_except.iter().filter(|(i, _)| *i == id).map(|(_, c)| c.clone()).collect(),
+            to_address,
+            packets,
+            bytes,
+        });
+    }
+    rules.sort_by_key(|r| r.id);
+    Ok(rules)
+}
+
+/// One pod attachment (the `attachments` record) with its veth counters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodRow {
+    pub container_id: String,
+    pub ifname: String,
+    pub veth: String,
+    pub veth_ifindex: u32,
+    pub addresses: Vec<IpAddr>,
+    pub nat_outgoing: bool,
+    pub packets: u64,
+    pub bytes: u64,
+    pub spoofed: u64,
+}
+
+/// Every pod attachment on the node, in map order.
+pub fn pods(pins: &Pins) -> Result<Vec<PodRow>> {
+    let stats: PerCpuHashMap<MapData, u32, PodStats> = maps::open(pins, abi::MAP_POD_STATS)?;
+    let mut out = Vec::new();
+    for (k, info) in pod::list_attachments(pins)? {
+        let st = stats.get(&info.veth_ifindex, 0).ok();
+        let sum = |f: fn(&PodStats) -> u64| st.as_ref().map(|s| s.iter().map(f).sum::<u64>()).unwrap_or(0);
+        out.push(PodRow {
+            container_id: pod::cstr(&k.container_id),
+            ifname: pod::cstr(&k.ifname),
+            veth: pod::cstr(&info.veth_name),
+            veth_ifindex: info.veth_ifindex,
+            addresses: pod::addrs_of(&info),
+            nat_outgoing: info.flags & abi::ATT_F_NAT_OUTGOING != 0,
+            packets: sum(|s| s.packets),
+            bytes: sum(|s| s.bytes),
+            spoofed: sum(|s| s.spoofed),
+        });
+    }
+    Ok(out)
+}
+
+/// `counters` as (name, value) pairs, in enum order.
+pub fn counters(pins: &Pins) -> Result<Vec<(&'static str, u64)>> {
+    let v = node::read_counters(pins, abi::MAP_COUNTERS)?;
+    Ok(abi::counter::NAMES.iter().copied().zip(v).collect())
+}
+
+/// `drops` as (reason, value) pairs, in enum order.
+pub fn drops(pins: &Pins) -> Result<Vec<(&'static str, u64)>> {
+    let v = node::read_counters(pins, abi::MAP_DROPS)?;
+    Ok(abi::drop_reason::NAMES.iter().copied().zip(v).collect())
+}
+
+/// True when the map `name` is pinned (a data plane version that has it).
+pub fn has_map(pins: &Pins, name: &str) -> bool {
+    pins.map(name).exists()
+}
+
+/// (entries, max_entries) of the pinned hash map `name` (None when it is not
+/// pinned), for any key type: walks the keys with BPF_MAP_GET_NEXT_KEY using the
+/// key size the kernel reports, so a map whose Rust mirror does not exist yet
+/// (nat6_fwd) is counted the same way.
+pub fn map_fill(pins: &Pins, name: &str) -> Result<Option<(u64, u64)>> {
+    if !has_map(pins, name) {
+        return Ok(None);
+    }
+    let data = MapData::from_pin(pins.map(name)).map_err(|err| Error::bpf(format!("open pinned map {name}: {err}")))?;
+    let info = data.info().map_err(e(name))?;
+    let fd = data.fd().as_fd().as_raw_fd();
+    let ksize = info.key_size() as usize;
+    let mut cur: Option<Vec<u8>> = None;
+    let mut next = vec![0u8; ksize.max(1)];
+    let mut n = 0u64;
+    // Bounded: a map never holds more than max_entries keys; the walk restarts
+    // from the first key if the current one vanished meanwhile, so cap it.
+    let max = info.max_entries() as u64;
+    let limit = max * 2 + 16;
+    while n < limit {
+        if !get_next_key(fd, cur.as_deref(), &mut next).map_err(|err| Error::bpf(format!("{name}: next key: {err}")))? {
+            return Ok(Some((n, max)));
+        }
+        n += 1;
+        cur = Some(next.clone());
+    }
+    Ok(Some((n.min(max), max)))
+}
+
+/// One BPF_MAP_GET_NEXT_KEY; Ok(false) at the end of the map.
+fn get_next_key(fd: i32, key: Option<&[u8]>, next: &mut [u8]) -> std::io::Result<bool> {
+    // union bpf_attr for BPF_MAP_*_ELEM commands: map_fd, pad, key, next_key (u64 pointers).
+    #[repr(C)]
+    struct Attr {
+        map_fd: u32,
+        pad: u32,
+        key: u64,
+        next_key: u64,
+        flags: u64,
+    }
+    const BPF_MAP_GET_NEXT_KEY: libc::c_long = 4;
+    let attr = Attr {
+        map_fd: fd as u32,
+        pad: 0,
+        key: key.map(|k| k.as_ptr() as u64).unwrap_or(0),
+        next_key: next.as_mut_ptr() as u64,
+        flags: 0,
+    };
+    // SAFETY: attr points at live buffers of the map's key size for the duration of the call.
+    let r = unsafe {
+        libc::syscall(libc::SYS_bpf, BPF_MAP_GET_NEXT_KEY, &attr as *const Attr, std::mem::size_of::<Attr>() as u32)
+    };
+    if r == 0 {
+        return Ok(true);
+    }
+    let err = std::io::Error::last_os_error();
+    if err.raw_os_error() == Some(libc::ENOENT) {
+        return Ok(false);
+    }
+    Err(err)
+}
