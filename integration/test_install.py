@@ -352,12 +352,12 @@ def test_uninstall_after_the_main_plugin_changed_the_file(plugin, node, lab, tmp
 
 def test_install_refuses_what_would_break_the_node(plugin, tmp_path):
     conf_dir, bin_dir = scratch(tmp_path)
-    # Flannel as it ships: cniVersion 0.3.1, which ebpf-masq does not speak.
-    shipped = {**without_masq(example("flannel")), "cniVersion": "0.3.1"}
+    # A cniVersion ebpf-masq does not speak (0.2.0; Flannel's and Calico's 0.3.1 is fine).
+    shipped = {**without_masq(example("flannel")), "cniVersion": "0.2.0"}
     (conf_dir / "10-flannel.conflist").write_text(json.dumps(shipped))
     before = contents(conf_dir, bin_dir)
     p = run(plugin, "install", "--cni-bin-dir", bin_dir, "--cni-conf-dir", conf_dir, check=False)
-    assert p.returncode == 1 and "0.3.1" in p.stderr and "10-flannel.conflist" in p.stderr, p.stderr
+    assert p.returncode == 1 and "0.2.0" in p.stderr and "10-flannel.conflist" in p.stderr, p.stderr
     # An invalid --conf is refused before anything is touched.
     bad = tmp_path / "bad.json"
     bad.write_text('{"cniVersion": "1.0.0", "name": "x", "type": "ebpf-masq", "natOutgoin": true}')

@@ -31,7 +31,9 @@ pub const DEFAULT_PIN_PATH: &str = "/sys/fs/bpf/ebpf-masq";
 /// 30000-32767; 28,976 ports.
 pub const DEFAULT_PORT_RANGE: (u16, u16) = (1024, 29999);
 pub const DEFAULT_NAT_MAX_ENTRIES: u32 = 1 << 20;
-pub const SUPPORTED_CNI_VERSIONS: &[&str] = &["0.4.0", "1.0.0", "1.1.0"];
+/// 0.3.x is accepted for ADD/DEL because Calico and Flannel still ship it; its
+/// results have the 0.4.0 shape (CHECK does not exist before 0.4.0).
+pub const SUPPORTED_CNI_VERSIONS: &[&str] = &["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
 
 /// The value of `type` this plugin answers to.
 pub const PLUGIN_TYPE: &str = "ebpf-masq";
@@ -1425,7 +1427,7 @@ mod tests {
             // versions, identity
             (json!({"cniVersion": REMOVE}), V, "cniVersion"),
             (json!({"cniVersion": null}), V, "cniVersion"),
-            (json!({"cniVersion": "0.3.1"}), V, "cniVersion"),
+            (json!({"cniVersion": "0.2.0"}), V, "cniVersion"),
             (json!({"cniVersion": "2.0.0"}), V, "cniVersion"),
             (json!({"cniVersion": 1}), C, "cniVersion"),
             (json!({"type": "bridge"}), C, "\"type\""),
@@ -1987,7 +1989,7 @@ mod tests {
         );
         // List-level problems.
         let e =
-            err(json!({"cniVersion": "0.3.1", "name": "n", "plugins": [{"type": "ebpf-masq"}]}));
+            err(json!({"cniVersion": "0.2.0", "name": "n", "plugins": [{"type": "ebpf-masq"}]}));
         assert_eq!(e.code, code::INCOMPATIBLE_VERSION);
         let e = err(json!({"cniVersion": "1.0.0", "plugins": [{"type": "ebpf-masq"}]}));
         assert!(e.msg.contains("\"name\""), "{}", e.msg);

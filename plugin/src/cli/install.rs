@@ -53,8 +53,7 @@ The entry is the ebpf-masq plugin config in --conf, validated exactly as the
 plugin validates it and written back with default values left out (cniVersion
 and name come from the node's conflist), or {\"type\": \"ebpf-masq\"} (all defaults).
 The resulting conflist is validated before anything is written: a cniVersion
-ebpf-masq does not support (e.g. 0.3.1, which Calico and Flannel ship; raise it to
-1.0.0 in their config) is an error and changes nothing.
+ebpf-masq does not support (older than 0.3.0) is an error and changes nothing.
 
 Idempotent: a second run with the same inputs changes nothing, byte for byte.
 Prints one line per thing it did. Exit status 0 on success, 1 on error.";
@@ -986,15 +985,18 @@ mod tests {
     #[test]
     fn refusals() {
         let entry = default_entry();
-        // A version ebpf-masq does not speak (what Calico and Flannel ship).
-        let old = br#"{"name":"cbr0","cniVersion":"0.3.1","plugins":[{"type":"flannel","delegate":{"hairpinMode":true}}]}"#;
+        // A version ebpf-masq does not speak.
+        let old = br#"{"name":"cbr0","cniVersion":"0.2.0","plugins":[{"type":"flannel","delegate":{"hairpinMode":true}}]}"#;
         let e = chain("10-flannel.conflist", old, &entry).unwrap_err();
         assert_eq!(e.code, code::INCOMPATIBLE_VERSION);
         assert!(
-            e.msg.contains("10-flannel.conflist") && e.msg.contains("0.3.1"),
+            e.msg.contains("10-flannel.conflist") && e.msg.contains("0.2.0"),
             "{}",
             e.msg
         );
+        // What Calico and Flannel ship (0.3.1) is chained.
+        let shipped = br#"{"name":"cbr0","cniVersion":"0.3.1","plugins":[{"type":"flannel","delegate":{"hairpinMode":true}}]}"#;
+        assert!(chain("10-flannel.conflist", shipped, &entry).is_ok());
         let e = chain("a.conflist", b"{not json", &entry).unwrap_err();
         assert_eq!(e.code, code::DECODE_FAILURE);
         assert!(chain("a.conflist", b"[1]", &entry).is_err());
