@@ -89,6 +89,10 @@ echo
 echo "== pod -> native (10.10.0.2), inside nativeRoutingCIDR: never masqueraded"
 echo -n "native saw the TCP client as: "; in_ns $pod socat -T2 - TCP:10.10.0.2:8080 </dev/null
 echo
+echo "== ebpf-masq explain: why each destination was (not) masqueraded, read from the pinned maps"
+in_node "$bin" explain --pin-path "$pins" --src "$pod_ip" --dst 10.0.0.2 --proto tcp --dport 8080
+in_node "$bin" explain --pin-path "$pins" --src "$pod_ip" --dst 10.10.0.2 --proto tcp --dport 8080
+echo
 echo "== ebpf-masq nat list"
 in_node "$bin" nat list --pin-path "$pins"
 echo

@@ -635,7 +635,7 @@ pub fn explain<L: Lookups>(l: &L, pkt: &Packet, out: &OutIf) -> Result<Explanati
         return Ok(c.drop(Why::NoPortRange, format!("dropped (drops.no_port): no port range configured; the policy says {reason}")));
     }
     c.notes.push(format!(
-        "a new NAT pair is made with a random port from {}-{} (drops.no_port if none is free within 32 tries)",
+        "a new NAT pair is made with a random port from {}-{} (128 random probes, then a sweep of up to 1024 ports; drops.no_port if none is free)",
         cfg.port_min, cfg.port_max
     ));
     Ok(c.finish(Verdict::Masquerade, code, reason, Some((nat, None))))
