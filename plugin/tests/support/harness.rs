@@ -330,39 +330,7 @@ fn remove_pin_dir(p: &std::path::Path) {
 
 use std::net::Ipv6Addr;
 
-/// `struct frag4_key` / `struct frag6_key` / `struct frag_ports` (no Rust mirror in abi.rs).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Frag4Key {
-    pub saddr: [u8; 4],
-    pub daddr: [u8; 4],
-    pub id: [u8; 2],
-    pub proto: u8,
-    pub pad: u8,
-}
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Frag6Key {
-    pub saddr: [u8; 16],
-    pub daddr: [u8; 16],
-    pub id: [u8; 4],
-    pub proto: u8,
-    pub pad: [u8; 3],
-}
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct FragPorts {
-    pub sport: [u8; 2],
-    pub dport: [u8; 2],
-    pub proto: u8,
-    pub pad: [u8; 3],
-}
-unsafe impl aya::Pod for Frag4Key {}
-unsafe impl aya::Pod for Frag6Key {}
-unsafe impl aya::Pod for FragPorts {}
-const _: () = assert!(std::mem::size_of::<Frag4Key>() == 12);
-const _: () = assert!(std::mem::size_of::<Frag6Key>() == 40);
-const _: () = assert!(std::mem::size_of::<FragPorts>() == 8);
+pub use ebpf_masq::bpf::abi::{Frag4Key, Frag6Key, FragPorts};
 
 impl Dataplane {
     /// An Ethernet uplink masquerading IPv6 to `masq6`, and IPv4 to `masq4` when given.
