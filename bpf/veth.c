@@ -2,10 +2,14 @@
 /*
  * Pod veth program, on the host-side veth's ingress (packets from the pod):
  * the source must be one of the pod's registered addresses (else drop, counted),
- * and every accepted packet is counted per pod.
+ * and every accepted packet is counted per pod. With fastPath on, accepted IPv4
+ * packets then try the fast path (lib/fastpath_egress.h).
  */
 #include "lib/common.h"
 #include "lib/maps.h"
+/* The NAT engine comes whole; this object uses only the parts the fast path needs. */
+#pragma clang diagnostic ignored "-Wunused-function"
+#include "lib/fastpath_egress.h"
 
 static __always_inline bool v6_is_link_local_or_unspec(const struct in6_addr *a)
 {
@@ -24,7 +28,7 @@ enum source_check {
 };
 
 /* Does the packet's source belong to the pod behind @ifindex (non-IP passes)? */
-static __always_inline int veth_source_check(struct __sk_buff *skb, __u32 ifindex)
+static __always_inline int veth_source_check(struct __sk_buff *skb, __u32 ifindex, __u32 *pod_flags)
 {
 	void *data = (void *)(long)skb->data;
 	void *data_end = (void *)(long)skb->data_end;
@@ -36,7 +40,10 @@ static __always_inline int veth_source_check(struct __sk_buff *skb, __u32 ifinde
 		if ((void *)(ip + 1) > data_end)
 			return SOURCE_TRUNCATED;
 		pod = bpf_map_lookup_elem(&pods4, &ip->saddr);
-		return pod && pod->ifindex == ifindex ? SOURCE_OK : SOURCE_SPOOFED;
+		if (!pod || pod->ifindex != ifindex)
+			return SOURCE_SPOOFED;
+		*pod_flags = pod->flags;
+		return SOURCE_OK;
 	}
 	if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
 		struct ipv6hdr *ip6 = data + ETH_HLEN;
@@ -58,8 +65,9 @@ int masq_veth_in(struct __sk_buff *skb)
 {
 	__u32 ifindex = skb->ifindex;
 	struct pod_stats *st = bpf_map_lookup_elem(&pod_stats, &ifindex);
+	__u32 pod_flags = 0;
 
-	switch (veth_source_check(skb, ifindex)) {
+	switch (veth_source_check(skb, ifindex, &pod_flags)) {
 	case SOURCE_TRUNCATED:
 		return drop_with(DROP_MALFORMED);
 	case SOURCE_SPOOFED:
@@ -71,6 +79,8 @@ int masq_veth_in(struct __sk_buff *skb)
 		st->packets += 1;
 		st->bytes += skb->len;
 	}
+	if (skb->protocol == bpf_htons(ETH_P_IP))
+		return fp_egress_v4(skb, pod_flags);
 	return MASQ_PASS;
 }
 

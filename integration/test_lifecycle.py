@@ -460,7 +460,7 @@ def test_add_after_reboot_restores_masquerade(t, plugin):
 
 # 10. Versioned pin layout -------------------------------------------------------------------
 
-LAYOUT = 2  # MASQ_LAYOUT_VERSION in bpf/include/masq_abi.h
+LAYOUT = 3  # MASQ_LAYOUT_VERSION in bpf/include/masq_abi.h
 
 
 def test_pin_layout_is_versioned(t, plugin):

@@ -51,11 +51,32 @@
 #         of the timed tests because the stats themselves cost ~2 clock reads
 #         per program run, which would tax ebpf-masq only.
 #
+# --add-latency: a separate mode, the cost of CNI ADD instead of the data path
+# (scripts/bench/addlat.py does the work; its docstring has the details):
+#   warm  a node with the programs loaded: cnitool add with bridge + host-local
+#         vs bridge + host-local + ebpf-masq, interleaved, --reps times (paired
+#         difference = our cost), and the plugin's ADD/DEL run directly (CNI env
+#         + stdin with the bridge's result as prevResult): wall time and its own
+#         logged duration_ms
+#   first the first ADD on a fresh node (new pin path, bare uplink each time),
+#         default natMaxEntries vs 65536 (LRU maps are preallocated), --first
+#         times each, plus one trace-logged run each for a breakdown
+#   pods  uplink egress / veth ingress ns per packet (kernel.bpf_stats_enabled,
+#         saved and restored) for one UDP flow with 1, then 100, then 1 pod
+#         attached; the direct ADD with 100 pods attached
+#   Prints median/p90/min/max per metric and the issue's targets (ADD overhead
+#   <= 10 ms median, first ADD <= 150 ms, per-packet cost unchanged at 100 pods).
+#
 # Usage: scripts/bench.sh [options]
+#   --add-latency  the ADD-latency mode above instead of the data-path benchmark
+#   --reps N       add-latency: warm-node repetitions (default 100)
+#   --first N      add-latency: fresh-node first ADDs per map size (default 5)
 #   --rounds N     rounds (default 5)
-#   --duration S   seconds per tcp/udp/cps test, whole seconds (default 3)
+#   --duration S   seconds per tcp/udp/cps test, whole seconds (default 3);
+#                  add-latency: seconds per UDP run of the per-packet stage
 #   --pings N      pings 10 ms apart per test; 10 x N back-to-back (default 50)
-#   --quick        smoke test: --rounds 1 --duration 1 --pings 20 (~30 s)
+#   --quick        smoke test: --rounds 1 --duration 1 --pings 20 (~30 s);
+#                  with --add-latency: --reps 20 --first 2 --duration 1
 #   --json FILE    also write {meta, summary, samples} as one JSON line to FILE
 #                  (- = stdout, after the table)
 #   --build        cargo build --release first (default: only if the binary
@@ -86,12 +107,13 @@ IPERF_PORT=5201 UDP_PORT=5300 CPS_PORT=5301
 
 # ---------------------------------------------------------------- options
 ROUNDS=5 DURATION=3 PINGS=50 UDP_LEN=64 STATS_SECS=1 JSON_OUT="" BUILD=0 QUICK=0
+ADDLAT=0 REPS=100 FIRST=5
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
 
 while [ $# -gt 0 ]; do
   case $1 in
-    --rounds|--duration|--pings|--json)
+    --rounds|--duration|--pings|--json|--reps|--first)
       [ $# -ge 2 ] || { echo "bench: $1 needs a value" >&2; exit 2; } ;;
   esac
   case $1 in
@@ -99,6 +121,9 @@ while [ $# -gt 0 ]; do
     --duration) DURATION=$2; shift 2 ;;
     --pings)    PINGS=$2; shift 2 ;;
     --json)     JSON_OUT=$2; shift 2 ;;
+    --reps)     REPS=$2; shift 2 ;;
+    --first)    FIRST=$2; shift 2 ;;
+    --add-latency) ADDLAT=1; shift ;;
     --quick)    QUICK=1; shift ;;
     --build)    BUILD=1; shift ;;
     -h|--help)  usage 0 ;;
@@ -106,8 +131,10 @@ while [ $# -gt 0 ]; do
   esac
 done
 if [ "$QUICK" = 1 ]; then       # smoke test: one short round
-  ROUNDS=1 DURATION=1 PINGS=20
+  ROUNDS=1 DURATION=1 PINGS=20 REPS=20 FIRST=2
 fi
+[[ $REPS =~ ^[1-9][0-9]*$ ]] || { echo "bench: --reps must be a positive integer" >&2; exit 2; }
+[[ $FIRST =~ ^[1-9][0-9]*$ ]] || { echo "bench: --first must be a positive integer" >&2; exit 2; }
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "bench: --rounds must be a positive integer" >&2; exit 2; }
 # iperf3 -t takes whole seconds
 [[ $DURATION =~ ^[1-9][0-9]*$ ]] || { echo "bench: --duration must be whole seconds >= 1" >&2; exit 2; }
@@ -166,6 +193,11 @@ cleanup() {
     rm -f /var/lib/cni/results/"$PFX-$mode"-*
   done
   for ns in "${NAMESPACES[@]}"; do ip netns del "$ns" 2>/dev/null; done
+  if [ "$ADDLAT" = 1 ]; then     # addlat.py cleans up itself; this is the backstop (our random prefix only)
+    for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$PFX-"); do ip netns del "$ns" 2>/dev/null; done
+    rm -rf "$PIN"-*
+    rm -f /var/lib/cni/results/"$PFX"-*
+  fi
   rm -rf "$PIN"
   [ -n "$WORK" ] && rm -rf "$WORK"
   exit "$rc"
@@ -345,6 +377,22 @@ bpf_phase() {   # bpf_phase ROUND
   show bpf ebpf "$("$PY" "$UTIL" bpfshow "$RESULTS" "$r") ns/run"
 }
 
+# ---------------------------------------------------------------- add-latency mode
+main_add_latency() {
+  check_prereqs
+  WORK=$(mktemp -d /tmp/ebpf-masq-bench.XXXXXX)
+  TOOL=$WORK/benchtool
+  gcc -O2 -Wall -o "$TOOL" "$TOOL_SRC"
+  STATS_OLD=$(sysctl -n kernel.bpf_stats_enabled)   # addlat.py restores it too; cleanup() is the backstop
+  [ "$STATS_OLD" = 0 ] ||
+    log "bench: warning: kernel.bpf_stats_enabled is already 1 (someone else is measuring?)"
+  log "bench: id $ID, plugin $PLUGIN, add-latency: reps $REPS, first $FIRST, UDP ${DURATION}s, work dir $WORK"
+  local json_args=()
+  [ -z "$JSON_OUT" ] || json_args=(--json "$JSON_OUT")
+  "$PY" "$HERE/bench/addlat.py" --prefix "$PFX" --pin "$PIN" --work "$WORK" --plugin "$(readlink -f "$PLUGIN")" \
+    --tool "$TOOL" --reps "$REPS" --first "$FIRST" --secs "$DURATION" "${json_args[@]}"
+}
+
 # ---------------------------------------------------------------- main
 main() {
   local t_start=$SECONDS r order mode test load0
@@ -406,4 +454,4 @@ EOF
   fi
 }
 
-main
+if [ "$ADDLAT" = 1 ]; then main_add_latency; else main; fi

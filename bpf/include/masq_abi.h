@@ -14,18 +14,20 @@
 #include <linux/types.h>
 #include <linux/in6.h>
 
-#define MASQ_LAYOUT_VERSION 2
+#define MASQ_LAYOUT_VERSION 3
 
 /* ---- config (ARRAY, 1 entry): node-wide knobs written by the plugin ---- */
 struct masq_config {
 	__u16 port_min;            /* host byte order, inclusive */
 	__u16 port_max;            /* host byte order, inclusive */
-	__u32 flags;               /* reserved, 0 */
+	__u32 flags;               /* MASQ_F_* */
 	__u32 tcp_timeout_s;       /* idle timeout, established TCP */
 	__u32 tcp_closing_timeout_s; /* after FIN or RST was seen */
 	__u32 udp_timeout_s;
 	__u32 icmp_timeout_s;
 };
+
+#define MASQ_F_FAST_PATH 0x1      /* fastPath: route, translate and redirect pod flows in BPF */
 
 /* ---- pods4 (HASH, key __be32) / pods6 (HASH, key struct in6 16 bytes) ---- */
 #define POD_F_NAT_OUTGOING 0x1
@@ -33,6 +35,21 @@ struct pod_info {
 	__u32 ifindex;             /* host-side veth in the node netns */
 	__u32 flags;               /* POD_F_* */
 };
+
+/* ---- pod_l2 (HASH, key __u32 host-side veth ifindex): what the fast path needs
+ * to move a pod's packets without the host stack. Written at ADD for every pod.
+ */
+#define POD_L2_F_HAS_MAC 0x1       /* pod_mac and gw_mac are known: replies may be redirected */
+struct pod_l2 {
+	__u8 pod_mac[6];           /* the container interface's MAC (prevResult or its netns) */
+	__u8 gw_mac[6];            /* source MAC of redirected replies: bridge (or host veth) MAC */
+	__u32 l3_ifindex;          /* where the stack sees the pod's packets: bridge master or the veth */
+	__u32 flags;               /* POD_L2_F_* */
+};
+
+/* ---- svc4 / svc6 (LPM_TRIE, key lpm4_key / lpm6_key, value __u32 index in serviceCIDRs):
+ * destinations the fast path never takes (kube-proxy ClusterIPs: netfilter must DNAT them).
+ */
 
 /* ---- uplinks (HASH, key __u32 ifindex) ---- */
 #define UPLINK_F_L3      0x1       /* no Ethernet header (link/none: WireGuard, TUN) */
@@ -103,6 +120,7 @@ struct nat4_key {
 };
 #define NAT_F_TCP_CLOSING 0x1      /* FIN or RST seen: short timeout */
 #define NAT_F_BY_RULE     0x2      /* made by a masqueradeRules entry, not a pod registration */
+#define NAT_F_FAST        0x4      /* made by the fast path: replies may be redirected to the pod */
 struct nat4_entry {
 	__be32 addr;               /* fwd: nat address; rev: pod address */
 	__be16 port;               /* fwd: nat port;    rev: pod port */
@@ -233,6 +251,9 @@ enum masq_counter {
 	CNT_ICMP_ERR_IN,           /* ICMP errors about a masqueraded flow, sent back to the pod */
 	CNT_ICMP_ERR_OUT,          /* ICMP errors about a translated reply (from the pod or the node), outward */
 	CNT_FRAGS,                 /* non-first fragments translated through the frag maps */
+	CNT_FP_EGRESS,             /* fast path: pod packets translated and redirected to an uplink */
+	CNT_FP_INGRESS,            /* fast path: replies translated and redirected to the pod */
+	CNT_FP_FALLBACK,           /* fast path on: pod packets left to the host stack */
 	CNT_MAX
 };
 

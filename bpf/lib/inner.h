@@ -7,6 +7,7 @@
 #define MASQ_INNER_H
 
 #include "parse.h"
+#include "maps.h"
 
 #define INNER_COMMON_FIELDS                                                 \
 	__u32 l3_off;                                                       \
@@ -84,22 +85,56 @@ static __always_inline int parse_inner4(struct __sk_buff *skb, const struct flow
 			      &in->l4_csum_ok);
 }
 
-/* parse_inner6 - the IPv6 packet quoted by the ICMPv6 error of @f (no extension headers). */
+/*
+ * parse_inner6 - the IPv6 packet quoted by the ICMPv6 error of @f, extension
+ * headers included: a packet too big about a fragmented datagram quotes its
+ * first fragment, Fragment header and all. A quoted later fragment carries no
+ * ports and is not translated.
+ */
 static __always_inline int parse_inner6(struct __sk_buff *skb, const struct flow6 *f, struct inner6 *in)
 {
 	struct ipv6hdr ip6;
+	struct ipv6_walk w = {};
 
 	in->l3_off = f->l4_off + 8;
 	if (bpf_skb_load_bytes(skb, in->l3_off, &ip6, sizeof(ip6)))
 		return -1;
 	if (ip6.version != 6)
 		return -1;
-	in->l4_off = in->l3_off + sizeof(ip6);
+	w.off = in->l3_off + sizeof(ip6);
+	w.nexthdr = ip6.nexthdr;
+	ipv6_walk_exthdrs(skb, &w);
+	if (w.truncated || w.frag == FRAG_LATER || ipv6_is_exthdr(w.nexthdr))
+		return -1;
+	in->l4_off = w.off;
 	in->saddr = ip6.saddr;
 	in->daddr = ip6.daddr;
-	in->proto = ip6.nexthdr;
-	return parse_inner_l4(skb, ip6.nexthdr, true, in->l4_off, &in->sport, &in->dport, &in->echo,
+	in->proto = w.nexthdr;
+	return parse_inner_l4(skb, w.nexthdr, true, in->l4_off, &in->sport, &in->dport, &in->echo,
 			      &in->l4_csum_ok);
+}
+
+/*
+ * Does the ICMP error of @f quote a packet addressed to a registered pod? Such a
+ * quote that we cannot translate (a later fragment: no ports) must not leave the
+ * node, or it would show the remote the pod's address.
+ */
+static __always_inline bool inner4_quotes_pod(struct __sk_buff *skb, const struct flow4 *f)
+{
+	__be32 daddr;
+
+	if (bpf_skb_load_bytes(skb, f->l4_off + 8 + offsetof(struct iphdr, daddr), &daddr, sizeof(daddr)))
+		return false;
+	return bpf_map_lookup_elem(&pods4, &daddr) != NULL;
+}
+
+static __always_inline bool inner6_quotes_pod(struct __sk_buff *skb, const struct flow6 *f)
+{
+	struct in6_addr daddr;
+
+	if (bpf_skb_load_bytes(skb, f->l4_off + 8 + offsetof(struct ipv6hdr, daddr), &daddr, sizeof(daddr)))
+		return false;
+	return bpf_map_lookup_elem(&pods6, &daddr) != NULL;
 }
 
 #endif /* MASQ_INNER_H */

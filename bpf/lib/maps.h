@@ -22,6 +22,7 @@ struct {
 	__uint(max_entries, 65536);
 	__type(key, __be32);
 	__type(value, struct pod_info);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* written by the plugin only: no upfront memory */
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } pods4 SEC(".maps");
 
@@ -30,14 +31,43 @@ struct {
 	__uint(max_entries, 65536);
 	__type(key, struct in6_addr);
 	__type(value, struct pod_info);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* written by the plugin only: no upfront memory */
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } pods6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, struct pod_l2);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* written by the plugin only: no upfront memory */
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} pod_l2 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 1024);
+	__type(key, struct lpm4_key);
+	__type(value, __u32);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} svc4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 1024);
+	__type(key, struct lpm6_key);
+	__type(value, __u32);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} svc6 SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 64);
 	__type(key, __u32);
 	__type(value, struct uplink_info);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* written by the plugin only: no upfront memory */
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } uplinks SEC(".maps");
 
@@ -157,6 +187,7 @@ struct {
 	__uint(max_entries, 65536);
 	__type(key, __u32);
 	__type(value, struct pod_stats);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* written by the plugin only: no upfront memory */
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } pod_stats SEC(".maps");
 
@@ -181,6 +212,7 @@ struct {
 	__uint(max_entries, 65536);
 	__type(key, struct attachment_key);
 	__type(value, struct attachment_info);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* written by the plugin only: no upfront memory */
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } attachments SEC(".maps");
 

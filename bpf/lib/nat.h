@@ -11,6 +11,7 @@
 #include "inner.h"
 #include "rewrite.h"
 #include "policy.h"
+#include "fastpath.h"
 
 /*
  * Random ports tried for one new flow. Expected probes stay O(1) (1/(1-use)),
@@ -52,7 +53,7 @@ static __always_inline __u32 uplink_l3_off(const struct uplink_info *up)
 static __noinline void decide4(__u32 ifindex, const struct uplink_info *up, const struct flow4 *f,
 				    struct masq_decision4 *d)
 {
-	masq_decide_v4(ifindex, up, f->saddr, f->daddr, d);
+	masq_decide_v4(ifindex, up, f->saddr, f->daddr, d, true);
 }
 
 static __noinline void decide6(__u32 ifindex, const struct uplink_info *up, const struct flow6 *f,
@@ -81,12 +82,14 @@ static __noinline void decide6(__u32 ifindex, const struct uplink_info *up, cons
 #define REWRITE nat4_rewrite
 #define REWRITE_ADDR nat4_rewrite_addr
 #define ICMP_ERR_REWRITE icmp4_err_rewrite
+#define QUOTES_POD inner4_quotes_pod
 #define ECHO_REPLY ICMP_ECHOREPLY
 #define ICMP_PROTO IPPROTO_ICMP
 #define CNT_SNAT_PKTS CNT_SNAT_PKTS_V4
 #define CNT_SNAT_BYTES CNT_SNAT_BYTES_V4
 #define CNT_RNAT_PKTS CNT_RNAT_PKTS_V4
 #define CNT_RNAT_BYTES CNT_RNAT_BYTES_V4
+#define FP_REPLY fp_reply_v4
 #include "nat_tmpl.h"
 #undef NAT_FN
 #undef FLOW_T
@@ -107,6 +110,7 @@ static __noinline void decide6(__u32 ifindex, const struct uplink_info *up, cons
 #undef REWRITE
 #undef REWRITE_ADDR
 #undef ICMP_ERR_REWRITE
+#undef QUOTES_POD
 #undef ECHO_REPLY
 #undef ICMP_PROTO
 #undef CNT_SNAT_PKTS
@@ -114,6 +118,7 @@ static __noinline void decide6(__u32 ifindex, const struct uplink_info *up, cons
 #undef CNT_RNAT_PKTS
 #undef CNT_RNAT_BYTES
 #undef NAT_NOT_OURS
+#undef FP_REPLY
 
 /* ---- IPv6 ---- */
 #define NAT_FN(x) x##_v6
@@ -135,6 +140,7 @@ static __noinline void decide6(__u32 ifindex, const struct uplink_info *up, cons
 #define REWRITE nat6_rewrite
 #define REWRITE_ADDR nat6_rewrite_addr
 #define ICMP_ERR_REWRITE icmp6_err_rewrite
+#define QUOTES_POD inner6_quotes_pod
 #define ECHO_REPLY ICMPV6_ECHO_REPLY
 #define ICMP_PROTO IPPROTO_ICMPV6
 #define CNT_SNAT_PKTS CNT_SNAT_PKTS_V6
@@ -161,6 +167,7 @@ static __noinline void decide6(__u32 ifindex, const struct uplink_info *up, cons
 #undef REWRITE
 #undef REWRITE_ADDR
 #undef ICMP_ERR_REWRITE
+#undef QUOTES_POD
 #undef ECHO_REPLY
 #undef ICMP_PROTO
 #undef CNT_SNAT_PKTS

@@ -10,8 +10,9 @@
  *   MAP_FWD MAP_REV MAP_FRAG
  *   ADDR_EQ(a, b)    address equality (pointers)
  *   UPLINK_HAS(up) UPLINK_ADDR(up)   the uplink's address of this family
- *   PARSE PARSE_INNER DECIDE REWRITE REWRITE_ADDR ICMP_ERR_REWRITE
+ *   PARSE PARSE_INNER DECIDE REWRITE REWRITE_ADDR ICMP_ERR_REWRITE QUOTES_POD
  *   ECHO_REPLY ICMP_PROTO CNT_SNAT_PKTS CNT_SNAT_BYTES CNT_RNAT_PKTS CNT_RNAT_BYTES
+ *   FP_REPLY         (optional) the fast path's reply redirect (fastpath.h), IPv4 only
  *
  * Every masqueraded flow is a pair of entries inserted together:
  *   fwd[{pod, remote, pod port, remote port}]    -> {nat addr, nat port}
@@ -184,7 +185,7 @@ static __noinline ENTRY_T *NAT_FN(snat_create)(const FLOW_T *f, const struct mas
 			.sport = f->sport, .dport = f->dport, .proto = f->proto },
 		.rk = { .saddr = f->daddr, .daddr = d->nat_addr, .sport = f->dport, .proto = f->proto },
 		.e = { .addr = f->saddr, .port = f->sport,
-		       .flags = d->verdict == VERDICT_RULE ? NAT_F_BY_RULE : 0,
+		       .flags = (d->verdict == VERDICT_RULE ? NAT_F_BY_RULE : 0) | d->nat_flags,
 		       .ifindex = d->ifindex, .rule_id = d->rule_id,
 		       .created_ns = now, .last_seen_ns = now },
 		.cfg = cfg,
@@ -365,9 +366,13 @@ static __noinline int NAT_FN(snat_egress)(struct __sk_buff *skb, const struct up
 	/* The host's own traffic: by far the most common non-NAT case. Its ICMP
 	 * errors may quote a reply we translated, though. */
 	if (UPLINK_HAS(up) && ADDR_EQ(&f.saddr, UPLINK_ADDR(up))) {
-		if (f.l4 == L4_ICMP_ERROR)
-			NAT_FN(icmp_err_egress)(skb, &f);
-		return MASQ_PASS;
+		if (f.l4 != L4_ICMP_ERROR)
+			return MASQ_PASS;
+		ret = NAT_FN(icmp_err_egress)(skb, &f);
+		if (ret != NAT_NOT_OURS)
+			return ret;
+		/* Untranslatable (e.g. it quotes a later fragment): never show a pod's address. */
+		return QUOTES_POD(skb, &f) ? drop_with(DROP_UNSUPPORTED_PROTO) : MASQ_PASS;
 	}
 	cfg = bpf_map_lookup_elem(&masq_config, &zero);
 	if (!cfg)
@@ -471,5 +476,10 @@ static __noinline int NAT_FN(rnat_ingress)(struct __sk_buff *skb, const struct u
 		return drop_with(DROP_CSUM);
 	count_add(CNT_RNAT_PKTS, 1);
 	count_add(CNT_RNAT_BYTES, f.len);
+#ifdef FP_REPLY
+	/* A flow the fast path started: its replies may skip the stack too. */
+	if (rev->flags & NAT_F_FAST)
+		return FP_REPLY(skb, up, &f, rev->addr);
+#endif
 	return MASQ_PASS;
 }

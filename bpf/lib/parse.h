@@ -172,16 +172,66 @@ static __noinline int parse_flow4(struct __sk_buff *skb, __u32 l3_off, struct fl
 
 #define IPV6_MAX_EXT_HDRS 6
 
+static __always_inline bool ipv6_is_exthdr(__u8 nexthdr)
+{
+	return nexthdr == NEXTHDR_HOP || nexthdr == NEXTHDR_ROUTING || nexthdr == NEXTHDR_DEST ||
+	       nexthdr == NEXTHDR_AUTH || nexthdr == NEXTHDR_FRAGMENT;
+}
+
+/* Where an IPv6 packet's upper layer starts, and what its fragment header says. */
+struct ipv6_walk {
+	__u32 off;          /* in: first byte after the fixed header; out: the upper-layer header */
+	__be32 frag_id;
+	__u8 nexthdr;       /* in: the fixed header's; out: the upper-layer protocol */
+	__u8 frag;          /* enum frag_state */
+	__u8 frag_proto;    /* the fragment header's next header */
+	__u8 truncated;
+};
+
 /*
- * parse_flow6 - fill @f from the IPv6 header at @l3_off, walking extension
- * headers (hop-by-hop, routing, destination options, AH, fragment).
+ * ipv6_walk_exthdrs - skip hop-by-hop, routing, destination options, AH and
+ * fragment headers (at most IPV6_MAX_EXT_HDRS). Behind a later fragment's
+ * header is payload, not headers (RFC 8200): the walk stops there.
  */
+static __always_inline void ipv6_walk_exthdrs(struct __sk_buff *skb, struct ipv6_walk *w)
+{
+	int i;
+
+#pragma unroll
+	for (i = 0; i < IPV6_MAX_EXT_HDRS; i++) {
+		__u8 eh[8];
+
+		if (!ipv6_is_exthdr(w->nexthdr))
+			return;
+		if (bpf_skb_load_bytes(skb, w->off, eh, sizeof(eh))) {
+			w->truncated = 1;
+			return;
+		}
+		if (w->nexthdr == NEXTHDR_FRAGMENT) {
+			__u16 fo = bpf_ntohs(*(__be16 *)&eh[2]);
+
+			w->frag_id = *(__be32 *)&eh[4];
+			w->frag = (fo & 0xfff8) ? FRAG_LATER : (fo & 1) ? FRAG_FIRST : FRAG_NONE;
+			w->frag_proto = eh[0];
+			w->nexthdr = eh[0];
+			w->off += 8;
+			if (w->frag == FRAG_LATER)
+				return;
+		} else if (w->nexthdr == NEXTHDR_AUTH) {
+			w->nexthdr = eh[0];
+			w->off += (eh[1] + 2) * 4;
+		} else {
+			w->nexthdr = eh[0];
+			w->off += (eh[1] + 1) * 8;
+		}
+	}
+}
+
+/* parse_flow6 - fill @f from the IPv6 header at @l3_off, walking extension headers. */
 static __noinline int parse_flow6(struct __sk_buff *skb, __u32 l3_off, struct flow6 *f)
 {
 	struct ipv6hdr ip6;
-	__u32 off;
-	__u8 nexthdr;
-	int i;
+	struct ipv6_walk w = {};
 
 	if (bpf_skb_load_bytes(skb, l3_off, &ip6, sizeof(ip6)))
 		return -1;
@@ -192,60 +242,32 @@ static __noinline int parse_flow6(struct __sk_buff *skb, __u32 l3_off, struct fl
 	f->len = skb->len;
 	f->saddr = ip6.saddr;
 	f->daddr = ip6.daddr;
-	f->frag = FRAG_NONE;
-	f->frag_proto = 0;
-	f->frag_id = 0;
 	f->sport = 0;
 	f->dport = 0;
 	f->tcp_flags = 0;
 	f->icmp_type = 0;
-	nexthdr = ip6.nexthdr;
-	off = l3_off + sizeof(ip6);
 
-#pragma unroll
-	for (i = 0; i < IPV6_MAX_EXT_HDRS; i++) {
-		__u8 eh[8];
-
-		if (nexthdr != NEXTHDR_HOP && nexthdr != NEXTHDR_ROUTING && nexthdr != NEXTHDR_DEST &&
-		    nexthdr != NEXTHDR_AUTH && nexthdr != NEXTHDR_FRAGMENT)
-			break;
-		if (bpf_skb_load_bytes(skb, off, eh, sizeof(eh))) {
-			f->proto = nexthdr;
-			f->l4_off = off;
-			f->l4 = L4_TRUNCATED;
-			return 0;
-		}
-		if (nexthdr == NEXTHDR_FRAGMENT) {
-			__u16 fo = bpf_ntohs(*(__be16 *)&eh[2]);
-
-			f->frag_id = *(__be32 *)&eh[4];
-			f->frag = (fo & 0xfff8) ? FRAG_LATER : (fo & 1) ? FRAG_FIRST : FRAG_NONE;
-			f->frag_proto = eh[0];
-			nexthdr = eh[0];
-			off += 8;
-			/* Behind a later fragment's header is payload, not headers (RFC 8200). */
-			if (f->frag == FRAG_LATER)
-				break;
-		} else if (nexthdr == NEXTHDR_AUTH) {
-			nexthdr = eh[0];
-			off += (eh[1] + 2) * 4;
-		} else {
-			nexthdr = eh[0];
-			off += (eh[1] + 1) * 8;
-		}
+	w.off = l3_off + sizeof(ip6);
+	w.nexthdr = ip6.nexthdr;
+	ipv6_walk_exthdrs(skb, &w);
+	f->frag = w.frag;
+	f->frag_id = w.frag_id;
+	f->frag_proto = w.frag_proto;
+	f->proto = w.nexthdr;
+	f->l4_off = w.off;
+	if (w.truncated) {
+		f->l4 = L4_TRUNCATED;
+		return 0;
 	}
-	f->proto = nexthdr;
-	f->l4_off = off;
 	if (f->frag == FRAG_LATER) {
 		f->l4 = L4_FRAGMENT;
 		return 0;
 	}
-	if (nexthdr == NEXTHDR_HOP || nexthdr == NEXTHDR_ROUTING || nexthdr == NEXTHDR_DEST ||
-	    nexthdr == NEXTHDR_AUTH || nexthdr == NEXTHDR_FRAGMENT) {
+	if (ipv6_is_exthdr(w.nexthdr)) {
 		f->l4 = L4_UNSUPPORTED; /* more extension headers than we walk */
 		return 0;
 	}
-	parse_l4(skb, off, nexthdr, true, &f->sport, &f->dport, &f->tcp_flags, &f->icmp_type, &f->l4);
+	parse_l4(skb, w.off, w.nexthdr, true, &f->sport, &f->dport, &f->tcp_flags, &f->icmp_type, &f->l4);
 	return 0;
 }
 

@@ -29,12 +29,14 @@ struct masq_decision4 {
 	__u32 rule_id;
 	__u32 ifindex;      /* the uplink, for the NAT entry */
 	__be32 nat_addr;
+	__u32 nat_flags;    /* extra NAT_F_* for a new pair (NAT_F_FAST), set by the caller */
 };
 
 struct masq_decision6 {
 	__u32 verdict;
 	__u32 rule_id;
 	__u32 ifindex;
+	__u32 nat_flags;
 	struct in6_addr nat_addr;
 };
 
@@ -49,8 +51,12 @@ static __always_inline bool rule_excepts_v4(__u32 rule_id, __be32 daddr)
 	return bpf_map_lookup_elem(&rule_except4, &k) != NULL;
 }
 
+/*
+ * @count: account the "skipped" counters. The fast path asks quietly: when it
+ * falls back, the uplink program decides (and counts) the same packet again.
+ */
 static __always_inline void masq_decide_v4(__u32 ifindex, const struct uplink_info *up,
-					   __be32 saddr, __be32 daddr, struct masq_decision4 *d)
+					   __be32 saddr, __be32 daddr, struct masq_decision4 *d, bool count)
 {
 	struct rule4_key rk = {
 		.prefixlen = 64,
@@ -80,11 +86,13 @@ static __always_inline void masq_decide_v4(__u32 ifindex, const struct uplink_in
 	if (!pod)
 		return;
 	if (!(pod->flags & POD_F_NAT_OUTGOING)) {
-		count_add(CNT_SKIP_NO_NAT_OUTGOING, 1);
+		if (count)
+			count_add(CNT_SKIP_NO_NAT_OUTGOING, 1);
 		return;
 	}
 	if (bpf_map_lookup_elem(&excl4, &ek)) {
-		count_add(CNT_SKIP_EXCLUDED, 1);
+		if (count)
+			count_add(CNT_SKIP_EXCLUDED, 1);
 		return;
 	}
 	if (!(up->flags & UPLINK_F_HAS_V4))

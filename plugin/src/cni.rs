@@ -175,6 +175,57 @@ fn find_host_veth(env: &CniEnv, prev: &PrevResult) -> Result<netlink::LinkInfo> 
     ))
 }
 
+/// What the fast path needs to reach the pod without the host stack: the
+/// container interface's MAC (prevResult, else read in its netns), the MAC
+/// replies come from (the bridge the veth is enslaved to, else the veth itself:
+/// the pod's gateway) and the interface the host stack sees the pod's packets
+/// on (bridge or veth), for route lookups. Unknown MACs only keep replies on
+/// the normal path.
+fn pod_l2(env: &CniEnv, prev: &PrevResult, veth: &netlink::LinkInfo) -> Result<abi::PodL2> {
+    let (l3_ifindex, gw_mac) = match veth.master {
+        Some(m) => match netlink::get_link_by_index(m)? {
+            Some(master) => (master.index, master.mac),
+            None => (veth.index, veth.mac),
+        },
+        None => (veth.index, veth.mac),
+    };
+    let from_prev = prev
+        .interfaces
+        .iter()
+        .find(|i| i.name == env.ifname && i.sandbox.is_some())
+        .and_then(|i| i.mac.as_deref())
+        .and_then(parse_mac);
+    let pod_mac = match from_prev {
+        Some(m) => Some(m),
+        None => {
+            let ifname = env.ifname.clone();
+            netlink::in_netns(Path::new(&env.netns), move || Ok(netlink::get_link_by_name(&ifname)?.and_then(|l| l.mac)))
+                .unwrap_or(None)
+        }
+    };
+    let mut l2 = abi::PodL2 { l3_ifindex, ..Default::default() };
+    if let (Some(p), Some(g)) = (pod_mac, gw_mac) {
+        l2.pod_mac = p;
+        l2.gw_mac = g;
+        l2.flags |= abi::POD_L2_F_HAS_MAC;
+    }
+    Ok(l2)
+}
+
+/// "aa:bb:cc:dd:ee:ff" (either case) -> bytes.
+fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let mut out = [0u8; 6];
+    let mut parts = s.split(':');
+    for b in out.iter_mut() {
+        let p = parts.next()?;
+        if p.len() != 2 {
+            return None;
+        }
+        *b = u8::from_str_radix(p, 16).ok()?;
+    }
+    parts.next().is_none().then_some(out)
+}
+
 fn cmd_add(env: &CniEnv, conf: &NetConf, pins: &Pins) -> Result<serde_json::Value> {
     env.require_ids()?;
     env.require("CNI_NETNS", &env.netns)?;
@@ -185,16 +236,17 @@ fn cmd_add(env: &CniEnv, conf: &NetConf, pins: &Pins) -> Result<serde_json::Valu
     }
     let veth = find_host_veth(env, &prev)?;
     // Resolve the uplinks before anything is created, so a bad interface name
-    // leaves no trace (reconcile resolves again under the lock).
-    node::resolve_uplinks(&conf.masq)?;
+    // leaves no trace.
+    let uplinks = node::resolve_uplinks(&conf.masq)?;
     let _lock = node::lock(pins)?;
-    node::reconcile(pins, &conf.masq)?;
+    node::reconcile_with(pins, &conf.masq, &uplinks)?;
     let key = pod::attachment_key(&env.container_id, &env.ifname);
     let reg = Registration {
         veth_ifindex: veth.index,
         veth_name: veth.name.clone(),
         addrs,
         nat_outgoing: conf.masq.nat_outgoing,
+        l2: pod_l2(env, &prev, &veth)?,
     };
     pod::register(pins, &key, &reg)?;
     Ok(raw)
@@ -258,7 +310,7 @@ fn cmd_status(pins: &Pins) -> Result<()> {
 }
 
 fn cmd_gc(conf: &NetConf, pins: &Pins) -> Result<()> {
-    if !pins.loaded() {
+    if !pins.has_registrations() {
         return Ok(());
     }
     let valid: Vec<ValidAttachment> = conf.valid_attachments.clone().unwrap_or_default();
@@ -277,6 +329,18 @@ fn cmd_gc(conf: &NetConf, pins: &Pins) -> Result<()> {
         Ok(())
     } else {
         Err(Error::bpf(errors.join("; ")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn parse_mac_cases() {
+        assert_eq!(super::parse_mac("9e:D1:0c:44:ab:12"), Some([0x9e, 0xd1, 0x0c, 0x44, 0xab, 0x12]));
+        assert_eq!(super::parse_mac("9e:d1:0c:44:ab"), None);
+        assert_eq!(super::parse_mac("9e:d1:0c:44:ab:12:00"), None);
+        assert_eq!(super::parse_mac("9e:d1:0c:44:ab:1"), None);
+        assert_eq!(super::parse_mac("zz:d1:0c:44:ab:12"), None);
     }
 }
 

@@ -85,6 +85,8 @@ pub struct LinkInfo {
     /// `peer_ifindex` lives in, when that is not this netns.
     pub link_netnsid: Option<i32>,
     pub mtu: u32,
+    /// IFLA_ADDRESS when it is an Ethernet (6-byte) address.
+    pub mac: Option<[u8; 6]>,
 }
 
 impl LinkInfo {
@@ -106,11 +108,13 @@ impl LinkInfo {
             peer_ifindex: None,
             link_netnsid: None,
             mtu: 0,
+            mac: None,
         };
         for attr in msg.attributes {
             match attr {
                 LinkAttribute::IfName(n) => info.name = n,
                 LinkAttribute::Mtu(m) => info.mtu = m,
+                LinkAttribute::Address(a) => info.mac = <[u8; 6]>::try_from(a.as_slice()).ok(),
                 LinkAttribute::Controller(m) => info.master = Some(m),
                 LinkAttribute::Link(l) => info.peer_ifindex = Some(l),
                 LinkAttribute::NetnsId(id) => info.link_netnsid = Some(id),
@@ -298,12 +302,19 @@ pub fn default_route_interfaces() -> Result<Vec<String>> {
                 default_route_oifs(&r, &mut oifs);
             }
         }
-        if oifs.is_empty() {
-            return Ok(Vec::new());
+        // Look up only the routes' devices: dumping every link costs O(pods) per ADD.
+        oifs.sort();
+        oifs.dedup();
+        let mut names = Vec::new();
+        for index in oifs {
+            let mut links = handle.link().get().match_index(index).execute();
+            match links.try_next().await {
+                Ok(Some(m)) => names.push(LinkInfo::from_message(m).name),
+                Ok(None) => {}
+                Err(e) if errno(&e) == Some(libc::ENODEV) => {}
+                Err(e) => return Err(nl_err(format!("cannot get link with ifindex {index}"), e)),
+            }
         }
-        let links = dump_links_with(&handle).await?;
-        let mut names: Vec<String> =
-            links.into_iter().filter(|l| oifs.contains(&l.index)).map(|l| l.name).collect();
         names.sort();
         names.dedup();
         Ok(names)

@@ -134,14 +134,20 @@ fn map_err(what: &str, e: impl std::fmt::Display) -> Error {
 pub fn reconcile(pins: &Pins, conf: &MasqConfig) -> Result<Vec<Uplink>> {
     // Resolve everything that can fail on input before touching anything.
     let uplinks = resolve_uplinks(conf)?;
+    reconcile_with(pins, conf, &uplinks)?;
+    Ok(uplinks)
+}
 
+/// `reconcile` with the uplinks already resolved (CNI ADD resolves them before
+/// taking the lock, and does not pay for it twice).
+pub fn reconcile_with(pins: &Pins, conf: &MasqConfig, uplinks: &[Uplink]) -> Result<()> {
     loader::ensure_loaded(pins, conf.nat_max_entries)?;
     write_config(pins, conf)?;
     reconcile_exclusions(pins, conf)?;
-    reconcile_rules(pins, conf, &uplinks)?;
-    reconcile_uplinks(pins, &uplinks)?;
-    reserve_ports(conf.port_range)?;
-    Ok(uplinks)
+    reconcile_services(pins, conf)?;
+    reconcile_rules(pins, conf, uplinks)?;
+    reconcile_uplinks(pins, uplinks)?;
+    reserve_ports(conf.port_range)
 }
 
 fn write_config(pins: &Pins, conf: &MasqConfig) -> Result<()> {
@@ -149,7 +155,7 @@ fn write_config(pins: &Pins, conf: &MasqConfig) -> Result<()> {
     let v = AbiConfig {
         port_min: conf.port_range.0,
         port_max: conf.port_range.1,
-        flags: 0,
+        flags: if conf.fast_path { abi::MASQ_F_FAST_PATH } else { 0 },
         tcp_timeout_s: TCP_TIMEOUT_S,
         tcp_closing_timeout_s: TCP_CLOSING_TIMEOUT_S,
         udp_timeout_s: UDP_TIMEOUT_S,
@@ -202,6 +208,28 @@ fn reconcile_exclusions(pins: &Pins, conf: &MasqConfig) -> Result<()> {
         .collect();
     sync_lpm(&mut v4, &want4, "excl4")?;
     sync_lpm(&mut v6, &want6, "excl6")
+}
+
+/// serviceCIDRs -> svc4/svc6 (value: index in the list): destinations the fast
+/// path leaves to the stack, so netfilter (kube-proxy) can DNAT them. Written
+/// whether or not fastPath is on, so turning it on needs nothing else.
+fn reconcile_services(pins: &Pins, conf: &MasqConfig) -> Result<()> {
+    let mut want4: BTreeMap<(u32, [u8; 4]), u32> = BTreeMap::new();
+    let mut want6: BTreeMap<(u32, [u8; 16]), u32> = BTreeMap::new();
+    for (i, n) in conf.service_cidrs.iter().enumerate() {
+        match n {
+            IpNetwork::V4(n) => {
+                want4.entry((n.prefix() as u32, n.network().octets())).or_insert(i as u32);
+            }
+            IpNetwork::V6(n) => {
+                want6.entry((n.prefix() as u32, n.network().octets())).or_insert(i as u32);
+            }
+        }
+    }
+    let mut v4: LpmTrie<MapData, [u8; 4], u32> = maps::open(pins, abi::MAP_SVC4)?;
+    sync_lpm(&mut v4, &want4, "svc4")?;
+    let mut v6: LpmTrie<MapData, [u8; 16], u32> = maps::open(pins, abi::MAP_SVC6)?;
+    sync_lpm(&mut v6, &want6, "svc6")
 }
 
 /// Make an LPM trie hold exactly `want`: insert/overwrite first, then delete the rest,

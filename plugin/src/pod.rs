@@ -10,7 +10,7 @@ use aya::{
 
 use crate::{
     bpf::{
-        abi::{self, AttachmentInfo, AttachmentKey, PodInfo, PodStats},
+        abi::{self, AttachmentInfo, AttachmentKey, PodInfo, PodL2, PodStats},
         loader::{self, Pins},
         maps, nat,
     },
@@ -53,6 +53,8 @@ pub struct Registration {
     pub veth_name: String,
     pub addrs: Vec<IpAddr>,
     pub nat_outgoing: bool,
+    /// The fast path's view of the pod (MACs, L3 interface), kept in `pod_l2`.
+    pub l2: PodL2,
 }
 
 impl Registration {
@@ -123,6 +125,8 @@ pub fn register(pins: &Pins, key: &AttachmentKey, reg: &Registration) -> Result<
         let zero = PerCpuValues::try_from(vec![PodStats::default(); crate::node::ncpus()])
             .map_err(|e| map_err("pod_stats", e))?;
         stats.insert(reg.veth_ifindex, zero, 0).map_err(|e| map_err("write pod_stats", e))?;
+        let mut l2: HashMap<MapData, u32, PodL2> = maps::open(pins, abi::MAP_POD_L2)?;
+        l2.insert(reg.veth_ifindex, reg.l2, 0).map_err(|e| map_err("write pod_l2", e))?;
         let flags = if reg.nat_outgoing { abi::POD_F_NAT_OUTGOING } else { 0 };
         let pod = PodInfo { ifindex: reg.veth_ifindex, flags };
         let mut p4: HashMap<MapData, [u8; 4], PodInfo> = maps::open(pins, abi::MAP_PODS4)?;
@@ -148,7 +152,7 @@ pub fn register(pins: &Pins, key: &AttachmentKey, reg: &Registration) -> Result<
 /// Remove everything `register` made for `key`. Idempotent: an unknown key is
 /// success. Keeps going after a failure and reports every failure together.
 pub fn unregister(pins: &Pins, key: &AttachmentKey) -> Result<bool> {
-    if !pins.loaded() {
+    if !pins.has_registrations() {
         return Ok(false); // nothing was ever set up on this node (or it was uninstalled)
     }
     let mut atts: HashMap<MapData, AttachmentKey, AttachmentInfo> = maps::open(pins, abi::MAP_ATTACHMENTS)?;
@@ -201,6 +205,14 @@ pub fn unregister(pins: &Pins, key: &AttachmentKey) -> Result<bool> {
             }
         }
         Ok(_) => {}
+        Err(e) => errors.push(e.msg),
+    }
+    match maps::open::<HashMap<MapData, u32, PodL2>>(pins, abi::MAP_POD_L2) {
+        Ok(mut m) => match m.remove(&info.veth_ifindex) {
+            Ok(()) => {}
+            Err(e) if maps::is_key_not_found(&e) => {}
+            Err(e) => errors.push(format!("remove pod_l2: {e}")),
+        },
         Err(e) => errors.push(e.msg),
     }
     match maps::open::<PerCpuHashMap<MapData, u32, PodStats>>(pins, abi::MAP_POD_STATS) {
@@ -262,6 +274,7 @@ mod tests {
             veth_name: "veth1".into(),
             addrs: (1..=5).map(|i| IpAddr::from([10, 0, 0, i])).collect(),
             nat_outgoing: true,
+            l2: PodL2::default(),
         };
         assert_eq!(reg.to_info().unwrap_err().code, 7);
         let ok = Registration { addrs: vec!["10.0.0.1".parse().unwrap(), "fd00::1".parse().unwrap()], ..reg };

@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-pub const LAYOUT_VERSION: u32 = 2;
+pub const LAYOUT_VERSION: u32 = 3;
 
 // Map names (pinned by name under <pinPath>/v<LAYOUT_VERSION>/maps/).
 pub const MAP_CONFIG: &str = "masq_config";
@@ -28,6 +28,16 @@ pub const MAP_NAT6_FWD: &str = "nat6_fwd";
 pub const MAP_NAT6_REV: &str = "nat6_rev";
 pub const MAP_FRAG4: &str = "frag4";
 pub const MAP_FRAG6: &str = "frag6";
+pub const MAP_POD_L2: &str = "pod_l2";
+pub const MAP_SVC4: &str = "svc4";
+pub const MAP_SVC6: &str = "svc6";
+
+/// Every map the objects define: a node is only loaded when all of them are pinned.
+pub const ALL_MAPS: [&str; 24] = [
+    MAP_CONFIG, MAP_PODS4, MAP_PODS6, MAP_UPLINKS, MAP_EXCL4, MAP_EXCL6, MAP_RULES4, MAP_RULE_EXCEPT4,
+    MAP_RULE_STATS, MAP_NAT4_FWD, MAP_NAT4_REV, MAP_POD_STATS, MAP_COUNTERS, MAP_DROPS, MAP_ATTACHMENTS,
+    MAP_RULES6, MAP_RULE_EXCEPT6, MAP_NAT6_FWD, MAP_NAT6_REV, MAP_FRAG4, MAP_FRAG6, MAP_POD_L2, MAP_SVC4, MAP_SVC6,
+];
 
 pub const MAX_RULES: u32 = 256;
 
@@ -43,11 +53,26 @@ pub struct MasqConfig {
     pub icmp_timeout_s: u32,
 }
 
+/// `masq_config.flags`: fastPath is on.
+pub const MASQ_F_FAST_PATH: u32 = 0x1;
+
 pub const POD_F_NAT_OUTGOING: u32 = 0x1;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PodInfo {
     pub ifindex: u32,
+    pub flags: u32,
+}
+
+/// `struct pod_l2` (map pod_l2, key: host-side veth ifindex): what the fast path
+/// needs to move a pod's packets without the host stack.
+pub const POD_L2_F_HAS_MAC: u32 = 0x1;
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PodL2 {
+    pub pod_mac: [u8; 6],
+    pub gw_mac: [u8; 6],
+    pub l3_ifindex: u32,
     pub flags: u32,
 }
 
@@ -163,6 +188,7 @@ pub struct Nat4Key {
 
 pub const NAT_F_TCP_CLOSING: u8 = 0x1;
 pub const NAT_F_BY_RULE: u8 = 0x2;
+pub const NAT_F_FAST: u8 = 0x4;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Nat4Entry {
@@ -257,7 +283,10 @@ pub mod counter {
     pub const ICMP_ERR_IN: u32 = 14;
     pub const ICMP_ERR_OUT: u32 = 15;
     pub const FRAGS: u32 = 16;
-    pub const MAX: u32 = 17;
+    pub const FP_EGRESS: u32 = 17;
+    pub const FP_INGRESS: u32 = 18;
+    pub const FP_FALLBACK: u32 = 19;
+    pub const MAX: u32 = 20;
     pub const NAMES: [&str; MAX as usize] = [
         "snat_packets_v4",
         "snat_bytes_v4",
@@ -276,6 +305,9 @@ pub mod counter {
         "icmp_errors_to_pods",
         "icmp_errors_outward",
         "fragments_translated",
+        "fastpath_egress",
+        "fastpath_ingress",
+        "fastpath_fallback",
     ];
 }
 
@@ -306,6 +338,7 @@ macro_rules! pod {
 pod! {
     MasqConfig = 24,
     PodInfo = 8,
+    PodL2 = 20,
     UplinkInfo = 24,
     ExclInfo = 8,
     Rule4Data = 8,

@@ -59,9 +59,17 @@ impl Pins {
     pub fn prog(&self, name: &str) -> PathBuf {
         self.progs_dir().join(name)
     }
-    /// True when every program is pinned (the node's data plane is loaded).
+    /// True when every program and every map is pinned (the node's data plane is
+    /// loaded). Anything missing (an interrupted load or uninstall) means reload:
+    /// pinned maps are reused, the rest created, the programs re-pinned.
     pub fn loaded(&self) -> bool {
-        ALL_PROGS.iter().all(|p| self.prog(p).exists())
+        ALL_PROGS.iter().all(|p| self.prog(p).exists()) && abi::ALL_MAPS.iter().all(|m| self.map(m).exists())
+    }
+
+    /// True when pod registrations can exist here (DEL/GC have something to read),
+    /// whether or not the programs are all pinned.
+    pub fn has_registrations(&self) -> bool {
+        self.map(abi::MAP_ATTACHMENTS).exists()
     }
 }
 
@@ -88,17 +96,18 @@ pub fn ensure_loaded(pins: &Pins, nat_max_entries: u32) -> Result<()> {
     }
     let objects: [(&[u8], &[&str]); 2] =
         [(VETH_OBJ, &[PROG_VETH_INGRESS]), (UPLINK_OBJ, &[PROG_UPLINK_EGRESS, PROG_UPLINK_INGRESS])];
+    // One loader for both objects: EbpfLoader::new() parses vmlinux BTF (~25 ms)
+    // even though our programs use no CO-RE (hence .btf(None)); parse it once.
+    let mut loader = EbpfLoader::new();
+    loader
+        .btf(None)
+        .default_map_pin_directory(pins.maps_dir())
+        .map_max_entries(abi::MAP_NAT4_FWD, nat_max_entries)
+        .map_max_entries(abi::MAP_NAT4_REV, nat_max_entries)
+        .map_max_entries(abi::MAP_NAT6_FWD, nat6_max_entries(nat_max_entries))
+        .map_max_entries(abi::MAP_NAT6_REV, nat6_max_entries(nat_max_entries));
     for (obj, progs) in objects {
-        // No CO-RE in our programs: skip parsing vmlinux BTF (~25 ms per load).
-        let mut ebpf = EbpfLoader::new()
-            .btf(None)
-            .default_map_pin_directory(pins.maps_dir())
-            .map_max_entries(abi::MAP_NAT4_FWD, nat_max_entries)
-            .map_max_entries(abi::MAP_NAT4_REV, nat_max_entries)
-            .map_max_entries(abi::MAP_NAT6_FWD, nat6_max_entries(nat_max_entries))
-            .map_max_entries(abi::MAP_NAT6_REV, nat6_max_entries(nat_max_entries))
-            .load(obj)
-            .map_err(|e| bpf_err("load BPF object", e))?;
+        let mut ebpf = loader.load(obj).map_err(|e| bpf_err("load BPF object", e))?;
         for name in progs.iter() {
             let prog: &mut SchedClassifier = ebpf
                 .program_mut(name)

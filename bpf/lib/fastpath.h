@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Fast path (fastPath: true), reply half: a reply of a flow the fast path
+ * started (NAT_F_FAST), already translated back by rnat_ingress, goes straight
+ * to the pod with bpf_redirect_peer() instead of through the host stack.
+ * The egress half (pod -> uplink) is in fastpath_egress.h.
+ *
+ * Whatever the fast path cannot prove safe is left to the stack (MASQ_PASS),
+ * which then does exactly what it does without the fast path.
+ * IPv4 only: IPv6 always takes the normal path.
+ */
+#ifndef MASQ_FASTPATH_H
+#define MASQ_FASTPATH_H
+
+#include "maps.h"
+#include "parse.h"
+
+#ifndef AF_INET
+#define AF_INET 2
+#endif
+
+/* What a router does to a forwarded IPv4 packet: TTL - 1, header checksum fixed. */
+static __always_inline int fp_ttl_dec4(struct __sk_buff *skb, __u32 l3_off, __u8 ttl, __u8 proto)
+{
+	__be16 old = bpf_htons(((__u16)ttl << 8) | proto);
+	__be16 new = bpf_htons(((__u16)(ttl - 1) << 8) | proto);
+	__u8 nt = ttl - 1;
+
+	if (bpf_l3_csum_replace(skb, l3_off + offsetof(struct iphdr, check), old, new, sizeof(new)))
+		return -1;
+	return bpf_skb_store_bytes(skb, l3_off + offsetof(struct iphdr, ttl), &nt, sizeof(nt), 0);
+}
+
+static __always_inline bool fp_enabled(void)
+{
+	__u32 zero = 0;
+	const struct masq_config *cfg = bpf_map_lookup_elem(&masq_config, &zero);
+
+	return cfg && (cfg->flags & MASQ_F_FAST_PATH);
+}
+
+/*
+ * fp_reply_v4 - @f was translated back to @pod_addr (rnat_ingress). Redirect it
+ * into the pod's netns when the fast path is on and nothing needs the stack:
+ * Ethernet uplink, not a fragment, TTL > 1 (else the stack's time exceeded),
+ * fits the pod link's MTU (GSO: every segment), pod MACs known.
+ * MASQ_PASS otherwise: the stack routes it to the pod as before.
+ */
+static __noinline int fp_reply_v4(struct __sk_buff *skb, const struct uplink_info *up, const struct flow4 *f,
+				  __be32 pod_addr)
+{
+	struct pod_info *pod;
+	struct pod_l2 *l2;
+	__u32 ifindex, mtu_len = 0;
+	__u8 ttl, macs[12];
+
+	if (!fp_enabled() || (up->flags & UPLINK_F_L3) || f->frag != FRAG_NONE)
+		return MASQ_PASS;
+	pod = bpf_map_lookup_elem(&pods4, &pod_addr);
+	if (!pod)
+		return MASQ_PASS;
+	ifindex = pod->ifindex;
+	l2 = bpf_map_lookup_elem(&pod_l2, &ifindex);
+	if (!l2 || !(l2->flags & POD_L2_F_HAS_MAC))
+		return MASQ_PASS;
+	if (bpf_skb_load_bytes(skb, f->l3_off + offsetof(struct iphdr, ttl), &ttl, 1) || ttl <= 1)
+		return MASQ_PASS;
+	/* skb->len counts the Ethernet header, as the check's device length does. */
+	if (bpf_check_mtu(skb, ifindex, &mtu_len, 0, BPF_MTU_CHK_SEGS))
+		return MASQ_PASS;
+	__builtin_memcpy(macs, l2->pod_mac, 6);
+	__builtin_memcpy(macs + 6, l2->gw_mac, 6);
+	if (fp_ttl_dec4(skb, f->l3_off, ttl, f->proto) || bpf_skb_store_bytes(skb, 0, macs, sizeof(macs), 0))
+		return drop_with(DROP_CSUM);
+	count_add(CNT_FP_INGRESS, 1);
+	return bpf_redirect_peer(ifindex, 0);
+}
+
+#endif /* MASQ_FASTPATH_H */

@@ -1,0 +1,187 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Fast path (fastPath: true), egress half, run by masq_veth_in after the source
+ * check: a registered pod's IPv4 packet to a masqueraded destination is routed
+ * with bpf_fib_lookup() (as the stack would route it from the pod's L3
+ * interface, with the packet's length for the MTU), translated with the NAT
+ * engine's own pair (snat_create / nat_touch / snat_sync_rev: the same pair the
+ * uplink egress program would make, marked NAT_F_FAST), its TTL decremented,
+ * and sent with bpf_redirect_neigh() to the uplink, skipping the host stack.
+ *
+ * Left to the stack (MASQ_PASS, counted CNT_FP_FALLBACK), which then masquerades
+ * it at the uplink exactly as without the fast path:
+ *   - fragments, IP options, TTL <= 1 (the stack sends time exceeded),
+ *   - anything but TCP, UDP and ICMP echo requests (ICMP errors, echo replies...),
+ *   - destinations in serviceCIDRs (svc4: netfilter must DNAT ClusterIPs),
+ *   - natOutgoing false, an excluded destination, a masqueradeRules match,
+ *   - a route that is not a unicast forward (local, blackhole, unreachable...)
+ *     or that does not leave by an uplink in `uplinks`,
+ *   - a packet bigger than the route's MTU (BPF_FIB_LKUP_RET_FRAG_NEEDED; for
+ *     GSO packets the size of one segment counts, not skb->len): the stack
+ *     fragments it or sends fragmentation needed,
+ *   - a flow that began on the normal path (its pair lacks NAT_F_FAST): a flow
+ *     stays on the path it started on, so netfilter state is never half-seen,
+ *   - a pod without a pod_l2 entry, or no free NAT port (the normal path drops
+ *     and counts it).
+ * Missing neighbour (BPF_FIB_LKUP_RET_NO_NEIGH): not a fallback;
+ * bpf_redirect_neigh() resolves the next hop through the neighbour subsystem
+ * (the packet waits in the neighbour's queue, as the stack's own would), and
+ * going through neigh_output keeps the entry's reachability confirmation alive.
+ */
+#ifndef MASQ_FASTPATH_EGRESS_H
+#define MASQ_FASTPATH_EGRESS_H
+
+#include "nat.h"
+
+struct fp_route {
+	__u32 ifindex;     /* in: where the packet enters L3; out: egress device */
+	__be32 nh;         /* out: next hop (the gateway, or the destination on a connected route) */
+	__u16 tot_len;     /* in: L3 length to check against the route's MTU */
+	__u8 tos;          /* in */
+	__u8 pad;
+};
+
+/* The forwarding decision for @f entering at r->ifindex, MTU-checked against r->tot_len. */
+static __noinline int fp_route_v4(struct __sk_buff *skb, const struct flow4 *f, struct fp_route *r)
+{
+	struct bpf_fib_lookup p = {};
+	long rc;
+
+	p.family = AF_INET;
+	p.tos = r->tos;
+	p.l4_protocol = f->proto;
+	if (f->proto != IPPROTO_ICMP) {
+		p.sport = f->sport;
+		p.dport = f->dport;
+	}
+	p.tot_len = r->tot_len;
+	p.ipv4_src = f->saddr;
+	p.ipv4_dst = f->daddr;
+	p.ifindex = r->ifindex;
+	rc = bpf_fib_lookup(skb, &p, sizeof(p), 0);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
+		return -1;
+	r->ifindex = p.ifindex;
+	r->nh = p.ipv4_dst;
+	return 0;
+}
+
+/* The L3 length one packet (one segment of a GSO packet) will have on the wire, or 0. */
+static __always_inline __u32 fp_wire_len4(struct __sk_buff *skb, const struct flow4 *f, __u16 ip_tot_len)
+{
+	__u32 gso = skb->gso_size;
+	__u32 l4_hl = 8;
+	__u8 doff;
+
+	if (!gso)
+		return ip_tot_len;
+	if (f->proto == IPPROTO_TCP) {
+		if (bpf_skb_load_bytes(skb, f->l4_off + 12, &doff, 1))
+			return 0;
+		l4_hl = (doff >> 4) * 4;
+	} else if (f->proto != IPPROTO_UDP) {
+		return 0;
+	}
+	return (f->l4_off - f->l3_off) + l4_hl + gso;
+}
+
+/*
+ * fp_egress_v4 - the packet from the pod behind skb->ifindex (source already
+ * checked; @pod_flags its POD_F_*). TC_ACT_REDIRECT when sent, MASQ_PASS when
+ * left to the stack, a drop only when a rewrite half-failed.
+ */
+static __noinline int fp_egress_v4(struct __sk_buff *skb, __u32 pod_flags)
+{
+	const struct masq_config *cfg;
+	struct nat4_entry *fwd;
+	struct uplink_info *up;
+	struct pod_l2 *l2;
+	struct fp_route r;
+	struct iphdr ip;
+	struct flow4 f;
+	__u32 zero = 0, ifindex = skb->ifindex, wire_len, reason;
+	__u64 now;
+
+	cfg = bpf_map_lookup_elem(&masq_config, &zero);
+	if (!cfg || !(cfg->flags & MASQ_F_FAST_PATH))
+		return MASQ_PASS;
+	if (!(pod_flags & POD_F_NAT_OUTGOING))
+		goto fallback;
+	l2 = bpf_map_lookup_elem(&pod_l2, &ifindex);
+	if (!l2)
+		goto fallback;
+	if (parse_flow4(skb, ETH_HLEN, &f) || f.l4 != L4_OK || f.frag != FRAG_NONE)
+		goto fallback;
+	if (f.proto == IPPROTO_ICMP ? f.icmp_type != ICMP_ECHO : (f.proto != IPPROTO_TCP && f.proto != IPPROTO_UDP))
+		goto fallback;
+	if (bpf_skb_load_bytes(skb, ETH_HLEN, &ip, sizeof(ip)) || ip.ihl != 5 || ip.ttl <= 1)
+		goto fallback;
+	{
+		struct lpm4_key sk = { .prefixlen = 32, .addr = f.daddr };
+
+		if (bpf_map_lookup_elem(&svc4, &sk))
+			goto fallback;
+	}
+	{
+		struct nat4_key fk = {
+			.saddr = f.saddr, .daddr = f.daddr,
+			.sport = f.sport, .dport = f.dport, .proto = f.proto,
+		};
+
+		fwd = bpf_map_lookup_elem(&nat4_fwd, &fk);
+		if (fwd && !(fwd->flags & NAT_F_FAST))
+			goto fallback; /* began on the normal path: stays there */
+	}
+	wire_len = fp_wire_len4(skb, &f, bpf_ntohs(ip.tot_len));
+	if (!wire_len || wire_len > 0xffff)
+		goto fallback;
+	r.ifindex = l2->l3_ifindex;
+	r.tot_len = wire_len;
+	r.tos = ip.tos;
+	if (fp_route_v4(skb, &f, &r))
+		goto fallback;
+	up = bpf_map_lookup_elem(&uplinks, &r.ifindex);
+	if (!up)
+		goto fallback;
+
+	now = bpf_ktime_get_ns();
+	if (fwd && nat_touch_v4(fwd, &f, now) && !snat_sync_rev_v4(&f, fwd, now)) {
+		/* Our reply slot was taken over: start this flow afresh. */
+		struct nat4_key fk = {
+			.saddr = f.saddr, .daddr = f.daddr,
+			.sport = f.sport, .dport = f.dport, .proto = f.proto,
+		};
+
+		bpf_map_delete_elem(&nat4_fwd, &fk);
+		fwd = NULL;
+	}
+	if (!fwd) {
+		struct masq_decision4 d = {};
+
+		masq_decide_v4(r.ifindex, up, f.saddr, f.daddr, &d, false);
+		if (d.verdict != VERDICT_POD)
+			goto fallback;
+		d.ifindex = r.ifindex;
+		d.nat_flags = NAT_F_FAST;
+		fwd = snat_create_v4(&f, cfg, &d, now, &reason);
+		if (!fwd)
+			goto fallback; /* the normal path tries again, and drops with the reason */
+		nat_touch_v4(fwd, &f, now);
+	}
+	if (nat4_rewrite(skb, &f, true, &fwd->addr, fwd->port) || fp_ttl_dec4(skb, ETH_HLEN, ip.ttl, f.proto))
+		return drop_with(DROP_CSUM);
+	count_add(CNT_SNAT_PKTS_V4, 1);
+	count_add(CNT_SNAT_BYTES_V4, f.len);
+	count_add(CNT_FP_EGRESS, 1);
+	{
+		struct bpf_redir_neigh nh = { .nh_family = AF_INET, .ipv4_nh = r.nh };
+
+		return bpf_redirect_neigh(r.ifindex, &nh, sizeof(nh), 0);
+	}
+
+fallback:
+	count_add(CNT_FP_FALLBACK, 1);
+	return MASQ_PASS;
+}
+
+#endif /* MASQ_FASTPATH_EGRESS_H */

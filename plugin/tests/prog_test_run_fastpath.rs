@@ -1,0 +1,351 @@
+//! fastPath through the real pinned programs with BPF_PROG_TEST_RUN.
+//!
+//! Fallbacks (the packet must leave masq_veth_in untouched with TC_ACT_UNSPEC, no NAT
+//! pair made): fastPath off, service CIDR destination, TTL 1, fragments, a pod without
+//! pod_l2, natOutgoing false, an excluded destination, ICMP echo replies.
+//!
+//! The fast path itself: bpf_fib_lookup() inside BPF_PROG_TEST_RUN runs in the calling
+//! thread's netns, so those tests run on a thread that unshare()d a private netns with
+//! a dummy "uplink" (route, permanent neighbour, forwarding on). There the program's
+//! verdict (TC_ACT_REDIRECT; test_run does not perform redirects) and output bytes are
+//! checked: translated, TTL - 1, checksums valid, the pair marked NAT_F_FAST; the MTU
+//! check (route MTU, and for GSO packets the segment size, via the __sk_buff context);
+//! and the reply half: reverse-translated, MACs set, redirected to the pod.
+//! Needs root and a bpffs at /sys/fs/bpf.
+
+mod support;
+
+use std::net::Ipv4Addr;
+use std::process::Command;
+
+use aya::maps::{lpm_trie::Key, Array, HashMap, LpmTrie, MapData};
+use aya::programs::{SchedClassifier, TestRun, TestRunOptions};
+use ebpf_masq::bpf::abi::{
+    self, counter, MasqConfig, Nat4Entry, Nat4Key, PodInfo, PodL2, EXCL_NATIVE_ROUTING, NAT_F_FAST,
+};
+use ebpf_masq::bpf::{loader, maps};
+use support::{harness::*, packet::*};
+
+const MASQ: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+const POD: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 5);
+const POD_NO_NAT: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 6);
+const REMOTE: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 10);
+const NATIVE_DST: Ipv4Addr = Ipv4Addr::new(10, 2, 3, 4);
+const SVC: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 10);
+const POD_MAC: [u8; 6] = [0x02, 0xbb, 0, 0, 0, 5];
+const BRIDGE_MAC: [u8; 6] = [0x02, 0xcc, 0, 0, 0, 1];
+const TC_ACT_REDIRECT: i32 = 7;
+
+fn set_fast(dp: &Dataplane, on: bool) {
+    let mut m: Array<MapData, MasqConfig> = maps::open(&dp.pins, abi::MAP_CONFIG).unwrap();
+    let mut c = m.get(&0, 0).unwrap();
+    c.flags = if on { abi::MASQ_F_FAST_PATH } else { 0 };
+    m.set(0, c, 0).unwrap();
+}
+
+fn set_pod_l2(dp: &Dataplane, veth: u32, l2: PodL2) {
+    let mut m: HashMap<MapData, u32, PodL2> = maps::open(&dp.pins, abi::MAP_POD_L2).unwrap();
+    m.insert(veth, l2, 0).unwrap();
+}
+
+fn add_svc(dp: &Dataplane, net: Ipv4Addr, plen: u32) {
+    let mut m: LpmTrie<MapData, [u8; 4], u32> = maps::open(&dp.pins, abi::MAP_SVC4).unwrap();
+    m.insert(&Key::new(plen, net.octets()), 0, 0).unwrap();
+}
+
+/// skb->ifindex in test_run is loopback (1): the pods' "veth" is LO.
+fn l2_on_lo() -> PodL2 {
+    PodL2 { pod_mac: POD_MAC, gw_mac: BRIDGE_MAC, l3_ifindex: LO, flags: abi::POD_L2_F_HAS_MAC }
+}
+
+/// A node with fastPath on: POD (natOutgoing) and POD_NO_NAT behind LO, pod_l2 for LO,
+/// native routing 10.0.0.0/8, service CIDR 10.96.0.0/12, uplink LO masquerading to MASQ.
+fn fast_node() -> Dataplane {
+    let dp = Dataplane::new();
+    dp.add_uplink(LO, MASQ);
+    dp.add_excl(Ipv4Addr::new(10, 0, 0, 0), 8, EXCL_NATIVE_ROUTING);
+    dp.add_pod(POD, LO, true);
+    dp.add_pod(POD_NO_NAT, LO, false);
+    set_pod_l2(&dp, LO, l2_on_lo());
+    add_svc(&dp, Ipv4Addr::new(10, 96, 0, 0), 12);
+    set_fast(&dp, true);
+    dp
+}
+
+fn with_ttl(mut frame: Vec<u8>, ttl: u8) -> Vec<u8> {
+    frame[14 + 8] = ttl;
+    frame[24] = 0;
+    frame[25] = 0;
+    let c = ipv4_csum(&frame[14..34]);
+    frame[24..26].copy_from_slice(&c.to_be_bytes());
+    frame
+}
+
+/// A TCP/ACK segment with `payload` bytes of payload.
+fn tcp_sized(src: Ipv4Addr, dst: Ipv4Addr, sport: u16, dport: u16, payload: usize) -> Vec<u8> {
+    let mut seg = vec![0u8; 20];
+    seg[0..2].copy_from_slice(&sport.to_be_bytes());
+    seg[2..4].copy_from_slice(&dport.to_be_bytes());
+    seg[4..8].copy_from_slice(&1u32.to_be_bytes());
+    seg[8..12].copy_from_slice(&1u32.to_be_bytes());
+    seg[12] = 5 << 4;
+    seg[13] = ACK;
+    seg[14..16].copy_from_slice(&64240u16.to_be_bytes());
+    seg.extend((0..payload).map(|i| i as u8));
+    let c = l4_csum(src, dst, TCP, &seg);
+    seg[16..18].copy_from_slice(&c.to_be_bytes());
+    ipv4_frame(src, dst, TCP, 0, &seg)
+}
+
+#[track_caller]
+fn expect_fallback(dp: &Dataplane, frame: &[u8]) {
+    let before = dp.counter(counter::FP_FALLBACK);
+    assert_eq!(dp.veth(frame).passed(), frame, "packet modified");
+    assert_eq!(dp.counter(counter::FP_FALLBACK), before + 1, "fallback not counted");
+    assert_eq!(dp.counter(counter::FP_EGRESS), 0);
+    assert!(dp.nat_is_empty(), "NAT pair made: {:?}", dp.fwd());
+}
+
+// ---- fallbacks ----
+
+#[test]
+fn fast_path_off_is_untouched_and_uncounted() {
+    let dp = fast_node();
+    set_fast(&dp, false);
+    let frame = tcp(POD, REMOTE, 40000, 443, SYN);
+    assert_eq!(dp.veth(&frame).passed(), frame);
+    assert_eq!(dp.counter(counter::FP_FALLBACK), 0);
+    assert_eq!(dp.pod_stats(LO).packets, 1);
+}
+
+#[test]
+fn service_cidr_destination_falls_back() {
+    let dp = fast_node();
+    expect_fallback(&dp, &tcp(POD, SVC, 40000, 80, SYN));
+    expect_fallback(&dp, &udp(POD, SVC, 5000, 53));
+}
+
+#[test]
+fn ttl_one_falls_back() {
+    let dp = fast_node();
+    expect_fallback(&dp, &with_ttl(tcp(POD, REMOTE, 40000, 443, SYN), 1));
+    expect_fallback(&dp, &with_ttl(udp(POD, REMOTE, 5000, 53), 0));
+}
+
+#[test]
+fn fragments_fall_back() {
+    let dp = fast_node();
+    let mut seg = vec![0u8; 8];
+    seg[0..2].copy_from_slice(&5000u16.to_be_bytes());
+    seg[2..4].copy_from_slice(&53u16.to_be_bytes());
+    seg[4..6].copy_from_slice(&1000u16.to_be_bytes());
+    seg.extend([7u8; 64]);
+    expect_fallback(&dp, &ipv4_frame(POD, REMOTE, UDP, 0x2000, &seg)); // first fragment (MF)
+    expect_fallback(&dp, &udp_non_first_fragment(POD, REMOTE));
+}
+
+#[test]
+fn pod_without_pod_l2_falls_back() {
+    let dp = fast_node();
+    let mut m: HashMap<MapData, u32, PodL2> = maps::open(&dp.pins, abi::MAP_POD_L2).unwrap();
+    m.remove(&LO).unwrap();
+    expect_fallback(&dp, &tcp(POD, REMOTE, 40000, 443, SYN));
+}
+
+#[test]
+fn not_masqueraded_or_not_translatable_falls_back() {
+    let dp = fast_node();
+    expect_fallback(&dp, &tcp(POD_NO_NAT, REMOTE, 40000, 443, SYN)); // natOutgoing false
+    expect_fallback(&dp, &echo_reply(POD, REMOTE, 7, 1)); // the normal path decides (drops)
+    expect_fallback(&dp, &gre(POD, REMOTE));
+    // No skip counters from the fast path's quiet decision (only the uplink counts them).
+    assert_eq!(dp.counter(counter::SKIP_NO_NAT_OUTGOING), 0);
+}
+
+#[test]
+fn spoofed_source_still_dropped() {
+    let dp = fast_node();
+    dp.veth(&tcp(Ipv4Addr::new(10, 1, 0, 99), REMOTE, 40000, 443, SYN)).dropped();
+    assert_eq!(dp.drops(drop::SPOOFED_SOURCE), 1);
+}
+
+// ---- the fast path, in a private netns ----
+
+fn sh(cmd: &str) {
+    let st = Command::new("sh").arg("-c").arg(cmd).status().expect("sh");
+    assert!(st.success(), "{cmd}");
+}
+
+fn ifindex(name: &str) -> u32 {
+    let out = Command::new("ip").args(["-o", "link", "show", name]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).split(':').next().unwrap().trim().parse().unwrap()
+}
+
+/// Run `f` on a thread in a fresh netns: lo up, forwarding on, veth "up0" (mtu
+/// `mtu`, 198.51.100.2/24, neighbour 198.51.100.1 permanent, 203.0.113.0/24 via it)
+/// and veth "pod0". Passes (up0, pod0) ifindexes.
+fn in_lab<T: Send>(mtu: u32, f: impl FnOnce(u32, u32) -> T + Send) -> T {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("unshare(CLONE_NEWNET)");
+            sh("ip link set lo up && sysctl -qw net.ipv4.ip_forward=1");
+            sh(&format!("ip link add up0 mtu {mtu} type veth peer name up0p && ip link set up0p up && ip link set up0 up"));
+            sh("ip addr add 198.51.100.2/24 dev up0");
+            sh("ip neigh replace 198.51.100.1 lladdr 02:aa:00:00:00:01 dev up0 nud permanent");
+            sh("ip route add 203.0.113.0/24 via 198.51.100.1 dev up0");
+            sh("ip link add pod0 type veth peer name pod0p && ip link set pod0p up && ip link set pod0 up");
+            f(ifindex("up0"), ifindex("pod0"))
+        })
+        .join()
+        .unwrap()
+    })
+}
+
+fn fast_pair(dp: &Dataplane) -> (Nat4Key, Nat4Entry) {
+    let fwd = dp.fwd();
+    assert_eq!(fwd.len(), 1, "{fwd:?}");
+    assert!(fwd[0].1.flags & NAT_F_FAST != 0, "pair not marked NAT_F_FAST");
+    fwd[0]
+}
+
+#[test]
+fn egress_translates_decrements_ttl_and_redirects() {
+    in_lab(1500, |up0, _| {
+        let dp = fast_node();
+        dp.add_uplink(up0, MASQ);
+        let frame = tcp(POD, REMOTE, 40000, 443, SYN);
+        let run = dp.veth(&frame);
+        assert_eq!(run.ret, TC_ACT_REDIRECT, "not redirected");
+        assert_checksums(&run.out);
+        let s = summary(&run.out);
+        assert_eq!((s.src, s.dst, s.dport), (MASQ, REMOTE, 443));
+        assert_eq!(run.out[14 + 8], 63, "TTL not decremented");
+        let (fk, fe) = fast_pair(&dp);
+        assert_eq!(fk, nat_key(POD, REMOTE, 40000, 443, TCP));
+        assert_eq!((fe.addr, fe.port, fe.ifindex), (MASQ.octets(), s.sport.to_be_bytes(), up0));
+        // Exactly the bytes the uplink program would have produced, TTL aside.
+        let mut slow = tcp(MASQ, REMOTE, s.sport, 443, SYN);
+        slow = with_ttl(slow, 63);
+        assert_eq!(run.out, slow);
+        // Second packet: same pair.
+        let run = dp.veth(&tcp(POD, REMOTE, 40000, 443, ACK));
+        assert_eq!(run.ret, TC_ACT_REDIRECT);
+        assert_eq!(summary(&run.out).sport, s.sport);
+        assert_eq!(dp.counter(counter::FP_EGRESS), 2);
+        assert_eq!(dp.counter(counter::SNAT_PKTS_V4), 2);
+        assert_eq!(dp.counter(counter::FP_FALLBACK), 0);
+        // Echo requests and UDP too.
+        assert_eq!(dp.veth(&udp(POD, REMOTE, 5000, 53)).ret, TC_ACT_REDIRECT);
+        assert_eq!(dp.veth(&echo_request(POD, REMOTE, 9, 1)).ret, TC_ACT_REDIRECT);
+    });
+}
+
+#[test]
+fn egress_fallbacks_that_need_the_route() {
+    in_lab(1500, |up0, _| {
+        let dp = fast_node();
+        // No route (203.0.114.0 unreachable in the lab): the stack answers.
+        dp.add_uplink(up0, MASQ);
+        expect_fallback(&dp, &tcp(POD, Ipv4Addr::new(203, 0, 114, 1), 40000, 443, SYN));
+        // Excluded destination: decided quietly, left to the stack.
+        expect_fallback(&dp, &tcp(POD, NATIVE_DST, 40000, 443, SYN));
+        // A route by an interface that is not an uplink.
+        let mut m: HashMap<MapData, u32, abi::UplinkInfo> = maps::open(&dp.pins, abi::MAP_UPLINKS).unwrap();
+        m.remove(&up0).unwrap();
+        expect_fallback(&dp, &tcp(POD, REMOTE, 40000, 443, SYN));
+    });
+}
+
+#[test]
+fn flow_begun_on_the_normal_path_stays_there() {
+    in_lab(1500, |up0, _| {
+        let dp = fast_node();
+        dp.add_uplink(up0, MASQ);
+        dp.put_fwd(&nat_key(POD, REMOTE, 40000, 443, TCP), nat_entry(MASQ, 20001, monotonic_ns()));
+        let frame = tcp(POD, REMOTE, 40000, 443, ACK);
+        assert_eq!(dp.veth(&frame).passed(), frame);
+    });
+}
+
+/// Run masq_veth_in with a __sk_buff context carrying gso_size/gso_segs.
+fn run_gso(dp: &Dataplane, frame: &[u8], gso_size: u32, segs: u32) -> Run {
+    let prog = SchedClassifier::from_pin(dp.pins.prog(loader::PROG_VETH_INGRESS)).unwrap();
+    let mut ctx = [0u8; 192]; // sizeof(struct __sk_buff)
+    ctx[164..168].copy_from_slice(&segs.to_ne_bytes()); // gso_segs
+    ctx[176..180].copy_from_slice(&gso_size.to_ne_bytes()); // gso_size
+    let mut out = vec![0u8; frame.len() + 256];
+    let res = prog
+        .test_run(TestRunOptions { data_in: Some(frame), data_out: Some(&mut out), ctx_in: Some(&ctx), ..Default::default() })
+        .expect("BPF_PROG_TEST_RUN");
+    out.truncate(res.data_size_out as usize);
+    Run { ret: res.return_value as i32, out }
+}
+
+#[test]
+fn mtu_checks_the_packet_or_its_gso_segments() {
+    in_lab(1280, |up0, _| {
+        let dp = fast_node();
+        dp.add_uplink(up0, MASQ);
+        // 1300-byte IP packet over a 1280 route: FRAG_NEEDED, the stack's business.
+        expect_fallback(&dp, &tcp_sized(POD, REMOTE, 40000, 443, 1260));
+        // 1280 exactly: fits.
+        assert_eq!(dp.veth(&tcp_sized(POD, REMOTE, 40001, 443, 1240)).ret, TC_ACT_REDIRECT);
+        // A GSO packet of 3 x 1000-byte segments: skb->len is 3054, each segment 1040: fits.
+        let big = tcp_sized(POD, REMOTE, 40002, 443, 3000);
+        assert_eq!(run_gso(&dp, &big, 1000, 3).ret, TC_ACT_REDIRECT);
+        // 1300-byte segments do not.
+        let before = dp.counter(counter::FP_FALLBACK);
+        let r = run_gso(&dp, &tcp_sized(POD, REMOTE, 40003, 443, 2600), 1300, 2);
+        assert_eq!(r.passed().len(), 14 + 20 + 20 + 2600);
+        assert_eq!(dp.counter(counter::FP_FALLBACK), before + 1);
+    });
+}
+
+#[test]
+fn reply_is_translated_and_redirected_to_the_pod() {
+    in_lab(1500, |up0, pod0| {
+        let dp = fast_node();
+        dp.add_uplink(up0, MASQ);
+        let run = dp.veth(&tcp(POD, REMOTE, 40000, 443, SYN));
+        assert_eq!(run.ret, TC_ACT_REDIRECT);
+        let port = summary(&run.out).sport;
+        // The pod now lives behind pod0 (the reply's redirect target must be a device).
+        let mut pods: HashMap<MapData, [u8; 4], PodInfo> = maps::open(&dp.pins, abi::MAP_PODS4).unwrap();
+        pods.insert(POD.octets(), PodInfo { ifindex: pod0, flags: abi::POD_F_NAT_OUTGOING }, 0).unwrap();
+        set_pod_l2(&dp, pod0, PodL2 { l3_ifindex: pod0, ..l2_on_lo() });
+
+        let reply = tcp(REMOTE, MASQ, 443, port, SYN | ACK);
+        let run = dp.ingress(&reply);
+        assert_eq!(run.ret, TC_ACT_REDIRECT, "reply not redirected");
+        assert_checksums(&run.out);
+        assert_eq!(&run.out[0..6], &POD_MAC);
+        assert_eq!(&run.out[6..12], &BRIDGE_MAC);
+        let mut expected = with_ttl(tcp(REMOTE, POD, 443, 40000, SYN | ACK), 63);
+        expected[0..12].copy_from_slice(&run.out[0..12]);
+        assert_eq!(run.out, expected);
+        assert_eq!(dp.counter(counter::FP_INGRESS), 1);
+        assert_eq!(dp.counter(counter::RNAT_PKTS_V4), 1);
+
+        // TTL 1 and fastPath off: translated, but left to the stack.
+        let out = dp.ingress(&with_ttl(reply.clone(), 1)).passed();
+        assert_eq!(summary(&out).dst, POD);
+        set_fast(&dp, false);
+        let out = dp.ingress(&reply).passed();
+        assert_eq!(summary(&out).dst, POD);
+        assert_eq!(dp.counter(counter::FP_INGRESS), 1);
+    });
+}
+
+#[test]
+fn reply_of_a_normal_path_flow_is_not_redirected() {
+    let dp = fast_node();
+    // A pair the uplink program made (no NAT_F_FAST): e.g. a ClusterIP flow, whose reply
+    // netfilter must un-DNAT.
+    let frame = tcp(POD, REMOTE, 40000, 443, SYN);
+    let out = dp.egress(&frame).passed();
+    let port = summary(&out).sport;
+    assert_eq!(dp.fwd()[0].1.flags & NAT_F_FAST, 0);
+    let out = dp.ingress(&tcp(REMOTE, MASQ, 443, port, SYN | ACK)).passed();
+    assert_eq!(summary(&out).dst, POD);
+    assert_eq!(dp.counter(counter::FP_INGRESS), 0);
+}
