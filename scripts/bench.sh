@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Benchmark ebpf-masq against no NAT and against iptables MASQUERADE.
+# Benchmark ebpf-masq (normal and fast path) against no NAT and against
+# iptables MASQUERADE.
 #
-# Three identical topologies, one per mode, built side by side and kept for the
+# Four identical topologies, one per mode, built side by side and kept for the
 # whole run (so every mode sees the same kernel paths, only the NAT differs):
 #
 #   pod (10.244.1.x/24, eth0) --veth-- cni0 bridge [node] eth0 10.0.0.5 --veth-- eth0 10.0.0.2 [ext]
@@ -12,14 +13,18 @@
 #     ipt   node: iptables -t nat -A POSTROUTING -s 10.244.1.0/24 -o eth0 -j MASQUERADE
 #           (ext has no route back: replies only work if NAT worked)
 #     ebpf  conflist bridge + host-local + ebpf-masq (ext has no route back)
+#     fast  the same with "fastPath": true, its own pin path: the pod's veth
+#           program translates and bpf_redirect_neigh's to eth0, replies are
+#           bpf_redirect_peer'ed to the pod (the node's stack is bypassed);
+#           checked: the fastpath_egress counter moves during a ping
 #
 # One topology per mode instead of switching modes on one topology: removing
 # ebpf-masq means deleting the pod (its veth goes), and an iptables nat table,
 # once created, leaves conntrack hooked in the namespace. Separate namespaces
 # cost nothing in the data path and never carry state from one mode to another.
 #
-# Each round runs every test for all three modes back to back (tcp: none ipt
-# ebpf, then udp: ..., order shuffled per round after the first), so paired
+# Each round runs every test for all four modes back to back (tcp: none ipt
+# ebpf fast, then udp: ..., order shuffled per round after the first), so paired
 # ratios compare runs seconds apart. The machine is noisy (2 CPUs, +-20-30 %):
 # trust the paired ratios over the absolute numbers.
 #
@@ -45,11 +50,12 @@
 #         these rows are the steadier comparison.
 #   ping  RTT: 10 x --pings back-to-back pings (ping -A; interquartile mean,
 #         as ping prints whole us), and the median of --pings pings 10 ms apart
-#   bpf   ebpf mode only, a separate phase per round with
+#   bpf   ebpf and fast modes only, a separate phase per round with
 #         kernel.bpf_stats_enabled=1 (restored afterwards): ns per run of the
-#         pinned programs while UDP, TCP and connect+close traffic ran. Kept out
-#         of the timed tests because the stats themselves cost ~2 clock reads
-#         per program run, which would tax ebpf-masq only.
+#         pinned programs while UDP, TCP and connect+close traffic ran (in the
+#         fast mode the pod's veth program does the NAT and the redirect).
+#         Kept out of the timed tests because the stats themselves cost ~2
+#         clock reads per program run, which would tax ebpf-masq only.
 #
 # --add-latency: a separate mode, the cost of CNI ADD instead of the data path
 # (scripts/bench/addlat.py does the work; its docstring has the details):
@@ -72,10 +78,10 @@
 #   --reps N       add-latency: warm-node repetitions (default 100)
 #   --first N      add-latency: fresh-node first ADDs per map size (default 5)
 #   --rounds N     rounds (default 5)
-#   --duration S   seconds per tcp/udp/cps test, whole seconds (default 3);
+#   --duration S   seconds per tcp/udp/cps test, whole seconds (default 2);
 #                  add-latency: seconds per UDP run of the per-packet stage
 #   --pings N      pings 10 ms apart per test; 10 x N back-to-back (default 50)
-#   --quick        smoke test: --rounds 1 --duration 1 --pings 20 (~30 s);
+#   --quick        smoke test: --rounds 1 --duration 1 --pings 20 (~40 s);
 #                  with --add-latency: --reps 20 --first 2 --duration 1
 #   --json FILE    also write {meta, summary, samples} as one JSON line to FILE
 #                  (- = stdout, after the table)
@@ -83,11 +89,12 @@
 #                  is missing); EBPF_MASQ_BIN=path benchmarks another binary
 # Output: progress on stderr, then the table on stdout: per metric the median
 # over rounds per mode, and the median of the per-round paired ratios
-# (ipt/none, ebpf/none, ebpf/ipt) with their min-max; after the run the
-# ebpf-masq counters/drops and the ipt node's conntrack drops, as a check.
+# (ipt/none, ebpf/none, ebpf/ipt, fast/none, fast/ipt; the JSON also has
+# fast/ebpf) with their min-max; after the run the ebpf-masq counters/drops of
+# both ebpf modes and the ipt node's conntrack drops, as a check.
 #
 # Needs root; the tools come from scripts/install-deps.sh (run when missing).
-# Everything it creates (namespaces emb-<id>-*, pins /sys/fs/bpf/emb-<id>,
+# Everything it creates (namespaces emb-<id>-*, pins /sys/fs/bpf/emb-<id>{,-fast},
 # cnitool cache entries, processes, a temp dir) is removed on exit, also on
 # failure or Ctrl-C; kernel.bpf_stats_enabled is put back as it was.
 set -euo pipefail
@@ -98,7 +105,7 @@ PY=/usr/bin/python3                 # Debian's python (stdlib only needed)
 UTIL="$HERE/bench/benchutil.py"
 TOOL_SRC="$HERE/bench/benchtool.c"
 CNI_BIN_DIR=/usr/lib/cni
-MODES=(none ipt ebpf)
+MODES=(none ipt ebpf fast)
 
 EXT_IP=10.0.0.2
 NODE_IP=10.0.0.5
@@ -106,7 +113,7 @@ POD_SUBNET=10.244.1.0/24
 IPERF_PORT=5201 UDP_PORT=5300 CPS_PORT=5301
 
 # ---------------------------------------------------------------- options
-ROUNDS=5 DURATION=3 PINGS=50 UDP_LEN=64 STATS_SECS=1 JSON_OUT="" BUILD=0 QUICK=0
+ROUNDS=5 DURATION=2 PINGS=50 UDP_LEN=64 STATS_SECS=1 JSON_OUT="" BUILD=0 QUICK=0
 ADDLAT=0 REPS=100 FIRST=5
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
@@ -171,7 +178,8 @@ check_prereqs() {
 # ---------------------------------------------------------------- state + cleanup
 ID=$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
 PFX=emb-$ID
-PIN=/sys/fs/bpf/$PFX
+PIN=/sys/fs/bpf/$PFX                # ebpf mode
+PIN_FAST=/sys/fs/bpf/$PFX-fast      # fast mode (the fastPath flag is per pin path)
 WORK=""
 NAMESPACES=()      # netns we created
 PIDS=()            # background processes we started
@@ -198,7 +206,7 @@ cleanup() {
     rm -rf "$PIN"-*
     rm -f /var/lib/cni/results/"$PFX"-*
   fi
-  rm -rf "$PIN"
+  rm -rf "$PIN" "$PIN_FAST"
   [ -n "$WORK" ] && rm -rf "$WORK"
   exit "$rc"
 }
@@ -249,17 +257,19 @@ setup_mode() {
   nx "$mode" node sysctl -qw net.ipv4.ip_forward=1
 
   mkdir -p "$WORK/$mode/netconf"
-  local pin=""
-  [ "$mode" = ebpf ] && pin=$PIN
-  # shellcheck disable=SC2086
-  "$PY" "$UTIL" conflist "$PFX-$mode" "$WORK/$mode/ipam" $pin >"$WORK/$mode/netconf/$PFX-$mode.conflist"
+  local conf=()
+  case $mode in
+    ebpf) conf=("$PIN") ;;
+    fast) conf=("$PIN_FAST" fast) ;;
+  esac
+  "$PY" "$UTIL" conflist "$PFX-$mode" "$WORK/$mode/ipam" "${conf[@]}" >"$WORK/$mode/netconf/$PFX-$mode.conflist"
   ADDED+=("$mode")
   cni "$mode" add >"$WORK/$mode/cni-result.json" || die "$mode: cnitool add failed"
 
   case $mode in
     none) ip -n "$(ns "$mode" ext)" route add "$POD_SUBNET" via "$NODE_IP" ;;
     ipt)  nx "$mode" node iptables -t nat -A POSTROUTING -s "$POD_SUBNET" -o eth0 -j MASQUERADE ;;
-    ebpf) ;;  # the plugin attached itself during cnitool add
+    ebpf|fast) ;;  # the plugin attached itself during cnitool add
   esac
 
   spawn "$mode" ext iperf3 iperf3 -s -p "$IPERF_PORT"
@@ -270,19 +280,36 @@ setup_mode() {
   wait_listen "$mode" t "$CPS_PORT"
 }
 
+pin_of() { case $1 in ebpf) echo "$PIN" ;; fast) echo "$PIN_FAST" ;; esac; }
+fp_egress() {   # fp_egress MODE: the mode's fastpath_egress counter
+  ne "$1" node "$PLUGIN" status --json --pin-path "$(pin_of "$1")" >"$WORK/$1/status.json" 2>&1 \
+    || die "$1: ebpf-masq status failed: $(head -c 300 "$WORK/$1/status.json")"
+  "$PY" "$UTIL" counter "$WORK/$1/status.json" fastpath_egress
+}
+
 # Fail early if a mode is not what it claims to be.
 check_mode() {
-  local mode=$1 ruleset filters
+  local mode=$1 ruleset filters fp0="" fp1
+  case $mode in ebpf|fast) fp0=$(fp_egress "$mode") ;; esac
   nx "$mode" pod ping -n -q -c 3 -i 0.05 -W 1 "$EXT_IP" >/dev/null \
-    || die "$mode: pod cannot ping ext (for ipt/ebpf: the NAT does not work)"
+    || die "$mode: pod cannot ping ext (for ipt/ebpf/fast: the NAT does not work)"
+  if [ -n "$fp0" ]; then   # fast: the pings took the fast path; ebpf: they did not
+    fp1=$(fp_egress "$mode")
+    [[ $fp0 =~ ^[0-9]+$ && $fp1 =~ ^[0-9]+$ ]] || die "$mode: no fastpath_egress counter in ebpf-masq status"
+    case $mode in
+      fast) [ "$fp1" -gt "$fp0" ] || die "fast: fastpath_egress did not move during a ping ($fp0 -> $fp1)" ;;
+      ebpf) [ "$fp1" = "$fp0" ] || die "ebpf: fastpath_egress moved ($fp0 -> $fp1), fastPath is on" ;;
+    esac
+    log "bench: $mode: fastpath_egress $fp0 -> $fp1 during 3 pings"
+  fi
   ruleset=$(nx "$mode" node nft list ruleset 2>/dev/null || true)
   filters=$(ne "$mode" node tc filter show dev eth0 egress)
   case $mode in
-    none|ebpf) [ -z "$ruleset" ] || die "$mode: node has netfilter rules: $ruleset" ;;
+    none|ebpf|fast) [ -z "$ruleset" ] || die "$mode: node has netfilter rules: $ruleset" ;;
     ipt) grep -q masquerade <<<"$ruleset" || die "ipt: MASQUERADE rule missing" ;;
   esac
   case $mode in
-    ebpf) grep -q bpf <<<"$filters" || die "ebpf: no bpf filter on the node's eth0 egress" ;;
+    ebpf|fast) grep -q bpf <<<"$filters" || die "$mode: no bpf filter on the node's eth0 egress" ;;
     *)    [ -z "$filters" ] || die "$mode: unexpected tc filter on eth0" ;;
   esac
 }
@@ -360,21 +387,21 @@ m_ping() {  # m_ping ROUND MODE
   record "$1" "$2" ping_us "$v"; show ping "$2" "10 ms apart $v us"
 }
 
-# The bpf_stats phase: ebpf mode only, outside the timed comparisons.
-progstats() { "$PY" "$UTIL" progstats "$PROG_DIR"; }
-bpf_phase() {   # bpf_phase ROUND
-  local r=$1 s0 s1 s2 s3
+# The bpf_stats phase: ebpf and fast modes only, outside the timed comparisons.
+progstats() { "$PY" "$UTIL" progstats "$(echo "$(pin_of "$1")"/v*/progs)"; }
+bpf_phase() {   # bpf_phase ROUND MODE
+  local r=$1 mode=$2 s0 s1 s2 s3
   [ -n "$STATS_OLD" ] || STATS_OLD=$(sysctl -n kernel.bpf_stats_enabled)
   sysctl -qw kernel.bpf_stats_enabled=1
-  s0=$(progstats); m_udp "$r" ebpf "$STATS_SECS" norecord
-  s1=$(progstats); m_tcp "$r" ebpf "$STATS_SECS" norecord
-  s2=$(progstats); m_cps "$r" ebpf "$STATS_SECS" norecord
-  s3=$(progstats)
+  s0=$(progstats "$mode"); m_udp "$r" "$mode" "$STATS_SECS" norecord
+  s1=$(progstats "$mode"); m_tcp "$r" "$mode" "$STATS_SECS" norecord
+  s2=$(progstats "$mode"); m_cps "$r" "$mode" "$STATS_SECS" norecord
+  s3=$(progstats "$mode")
   sysctl -qw kernel.bpf_stats_enabled="$STATS_OLD"
-  "$PY" "$UTIL" bpfdelta "$s0" "$s1" "$r" udp >>"$RESULTS"
-  "$PY" "$UTIL" bpfdelta "$s1" "$s2" "$r" tcp >>"$RESULTS"
-  "$PY" "$UTIL" bpfdelta "$s2" "$s3" "$r" cps >>"$RESULTS"
-  show bpf ebpf "$("$PY" "$UTIL" bpfshow "$RESULTS" "$r") ns/run"
+  "$PY" "$UTIL" bpfdelta "$s0" "$s1" "$r" udp "$mode" >>"$RESULTS"
+  "$PY" "$UTIL" bpfdelta "$s1" "$s2" "$r" tcp "$mode" >>"$RESULTS"
+  "$PY" "$UTIL" bpfdelta "$s2" "$s3" "$r" cps "$mode" >>"$RESULTS"
+  show bpf "$mode" "$("$PY" "$UTIL" bpfshow "$RESULTS" "$r" "$mode") ns/run"
 }
 
 # ---------------------------------------------------------------- add-latency mode
@@ -411,8 +438,9 @@ main() {
     log "bench: warning: kernel.bpf_stats_enabled is already 1: every ebpf-masq test pays the stats' clock reads"
   log "bench: id $ID, plugin $PLUGIN, rounds $ROUNDS, duration ${DURATION}s, work dir $WORK"
   for mode in "${MODES[@]}"; do setup_mode "$mode"; done
-  PROG_DIR=$(echo "$PIN"/v*/progs)
-  [ -d "$PROG_DIR" ] || die "no pinned programs under $PIN"
+  for mode in ebpf fast; do
+    [ -d "$(echo "$(pin_of "$mode")"/v*/progs)" ] || die "$mode: no pinned programs under $(pin_of "$mode")"
+  done
   for mode in "${MODES[@]}"; do check_mode "$mode"; done
 
   log "bench: warm-up (ARP, NAT state, caches; not recorded)"
@@ -429,13 +457,15 @@ main() {
         esac
       done
     done
-    bpf_phase "$r"
+    for mode in ebpf fast; do bpf_phase "$r" "$mode"; done
   done
 
   # Did a NAT drop or fail anything (it would explain a slow number)?
-  ne ebpf node "$PLUGIN" status --json --pin-path "$PIN" >"$WORK/ebpf-status.json" 2>&1 || true
+  for mode in ebpf fast; do
+    ne "$mode" node "$PLUGIN" status --json --pin-path "$(pin_of "$mode")" >"$WORK/$mode-status.json" 2>&1 || true
+  done
   nx ipt node cat /proc/net/stat/nf_conntrack >"$WORK/ct-stat.txt" 2>&1 || true
-  "$PY" "$UTIL" health "$WORK/ebpf-status.json" "$WORK/ct-stat.txt" >"$WORK/health.json"
+  "$PY" "$UTIL" health "$WORK/ebpf-status.json" "$WORK/fast-status.json" "$WORK/ct-stat.txt" >"$WORK/health.json"
 
   "$PY" - "$WORK/meta.json" <<EOF
 import json, os, platform, sys

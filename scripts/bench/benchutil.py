@@ -13,14 +13,18 @@ Subcommands (all print to stdout):
   progstats DIR           {prog name: [run_time_ns, run_cnt]} of the programs pinned in DIR
                           (bpftool prog show pinned; needs the host's /sys/fs/bpf)
   bpfshow RESULTS ROUND   this round's bpf ns/run values on one line
-  bpfdelta BEFORE AFTER ROUND PHASE
+  bpfdelta BEFORE AFTER ROUND PHASE MODE
                           result lines bpf_<prog>_ns_<PHASE> = delta run_time_ns / delta run_cnt
-  conflist NAME DATADIR [PIN]
-                          a conflist bridge + host-local (+ ebpf-masq when PIN is given)
-  health STATUS.json CT_STAT
+                          (and bpf_<prog>_runs_<PHASE>), recorded for MODE (ebpf or fast)
+  counter STATUS.json NAME
+                          one counter of `ebpf-masq status --json` (0 if absent)
+  conflist NAME DATADIR [PIN [fast]]
+                          a conflist bridge + host-local (+ ebpf-masq when PIN is given,
+                          with "fastPath": true when the 4th argument is "fast")
+  health STATUS.json FAST_STATUS.json CT_STAT
                           after the run: ebpf-masq's counters/drops (`ebpf-masq status
-                          --json`) and the ipt node's conntrack stats (/proc/net/stat/
-                          nf_conntrack), as JSON; a one-line summary on stderr
+                          --json`) for the ebpf and the fast mode, and the ipt node's
+                          conntrack stats (/proc/net/stat/nf_conntrack), as JSON
   report RESULTS.jsonl META.json [--json FILE|-]
                           the table of medians and paired ratios (and the JSON document)
 """
@@ -31,8 +35,14 @@ import sys
 from pathlib import Path
 
 POD_SUBNET = "10.244.1.0/24"
-MODES = ["none", "ipt", "ebpf"]
-MODE_LABEL = {"none": "no-NAT", "ipt": "iptables", "ebpf": "ebpf-masq"}
+MODES = ["none", "ipt", "ebpf", "fast"]
+MODE_LABEL = {"none": "no-NAT", "ipt": "iptables", "ebpf": "ebpf-masq", "fast": "ebpf-fast"}
+# (summary key, numerator, denominator); TABLE_RATIOS are the table's columns,
+# fast_vs_ebpf is in the JSON only (the table is wide enough).
+RATIOS = [("ipt_vs_none", "ipt", "none"), ("ebpf_vs_none", "ebpf", "none"), ("ebpf_vs_ipt", "ebpf", "ipt"),
+          ("fast_vs_none", "fast", "none"), ("fast_vs_ipt", "fast", "ipt"), ("fast_vs_ebpf", "fast", "ebpf")]
+TABLE_RATIOS = [("ipt/none", "ipt_vs_none"), ("ebpf/none", "ebpf_vs_none"), ("ebpf/ipt", "ebpf_vs_ipt"),
+                ("fast/none", "fast_vs_none"), ("fast/ipt", "fast_vs_ipt")]
 
 # key: (label, unit, higher is better). Order = table order.
 METRICS = {
@@ -47,16 +57,20 @@ METRICS = {
     "ping_hot_us": ("ping RTT IQ-mean, back-to-back (-A)", "us", False),
     "ping_us": ("ping RTT median, 10 ms apart", "us", False),
 }
-# Only ebpf-masq has these: ns per program run while the named traffic ran,
-# from kernel.bpf_stats_enabled (run_time_ns / run_cnt deltas).
+# Only the ebpf and fast modes have these: ns per program run while the named
+# traffic ran, from kernel.bpf_stats_enabled (run_time_ns / run_cnt deltas).
+# In the fast mode the pod's veth program does the translation and the
+# redirect, the uplink egress program sees no fast-path packet; a row is shown
+# when either mode has a value.
 BPF_METRICS = {
     "bpf_masq_up_egress_ns_udp": "uplink egress, UDP 64B (established flow)",
-    "bpf_masq_veth_in_ns_udp": "pod veth ingress, UDP 64B",
+    "bpf_masq_veth_in_ns_udp": "pod veth ingress, UDP 64B (fast: SNAT+redirect)",
     "bpf_masq_up_egress_ns_tcp": "uplink egress, TCP stream (per GSO skb)",
     "bpf_masq_up_ingress_ns_tcp": "uplink ingress, TCP stream (ACKs)",
     "bpf_masq_veth_in_ns_tcp": "pod veth ingress, TCP stream",
     "bpf_masq_up_egress_ns_cps": "uplink egress, connect+close (new flows)",
     "bpf_masq_up_ingress_ns_cps": "uplink ingress, connect+close",
+    "bpf_masq_veth_in_ns_cps": "pod veth ingress, connect+close",
 }
 
 
@@ -108,40 +122,51 @@ def cmd_progstats(pin_dir):
     print(json.dumps(stats))
 
 
-def cmd_bpfdelta(before, after, rnd, phase):
+def cmd_bpfdelta(before, after, rnd, phase, mode="ebpf"):
     b, a = json.loads(before), json.loads(after)
     for prog, (ns, cnt) in sorted(a.items()):
         ns0, cnt0 = b.get(prog, [0, 0])
         runs = cnt - cnt0
         for metric, value in ((f"bpf_{prog}_ns_{phase}", round((ns - ns0) / runs, 1) if runs > 0 else None),
                               (f"bpf_{prog}_runs_{phase}", runs)):
-            print(json.dumps({"round": int(rnd), "mode": "ebpf", "metric": metric, "value": value}))
+            print(json.dumps({"round": int(rnd), "mode": mode, "metric": metric, "value": value}))
 
 
-def cmd_bpfshow(results, rnd):
-    """One progress line: this round's ns/run values."""
+def cmd_counter(status_path, name):
+    try:
+        out(json.loads(Path(status_path).read_text()).get("counters", {}).get(name, 0))
+    except (OSError, ValueError):
+        out(None)
+
+
+def cmd_bpfshow(results, rnd, mode="ebpf"):
+    """One progress line: this round's ns/run values of MODE."""
     parts = []
     for line in Path(results).read_text().splitlines():
         r = json.loads(line)
-        if r["round"] == int(rnd) and "_ns_" in r["metric"] and r["value"] is not None:
+        if (r["round"] == int(rnd) and r["mode"] == mode and r["metric"].startswith("bpf_")
+                and "_ns_" in r["metric"] and r["value"] is not None):
             parts.append(f"{r['metric'][4:]}={r['value']}")
     print(", ".join(parts))
 
 
-def cmd_health(status_path, ct_path):
-    """Did either NAT drop or fail anything? Printed with the table, kept in the JSON."""
+def cmd_health(status_path, fast_status_path, ct_path):
+    """Did any NAT drop or fail anything? Printed with the table, kept in the JSON."""
     health = {}
-    try:
-        st = json.loads(Path(status_path).read_text())
-        c = st.get("counters", {})
-        health["ebpf_masq"] = {
-            "nat_created": c.get("nat_created"), "nat_reclaimed": c.get("nat_reclaimed"),
-            "nat_repaired": c.get("nat_repaired"), "port_alloc_failures": c.get("port_alloc_failures"),
-            "nat_flows_v4": len(st["nat_flows_v4"]) if isinstance(st.get("nat_flows_v4"), list) else st.get("nat_flows_v4"),
-            "drops": {k: v for k, v in st.get("drops", {}).items() if v},
-        }
-    except (OSError, ValueError) as e:
-        health["ebpf_masq"] = {"error": repr(e)}
+    for name, path in (("ebpf_masq", status_path), ("ebpf_masq_fast", fast_status_path)):
+        try:
+            st = json.loads(Path(path).read_text())
+            c = st.get("counters", {})
+            health[name] = {
+                "nat_created": c.get("nat_created"), "nat_reclaimed": c.get("nat_reclaimed"),
+                "nat_repaired": c.get("nat_repaired"), "port_alloc_failures": c.get("port_alloc_failures"),
+                "nat_flows_v4": len(st["nat_flows_v4"]) if isinstance(st.get("nat_flows_v4"), list) else st.get("nat_flows_v4"),
+                "fastpath_egress": c.get("fastpath_egress"), "fastpath_ingress": c.get("fastpath_ingress"),
+                "fastpath_fallback": c.get("fastpath_fallback"),
+                "drops": {k: v for k, v in st.get("drops", {}).items() if v},
+            }
+        except (OSError, ValueError) as e:
+            health[name] = {"error": repr(e)}
     try:
         lines = Path(ct_path).read_text().split("\n")
         cols = lines[0].split()
@@ -156,13 +181,15 @@ def cmd_health(status_path, ct_path):
     print(json.dumps(health))
 
 
-def cmd_conflist(name, data_dir, pin=None):
+def cmd_conflist(name, data_dir, pin=None, fast=None):
     plugins = [{"type": "bridge", "bridge": "cni0", "isGateway": True, "ipMasq": False,
                 "ipam": {"type": "host-local", "subnet": POD_SUBNET,
                          "routes": [{"dst": "0.0.0.0/0"}], "dataDir": data_dir}}]
     if pin:
         plugins.append({"type": "ebpf-masq", "pinPath": pin, "natMaxEntries": 65536,
                         "egressInterfaces": ["eth0"]})
+        if fast == "fast":
+            plugins[-1]["fastPath"] = True
     print(json.dumps({"cniVersion": "1.0.0", "name": name, "plugins": plugins}, indent=2))
 
 
@@ -201,8 +228,7 @@ def summarize(data):
             summary[key] = s
             continue
         ratios = {}
-        for name, num, den in (("ipt_vs_none", "ipt", "none"), ("ebpf_vs_none", "ebpf", "none"),
-                               ("ebpf_vs_ipt", "ebpf", "ipt")):
+        for name, num, den in RATIOS:
             rs = paired_ratios(by_mode, num, den)
             if rs:
                 ratios[name] = {"median": med(rs), "min": min(rs), "max": max(rs), "n": len(rs)}
@@ -231,7 +257,7 @@ def fmt_ratio(r):
 
 
 def print_table(summary, meta):
-    head = ["metric", "unit", "no-NAT", "iptables", "ebpf-masq", "ipt/none", "ebpf/none", "ebpf/ipt"]
+    head = ["metric", "unit"] + [MODE_LABEL[m] for m in MODES] + [h for h, _ in TABLE_RATIOS]
     rows = []
     for key, (label, unit, higher) in METRICS.items():
         if key not in summary:
@@ -242,14 +268,16 @@ def print_table(summary, meta):
             arrow = ""
         vals = s.get("sum", s["median"])
         rows.append([label + arrow, unit] + [fmt_num(vals.get(m)) for m in MODES]
-                    + [fmt_ratio(s.get("paired_ratio", {}).get(k)) for k in ("ipt_vs_none", "ebpf_vs_none", "ebpf_vs_ipt")])
+                    + [fmt_ratio(s.get("paired_ratio", {}).get(k)) for _, k in TABLE_RATIOS])
+    blank = [""] * len(TABLE_RATIOS)
     bpf_rows = []
     for key, label in BPF_METRICS.items():
         if key in summary:
             vals = summary[key]["median"]
-            bpf_rows.append(["  " + label, "ns/run", "", "", fmt_num(vals.get("ebpf")), "", "", ""])
+            bpf_rows.append(["  " + label, "ns/run", "", "", fmt_num(vals.get("ebpf")), fmt_num(vals.get("fast"))]
+                            + blank)
     if bpf_rows:
-        rows.append(["eBPF program cost (bpf_stats, separate phase)", "", "", "", "", "", "", ""])
+        rows.append(["eBPF program cost (bpf_stats, separate phase)", "", "", "", "", ""] + blank)
         rows += bpf_rows
     widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
 
@@ -290,7 +318,7 @@ def cmd_report(results, meta_path, *rest):
 
 def main(argv):
     cmds = {"iperf": cmd_iperf, "ping": cmd_ping, "get": cmd_get, "progstats": cmd_progstats,
-            "bpfdelta": cmd_bpfdelta, "bpfshow": cmd_bpfshow,
+            "bpfdelta": cmd_bpfdelta, "bpfshow": cmd_bpfshow, "counter": cmd_counter,
             "health": cmd_health,
             "conflist": cmd_conflist, "report": cmd_report}
     if len(argv) < 2 or argv[1] not in cmds:
