@@ -385,11 +385,10 @@ def test_map_pressure_complete_pairs_work(topo, masq_pod, plugin):
     assert topo.node.exec(["ping", "-c", 1, "-W", 2, EXT], check=False).returncode == 0
 
 
-@pytest.mark.xfail(strict=True, reason="nat.h: the two halves of a pair live in independent LRU maps; "
+@pytest.mark.xfail(strict=True, reason="bpf/lib/nat_tmpl.h: the two halves of a pair live in independent LRU maps; "
                    "under pressure the reverse half of an idle flow is evicted while the forward half "
                    "survives (nat list: complete=false), and a reply cannot repair it (no reverse key to find): "
-                   "replies are lost until the pod sends again. README says the next packet in either "
-                   "direction puts the missing half back")
+                   "replies are lost until the pod sends again (README, Limitations)")
 def test_map_pressure_incomplete_pairs_still_reach_pod(topo, masq_pod, plugin):
     pr = Pressure(topo, masq_pod, plugin, rounds=3)
     got = replies_reaching_pod(topo, pr.pod, pr.mac, pr.incomplete[:40])
