@@ -448,11 +448,14 @@ def test_daemonset_commands_on_a_scratch_host(plugin, node, lab, tmp_path):
     with open(primary, "w") as f:
         json.dump(shipped, f, indent=2)
     before = contents(conf_dir, bin_dir)
+    reserved = "/proc/sys/net/ipv4/ip_local_reserved_ports"
+    reserved_before = node.enter(["cat", reserved]).stdout
 
     for argv in init_commands(init):
         assert argv[0] == "ebpf-masq"
         run(plugin, *map(remap, argv[1:]), ns=node)
     assert os.path.exists(os.path.join(bin_dir, "ebpf-masq"))
+    assert node.enter(["cat", reserved]).stdout != reserved_before, "apply reserved no ports"
     chained = json.loads(open(primary).read())
     assert [p["type"] for p in chained["plugins"]] == ["bridge", "portmap", "ebpf-masq"]
     assert chained["plugins"][-1]["pinPath"] == pins
@@ -485,5 +488,8 @@ def test_daemonset_commands_on_a_scratch_host(plugin, node, lab, tmp_path):
     for dev, direction in (("eth0", "ingress"), ("eth0", "egress"), (veth, "ingress")):
         assert not node.tc_filters(dev, direction).strip(), f"filter left on {dev} {direction}"
     assert contents(conf_dir, bin_dir) == before
+    # The port range the plugin reserved is given back.
+    assert "released ports" in p.stdout, p.stdout
+    assert node.enter(["cat", reserved]).stdout == reserved_before
     # The readiness probe now fails: nothing to report.
     assert run(plugin, *map(remap, probe[1:]), ns=node, check=False).returncode != 0

@@ -28,6 +28,7 @@ struct masq_config {
 };
 
 #define MASQ_F_FAST_PATH 0x1      /* fastPath: route, translate and redirect pod flows in BPF */
+#define MASQ_F_PORTS_RESERVED 0x2 /* plugin-only: we added portRange to ip_local_reserved_ports */
 
 /* ---- pods4 (HASH, key __be32) / pods6 (HASH, key struct in6 16 bytes) ---- */
 #define POD_F_NAT_OUTGOING 0x1

@@ -147,15 +147,23 @@ pub fn reconcile_with(pins: &Pins, conf: &MasqConfig, uplinks: &[Uplink]) -> Res
     reconcile_services(pins, conf)?;
     reconcile_rules(pins, conf, uplinks)?;
     reconcile_uplinks(pins, uplinks)?;
-    reserve_ports(conf.port_range)
+    if reserve_ports(conf.port_range)? {
+        let mut cfg: Array<MapData, AbiConfig> = maps::open(pins, abi::MAP_CONFIG)?;
+        let mut v = cfg.get(&0, 0).map_err(|e| map_err("read masq_config", e))?;
+        v.flags |= abi::MASQ_F_PORTS_RESERVED;
+        cfg.set(0, v, 0).map_err(|e| map_err("write masq_config", e))?;
+    }
+    Ok(())
 }
 
 fn write_config(pins: &Pins, conf: &MasqConfig) -> Result<()> {
     let mut cfg: Array<MapData, AbiConfig> = maps::open(pins, abi::MAP_CONFIG)?;
+    // Bookkeeping bits survive a reconcile; the config bits follow the config.
+    let kept = cfg.get(&0, 0).map(|c| c.flags & abi::MASQ_F_PORTS_RESERVED).unwrap_or(0);
     let v = AbiConfig {
         port_min: conf.port_range.0,
         port_max: conf.port_range.1,
-        flags: if conf.fast_path { abi::MASQ_F_FAST_PATH } else { 0 },
+        flags: kept | if conf.fast_path { abi::MASQ_F_FAST_PATH } else { 0 },
         tcp_timeout_s: TCP_TIMEOUT_S,
         tcp_closing_timeout_s: TCP_CLOSING_TIMEOUT_S,
         udp_timeout_s: UDP_TIMEOUT_S,
@@ -357,20 +365,37 @@ pub fn detach_uplinks(pins: &Pins) -> Result<()> {
 /// Keep the host from auto-binding ports in our range, so a masqueraded flow
 /// never shares a tuple with a host socket: add the range to
 /// net.ipv4.ip_local_reserved_ports (which also covers IPv6) of this netns.
-pub fn reserve_ports((lo, hi): (u16, u16)) -> Result<()> {
-    const KEY: &str = "net/ipv4/ip_local_reserved_ports";
-    let current = netlink::read_sysctl(KEY)?;
+/// Returns true when this call added ports (the node did not reserve them already).
+pub fn reserve_ports((lo, hi): (u16, u16)) -> Result<bool> {
+    let current = netlink::read_sysctl(RESERVED_PORTS)?;
     let merged = merge_port_ranges(current.trim(), (lo, hi));
     if merged != current.trim() {
-        netlink::write_sysctl(KEY, &merged)?;
+        netlink::write_sysctl(RESERVED_PORTS, &merged)?;
+        return Ok(true);
     }
-    Ok(())
+    Ok(false)
 }
 
-/// Union of a sysctl port list ("1,5-9") and one range, normalized.
-pub fn merge_port_ranges(current: &str, add: (u16, u16)) -> String {
-    let mut ranges: Vec<(u16, u16)> = current
-        .split(',')
+const RESERVED_PORTS: &str = "net/ipv4/ip_local_reserved_ports";
+
+/// Undo `reserve_ports` at uninstall: take the node's port range out of
+/// ip_local_reserved_ports if the plugin is the one that put it there.
+pub fn release_ports(pins: &Pins) -> Result<Option<(u16, u16)>> {
+    let cfg: Array<MapData, AbiConfig> = maps::open(pins, abi::MAP_CONFIG)?;
+    let c = cfg.get(&0, 0).map_err(|e| map_err("read masq_config", e))?;
+    if c.flags & abi::MASQ_F_PORTS_RESERVED == 0 {
+        return Ok(None);
+    }
+    let current = netlink::read_sysctl(RESERVED_PORTS)?;
+    let left = subtract_port_range(current.trim(), (c.port_min, c.port_max));
+    if left != current.trim() {
+        netlink::write_sysctl(RESERVED_PORTS, &left)?;
+    }
+    Ok(Some((c.port_min, c.port_max)))
+}
+
+fn parse_port_ranges(list: &str) -> Vec<(u16, u16)> {
+    list.split(',')
         .filter_map(|p| {
             let p = p.trim();
             if p.is_empty() {
@@ -381,7 +406,44 @@ pub fn merge_port_ranges(current: &str, add: (u16, u16)) -> String {
                 None => p.parse().ok().map(|v| (v, v)),
             }
         })
-        .collect();
+        .collect()
+}
+
+fn format_port_ranges(ranges: &[(u16, u16)]) -> String {
+    ranges
+        .iter()
+        .map(|(a, b)| if a == b { a.to_string() } else { format!("{a}-{b}") })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// A sysctl port list ("1,5-9") without one range, normalized.
+pub fn subtract_port_range(current: &str, (lo, hi): (u16, u16)) -> String {
+    let mut out = Vec::new();
+    for (a, b) in parse_port_ranges(current) {
+        if b < lo || a > hi {
+            out.push((a, b));
+            continue;
+        }
+        if a < lo {
+            out.push((a, lo - 1));
+        }
+        if b > hi {
+            out.push((hi + 1, b));
+        }
+    }
+    // Merge adjacent pieces back the way merge_port_ranges would print them.
+    match out.split_first() {
+        None => String::new(),
+        Some((&first, rest)) => rest.iter().fold(format_port_ranges(&[first]), |acc, r| {
+            merge_port_ranges(&acc, *r)
+        }),
+    }
+}
+
+/// Union of a sysctl port list ("1,5-9") and one range, normalized.
+pub fn merge_port_ranges(current: &str, add: (u16, u16)) -> String {
+    let mut ranges = parse_port_ranges(current);
     ranges.push(add);
     ranges.sort();
     let mut out: Vec<(u16, u16)> = Vec::new();
@@ -391,10 +453,7 @@ pub fn merge_port_ranges(current: &str, add: (u16, u16)) -> String {
             _ => out.push((a, b)),
         }
     }
-    out.iter()
-        .map(|(a, b)| if a == b { a.to_string() } else { format!("{a}-{b}") })
-        .collect::<Vec<_>>()
-        .join(",")
+    format_port_ranges(&out)
 }
 
 /// Sum of every CPU's value of a per-CPU u64 array.
@@ -432,6 +491,17 @@ mod tests {
         assert_eq!(merge_port_ranges("1000-2000,30000", (1500, 29999)), "1000-30000");
         assert_eq!(merge_port_ranges("5", (6, 6)), "5-6");
         assert_eq!(merge_port_ranges("garbage,7", (9, 9)), "7,9");
+    }
+
+    #[test]
+    fn subtract_range_cases() {
+        assert_eq!(subtract_port_range("1024-29999", (1024, 29999)), "");
+        assert_eq!(subtract_port_range("80,1024-29999", (1024, 29999)), "80");
+        assert_eq!(subtract_port_range("1000-30000", (1500, 29999)), "1000-1499,30000");
+        assert_eq!(subtract_port_range("5-6", (6, 6)), "5");
+        assert_eq!(subtract_port_range("7,9", (1, 3)), "7,9");
+        // merge then subtract gives the original back (for ports outside the range)
+        assert_eq!(subtract_port_range(&merge_port_ranges("80,30080", (1024, 29999)), (1024, 29999)), "80,30080");
     }
 
     #[test]

@@ -55,6 +55,9 @@ pub struct MasqConfig {
 
 /// `masq_config.flags`: fastPath is on.
 pub const MASQ_F_FAST_PATH: u32 = 0x1;
+/// Plugin-only bookkeeping (the programs ignore it): the plugin added the port range
+/// to net.ipv4.ip_local_reserved_ports, so `uninstall` takes it out again.
+pub const MASQ_F_PORTS_RESERVED: u32 = 0x2;
 
 pub const POD_F_NAT_OUTGOING: u32 = 0x1;
 #[repr(C)]

@@ -772,6 +772,13 @@ fn remove_data_plane(pins: &Pins, errors: &mut Vec<String>) {
                 Err(e) => errors.push(e.msg),
             }
         }
+        if pins.map(crate::bpf::abi::MAP_CONFIG).exists() {
+            match node::release_ports(pins) {
+                Ok(Some((lo, hi))) => println!("released ports {lo}-{hi} from net.ipv4.ip_local_reserved_ports"),
+                Ok(None) => {}
+                Err(e) => errors.push(e.msg),
+            }
+        }
         match loader::remove_pins(pins) {
             Ok(()) => println!("removed the pins under {}", pins.root.display()),
             Err(e) => errors.push(e.msg),
