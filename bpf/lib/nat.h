@@ -91,34 +91,6 @@ static __noinline void decide6(__u32 ifindex, const struct uplink_info *up, cons
 #define CNT_RNAT_BYTES CNT_RNAT_BYTES_V4
 #define FP_REPLY fp_reply_v4
 #include "nat_tmpl.h"
-#undef NAT_FN
-#undef FLOW_T
-#undef INNER_T
-#undef KEY_T
-#undef ENTRY_T
-#undef FRAGKEY_T
-#undef DEC_T
-#undef MAP_FWD
-#undef MAP_REV
-#undef MAP_FRAG
-#undef ADDR_EQ
-#undef UPLINK_HAS
-#undef UPLINK_ADDR
-#undef PARSE
-#undef PARSE_INNER
-#undef DECIDE
-#undef REWRITE
-#undef REWRITE_ADDR
-#undef ICMP_ERR_REWRITE
-#undef QUOTES_POD
-#undef ECHO_REPLY
-#undef ICMP_PROTO
-#undef CNT_SNAT_PKTS
-#undef CNT_SNAT_BYTES
-#undef CNT_RNAT_PKTS
-#undef CNT_RNAT_BYTES
-#undef NAT_NOT_OURS
-#undef FP_REPLY
 
 /* ---- IPv6 ---- */
 #define NAT_FN(x) x##_v6
@@ -148,32 +120,5 @@ static __noinline void decide6(__u32 ifindex, const struct uplink_info *up, cons
 #define CNT_RNAT_PKTS CNT_RNAT_PKTS_V6
 #define CNT_RNAT_BYTES CNT_RNAT_BYTES_V6
 #include "nat_tmpl.h"
-#undef NAT_FN
-#undef FLOW_T
-#undef INNER_T
-#undef KEY_T
-#undef ENTRY_T
-#undef FRAGKEY_T
-#undef DEC_T
-#undef MAP_FWD
-#undef MAP_REV
-#undef MAP_FRAG
-#undef ADDR_EQ
-#undef UPLINK_HAS
-#undef UPLINK_ADDR
-#undef PARSE
-#undef PARSE_INNER
-#undef DECIDE
-#undef REWRITE
-#undef REWRITE_ADDR
-#undef ICMP_ERR_REWRITE
-#undef QUOTES_POD
-#undef ECHO_REPLY
-#undef ICMP_PROTO
-#undef CNT_SNAT_PKTS
-#undef CNT_SNAT_BYTES
-#undef CNT_RNAT_PKTS
-#undef CNT_RNAT_BYTES
-#undef NAT_NOT_OURS
 
 #endif /* MASQ_NAT_H */

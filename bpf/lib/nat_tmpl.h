@@ -483,3 +483,33 @@ static __noinline int NAT_FN(rnat_ingress)(struct __sk_buff *skb, const struct u
 #endif
 	return MASQ_PASS;
 }
+
+/* The template releases its parameters, so it can be instantiated again. */
+#undef NAT_FN
+#undef FLOW_T
+#undef INNER_T
+#undef KEY_T
+#undef ENTRY_T
+#undef FRAGKEY_T
+#undef DEC_T
+#undef MAP_FWD
+#undef MAP_REV
+#undef MAP_FRAG
+#undef ADDR_EQ
+#undef UPLINK_HAS
+#undef UPLINK_ADDR
+#undef PARSE
+#undef PARSE_INNER
+#undef DECIDE
+#undef REWRITE
+#undef REWRITE_ADDR
+#undef ICMP_ERR_REWRITE
+#undef QUOTES_POD
+#undef ECHO_REPLY
+#undef ICMP_PROTO
+#undef CNT_SNAT_PKTS
+#undef CNT_SNAT_BYTES
+#undef CNT_RNAT_PKTS
+#undef CNT_RNAT_BYTES
+#undef NAT_NOT_OURS
+#undef FP_REPLY
