@@ -29,6 +29,9 @@ PEER = str(HERE / "peer.py")
 CNI_BIN_DIR = "/usr/lib/cni"
 CNI_VERSION = "1.0.0"
 POD_SUBNET = "10.244.1.0/24"
+# The pin layout version (<pinPath>/v<LAYOUT>/), read from the ABI header itself.
+LAYOUT = int(next(line.split()[2] for line in (REPO / "bpf/include/masq_abi.h").read_text().splitlines()
+                  if line.startswith("#define MASQ_LAYOUT_VERSION ")))
 
 
 def plugin_path():

@@ -12,7 +12,7 @@ import os
 import pytest
 
 from lab6 import RouterTopo, client as client6, pod_addrs, probe, route_get
-from netlab import PY, Topo, wait_for
+from netlab import LAYOUT, PY, Topo, wait_for
 
 EXT, NATIVE, NODE_IP = Topo.EXT, Topo.NATIVE, Topo.NODE_EXT
 ECHO = "icmp[icmptype] = icmp-echo"
@@ -201,7 +201,7 @@ def test_spoofed_source_dropped_fast(topo, plugin, masq_pod):
 
 
 def pod_l2_keys(topo):
-    path = os.path.join(topo.lab.pin_path, "v3", "maps", "pod_l2")
+    path = os.path.join(topo.lab.pin_path, f"v{LAYOUT}", "maps", "pod_l2")
     out = json.loads(topo.node.enter(["bpftool", "-j", "map", "dump", "pinned", path]).stdout)
     return [int.from_bytes(bytes(int(b, 16) for b in e["key"]), "little") for e in out]
 

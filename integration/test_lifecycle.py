@@ -17,7 +17,7 @@ import pytest
 
 from lifelab import (bridge, has_masq_filter, invoke, invoke_pod, masq_conf, masq_network, nat_flows, network,
                      parallel, pin_tree, registrations, status)
-from netlab import Pod, Topo, cnitool_container_id, wait_for
+from netlab import LAYOUT, Pod, Topo, cnitool_container_id, wait_for
 
 EXT, NODE_IP = Topo.EXT, Topo.NODE_EXT
 ECHO = "icmp[icmptype] = icmp-echo"
@@ -460,7 +460,6 @@ def test_add_after_reboot_restores_masquerade(t, plugin):
 
 # 10. Versioned pin layout -------------------------------------------------------------------
 
-LAYOUT = 3  # MASQ_LAYOUT_VERSION in bpf/include/masq_abi.h
 
 
 def test_pin_layout_is_versioned(t, plugin):

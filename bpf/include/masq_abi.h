@@ -13,8 +13,9 @@
 
 #include <linux/types.h>
 #include <linux/in6.h>
+#include <linux/bpf.h>   /* struct bpf_timer */
 
-#define MASQ_LAYOUT_VERSION 3
+#define MASQ_LAYOUT_VERSION 4
 
 /* ---- config (ARRAY, 1 entry): node-wide knobs written by the plugin ---- */
 struct masq_config {
@@ -106,7 +107,11 @@ struct rule_stats {
 	__u64 bytes;
 };
 
-/* ---- nat4_fwd / nat4_rev (LRU_HASH): the two halves of every NAT pair ----
+/* ---- nat4_fwd / nat4_rev (HASH, not preallocated): the two halves of every NAT pair ----
+ * A pair is inserted and removed as one: the expiry sweep (nat_gc) removes both
+ * halves of a pair idle for its timeout, and nothing evicts a half on its own.
+ * A full table refuses new flows (DROP_NAT_FULL). Both halves carry the pair's
+ * created_ns, which tells a pair from a later one with the same key.
  * fwd key: the pod's tuple as it leaves   {pod, remote, pod port, remote port}
  * rev key: the reply's tuple as it enters {remote, nat addr, remote port, nat port}
  * ICMP echo uses the identifier as the pod/nat "port" and 0 as the remote port.
@@ -173,6 +178,18 @@ struct nat6_entry {
 	__u64 last_seen_ns;
 	__u64 packets;
 	__u64 bytes;
+};
+
+/* ---- nat_gc (ARRAY, 1 entry): the expiry sweep's timer and its last run ----
+ * One bpf_timer for the node, armed by the first NAT pair created; every run
+ * walks both forward maps, removes idle pairs and re-arms itself.
+ */
+struct nat_gc {
+	struct bpf_timer timer;
+	__u64 armed;               /* 1 once the timer runs */
+	__u64 last_run_ns;         /* bpf_ktime_get_ns() of the last sweep */
+	__u64 last_checked;        /* pairs the last (or running) sweep looked at */
+	__u64 runs;
 };
 
 /* ---- frag4 / frag6 (LRU_HASH): the ports of a fragmented datagram, learned from
@@ -245,7 +262,7 @@ enum masq_counter {
 	CNT_RNAT_BYTES_V6,
 	CNT_NAT_CREATED,           /* NAT pairs created */
 	CNT_NAT_RECLAIMED,         /* expired pairs whose port was taken over */
-	CNT_NAT_REPAIRED,          /* a half missing (LRU eviction) and re-inserted */
+	CNT_NAT_EXPIRED,           /* idle pairs removed (both halves) by the expiry sweep */
 	CNT_ALLOC_FAIL,            /* no free port within the probe budget */
 	CNT_SKIP_EXCLUDED,         /* pod packet not masqueraded: destination excluded */
 	CNT_SKIP_NO_NAT_OUTGOING,  /* pod packet not masqueraded: natOutgoing false */
@@ -268,6 +285,7 @@ enum masq_drop_reason {
 	DROP_CSUM,                 /* checksum helper failed */
 	DROP_UNSUPPORTED_PROTO,    /* protocol we cannot masquerade (not TCP/UDP/ICMP echo) */
 	DROP_FRAG_NO_STATE,        /* later fragment seen before its first: ports unknown */
+	DROP_NAT_FULL,             /* uplink: NAT table full (natMaxEntries pairs): new flow refused */
 	DROP_MAX
 };
 

@@ -145,8 +145,8 @@ static __noinline int fp_egress_v4(struct __sk_buff *skb, __u32 pod_flags)
 		goto fallback;
 
 	now = bpf_ktime_get_ns();
-	if (fwd && nat_touch_v4(fwd, &f, now) && !snat_sync_rev_v4(&f, fwd, now)) {
-		/* Our reply slot was taken over: start this flow afresh. */
+	if (fwd && !snat_refresh_v4(&f, fwd, now)) {
+		/* Our pair is going, or its reply slot was taken over: start afresh. */
 		struct nat4_key fk = {
 			.saddr = f.saddr, .daddr = f.daddr,
 			.sport = f.sport, .dport = f.dport, .proto = f.proto,

@@ -115,19 +115,29 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } rule_stats SEC(".maps");
 
+/*
+ * The NAT halves: plain hash maps, never LRU, so no half is ever evicted without
+ * its partner; the expiry sweep removes both (nat.h, nat_gc). Not
+ * preallocated: memory follows the flows in use, and creating a map of a million
+ * entries costs nothing at the first ADD.
+ */
+#define NAT_MAP_FLAGS BPF_F_NO_PREALLOC
+
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
 	__type(key, struct nat4_key);
 	__type(value, struct nat4_entry);
+	__uint(map_flags, NAT_MAP_FLAGS);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } nat4_fwd SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
 	__type(key, struct nat4_key);
 	__type(value, struct nat4_entry);
+	__uint(map_flags, NAT_MAP_FLAGS);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } nat4_rev SEC(".maps");
 
@@ -150,20 +160,30 @@ struct {
 } rule_except6 SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
 	__type(key, struct nat6_key);
 	__type(value, struct nat6_entry);
+	__uint(map_flags, NAT_MAP_FLAGS);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } nat6_fwd SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
 	__type(key, struct nat6_key);
 	__type(value, struct nat6_entry);
+	__uint(map_flags, NAT_MAP_FLAGS);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } nat6_rev SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nat_gc);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} nat_gc SEC(".maps");
 
 /* Fragment state lives seconds at most; LRU eviction is its expiry. */
 struct {

@@ -27,6 +27,35 @@
  */
 #define NAT_SWEEP 1024
 
+/*
+ * The expiry sweep runs every NAT_GC_MIN_NS, stretched by NAT_GC_NS_PER_PAIR
+ * for every pair it checked last time: a walk costs some tens of ns per pair on
+ * one CPU (softirq), so a million pairs are swept every ~5 s at well under 1 % of
+ * a CPU, while a small table is swept every second (an idle pair lives at most
+ * its timeout plus one interval).
+ */
+#define NAT_GC_MIN_NS      NSEC_PER_SEC
+#define NAT_GC_NS_PER_PAIR 4000ULL
+
+/* What one sweep has seen (bpf_for_each_map_elem context). */
+struct nat_gc_walk {
+	const struct masq_config *cfg;
+	struct nat_gc *gc;
+	__u64 now;
+};
+
+static __always_inline void nat_gc_ensure(void);
+
+#ifndef E2BIG
+#define E2BIG 7               /* a hash map at max_entries refuses a new key */
+#endif
+#ifndef EBUSY
+#define EBUSY 16
+#endif
+#ifndef CLOCK_MONOTONIC
+#define CLOCK_MONOTONIC 1
+#endif
+
 static __always_inline __u64 nat_timeout_ns(const struct masq_config *cfg, __u8 proto, __u8 flags)
 {
 	__u32 s;
@@ -120,5 +149,50 @@ static __noinline void decide6(__u32 ifindex, const struct uplink_info *up, cons
 #define CNT_RNAT_PKTS CNT_RNAT_PKTS_V6
 #define CNT_RNAT_BYTES CNT_RNAT_BYTES_V6
 #include "nat_tmpl.h"
+
+/*
+ * nat_gc_run - the expiry sweep (the node's one bpf_timer, in nat_gc): walk both
+ * forward maps, remove idle pairs (both halves, gc_pair), record the run and
+ * come back after an interval that grows with the table.
+ */
+static int nat_gc_run(void *map, __u32 *key, struct nat_gc *gc)
+{
+	struct nat_gc_walk w = { .gc = gc, .now = bpf_ktime_get_ns() };
+	__u32 zero = 0;
+
+	gc->last_checked = 0;
+	w.cfg = bpf_map_lookup_elem(&masq_config, &zero);
+	if (w.cfg) {
+		bpf_for_each_map_elem(&nat4_fwd, gc_pair_v4, &w, 0);
+		bpf_for_each_map_elem(&nat6_fwd, gc_pair_v6, &w, 0);
+	}
+	gc->last_run_ns = w.now;
+	gc->runs++;
+	bpf_timer_start(&gc->timer, NAT_GC_MIN_NS + gc->last_checked * NAT_GC_NS_PER_PAIR, 0);
+	return 0;
+}
+
+/*
+ * nat_gc_ensure - arm the sweep once per node (after a new pair, so the timer
+ * runs whenever there is something to expire). Cheap when armed: one lookup.
+ * Racing CPUs are harmless: the second init says EBUSY and starting twice re-arms.
+ */
+static __always_inline void nat_gc_ensure(void)
+{
+	struct nat_gc *gc;
+	__u32 zero = 0;
+	long err;
+
+	gc = bpf_map_lookup_elem(&nat_gc, &zero);
+	if (!gc || gc->armed)
+		return;
+	err = bpf_timer_init(&gc->timer, &nat_gc, CLOCK_MONOTONIC);
+	if (err && err != -EBUSY)
+		return; /* e.g. no memory right now: the next new pair tries again */
+	if (bpf_timer_set_callback(&gc->timer, nat_gc_run) ||
+	    bpf_timer_start(&gc->timer, NAT_GC_MIN_NS, 0))
+		return;
+	gc->armed = 1;
+}
 
 #endif /* MASQ_NAT_H */

@@ -14,17 +14,20 @@
  *   ECHO_REPLY ICMP_PROTO CNT_SNAT_PKTS CNT_SNAT_BYTES CNT_RNAT_PKTS CNT_RNAT_BYTES
  *   FP_REPLY         (optional) the fast path's reply redirect (fastpath.h), IPv4 only
  *
- * Every masqueraded flow is a pair of entries inserted together:
+ * Every masqueraded flow is a pair of entries that exist together:
  *   fwd[{pod, remote, pod port, remote port}]    -> {nat addr, nat port}
  *   rev[{remote, nat addr, remote port, nat port}] -> {pod, pod port}
  * The reverse half is inserted first with BPF_NOEXIST (that is the port claim);
- * if the forward half then fails, the reverse half is removed again.
+ * if the forward half then fails, the reverse half is removed again. Both halves
+ * carry the pair's created_ns, which tells a pair from a later one with the same key.
  *
- * Expiry: entries carry last_seen_ns; a pair idle longer than its protocol's
- * timeout may have its port taken over by a new flow (the stale forward half is
- * deleted then). Both halves are refreshed together, at most once a second, from
- * whichever direction has traffic, so a one-way flow never loses its reply path.
- * The maps are LRU: if memory pressure evicts one half, the next refresh puts it back.
+ * Expiry: entries carry last_seen_ns, refreshed in both halves together at most
+ * once a second from whichever direction has traffic, so a one-way flow never
+ * loses its reply path. The expiry sweep (nat.h: one bpf_timer for the node)
+ * removes pairs idle longer than their protocol's timeout, both halves; before it
+ * comes round, a new flow may take over an idle pair's port (probe_port). The maps
+ * are plain hash maps: nothing evicts one half alone, and a full table refuses
+ * new flows (DROP_NAT_FULL).
  */
 
 #define NAT_NOT_OURS (-100)
@@ -69,8 +72,9 @@ static __always_inline bool NAT_FN(nat_touch)(ENTRY_T *e, const FLOW_T *f, __u64
 
 /*
  * snat_sync_rev - after the forward half of a flow was refreshed, refresh its
- * reverse half too (carrying the TCP closing state), or put it back if the LRU
- * evicted it. Returns false if the reverse slot now belongs to another flow.
+ * reverse half too (carrying the TCP closing state). Returns false if the
+ * reverse half is gone (the pair is being removed) or belongs to another flow:
+ * the caller starts this flow afresh.
  */
 static __noinline bool NAT_FN(snat_sync_rev)(const FLOW_T *f, const ENTRY_T *fwd, __u64 now)
 {
@@ -80,24 +84,28 @@ static __noinline bool NAT_FN(snat_sync_rev)(const FLOW_T *f, const ENTRY_T *fwd
 	};
 	ENTRY_T *rev = bpf_map_lookup_elem(&MAP_REV, &rk);
 
-	if (rev) {
-		if (!ADDR_EQ(&rev->addr, &f->saddr) || rev->port != f->sport)
-			return false;
-		rev->last_seen_ns = now;
-		rev->flags = fwd->flags;
-		return true;
-	}
-	ENTRY_T nr = {
-		.addr = f->saddr, .port = f->sport, .flags = fwd->flags,
-		.ifindex = fwd->ifindex, .rule_id = fwd->rule_id,
-		.created_ns = fwd->created_ns, .last_seen_ns = now,
-	};
-	if (bpf_map_update_elem(&MAP_REV, &rk, &nr, BPF_NOEXIST) == 0)
-		count_add(CNT_NAT_REPAIRED, 1);
+	if (!rev || rev->created_ns != fwd->created_ns)
+		return false;
+	rev->last_seen_ns = now;
+	rev->flags = fwd->flags;
 	return true;
 }
 
-/* The mirror of snat_sync_rev, from a reply that hit the reverse half. */
+/*
+ * snat_refresh - account a pod packet on its flow's forward half and keep the
+ * reverse half in step. False when the pair is gone from under it: the caller
+ * deletes the forward half and starts the flow afresh.
+ */
+static __always_inline bool NAT_FN(snat_refresh)(const FLOW_T *f, ENTRY_T *fwd, __u64 now)
+{
+	return !NAT_FN(nat_touch)(fwd, f, now) || NAT_FN(snat_sync_rev)(f, fwd, now);
+}
+
+/*
+ * The mirror of snat_sync_rev, from a reply that hit the reverse half. A
+ * forward half that is gone or belongs to a newer pair is left alone: a reply
+ * never recreates state.
+ */
 static __noinline void NAT_FN(rnat_sync_fwd)(const FLOW_T *f, const ENTRY_T *rev, __u64 now)
 {
 	KEY_T fk = {
@@ -106,20 +114,37 @@ static __noinline void NAT_FN(rnat_sync_fwd)(const FLOW_T *f, const ENTRY_T *rev
 	};
 	ENTRY_T *fwd = bpf_map_lookup_elem(&MAP_FWD, &fk);
 
-	if (fwd) {
-		if (ADDR_EQ(&fwd->addr, &f->daddr) && fwd->port == f->dport) {
-			fwd->last_seen_ns = now;
-			fwd->flags = rev->flags;
-		}
-		return;
+	if (fwd && fwd->created_ns == rev->created_ns) {
+		fwd->last_seen_ns = now;
+		fwd->flags = rev->flags;
 	}
-	ENTRY_T nf = {
-		.addr = f->daddr, .port = f->dport, .flags = rev->flags,
-		.ifindex = rev->ifindex, .rule_id = rev->rule_id,
-		.created_ns = rev->created_ns, .last_seen_ns = now,
+}
+
+/*
+ * gc_pair - the expiry sweep's visit to one forward half (bpf_for_each_map_elem
+ * callback): a pair idle past its timeout goes, reverse half first (only if it
+ * is this pair's), then the forward half the walk stands on.
+ */
+static long NAT_FN(gc_pair)(void *map, const KEY_T *key, ENTRY_T *fwd, struct nat_gc_walk *w)
+{
+	KEY_T fk = *key;
+	ENTRY_T *rev;
+
+	/* Counted in the map value, not on the stack: a constant count would keep
+	 * the verifier from ever seeing the walk's states converge. */
+	w->gc->last_checked++;
+	if (!NAT_FN(nat_expired)(fwd, w->cfg, fk.proto, w->now))
+		return 0;
+	KEY_T rk = {
+		.saddr = fk.daddr, .daddr = fwd->addr,
+		.sport = fk.dport, .dport = fwd->port, .proto = fk.proto,
 	};
-	if (bpf_map_update_elem(&MAP_FWD, &fk, &nf, BPF_NOEXIST) == 0)
-		count_add(CNT_NAT_REPAIRED, 1);
+	rev = bpf_map_lookup_elem(&MAP_REV, &rk);
+	if (rev && rev->created_ns == fwd->created_ns)
+		bpf_map_delete_elem(&MAP_REV, &rk);
+	bpf_map_delete_elem(&MAP_FWD, &fk);
+	count_add(CNT_NAT_EXPIRED, 1);
+	return 0;
 }
 
 /* State of one port search, shared with the bpf_loop() callback. */
@@ -132,6 +157,7 @@ struct NAT_FN(probe) {
 	__u32 range;
 	__u32 start;        /* first port of the sequential sweep, as an offset in the range */
 	__u32 claimed;
+	__u32 full;         /* the reverse map holds natMaxEntries entries */
 };
 
 /*
@@ -148,9 +174,17 @@ static long NAT_FN(probe_port)(__u32 i, void *ctx)
 	/* Random probes first; then a sweep, so a nearly full range still finds its last ports. */
 	__u32 off = i < NAT_PROBES ? bpf_get_prandom_u32() : p->start + (i - NAT_PROBES);
 
+	long err;
+
 	p->rk.dport = bpf_htons(cfg->port_min + off % p->range);
-	if (bpf_map_update_elem(&MAP_REV, &p->rk, &p->e, BPF_NOEXIST) == 0) {
+	err = bpf_map_update_elem(&MAP_REV, &p->rk, &p->e, BPF_NOEXIST);
+	if (err == 0) {
 		p->claimed = 1;
+		return 1;
+	}
+	if (err == -E2BIG) {
+		/* The port was free but the table is full: other ports will not help. */
+		p->full = 1;
 		return 1;
 	}
 	old = bpf_map_lookup_elem(&MAP_REV, &p->rk);
@@ -174,12 +208,14 @@ static long NAT_FN(probe_port)(__u32 i, void *ctx)
 /*
  * snat_create - claim a port for a new flow and insert both halves.
  * Returns the forward entry, or NULL with *reason set: DROP_NO_PORT when no
- * port was free within NAT_PROBES tries (also counted as CNT_ALLOC_FAIL),
- * DROP_NAT_INSERT when the forward half could not be inserted.
+ * port was free within the probe budget (also counted as CNT_ALLOC_FAIL),
+ * DROP_NAT_FULL when the table holds natMaxEntries pairs, DROP_NAT_INSERT when
+ * the forward half could not be inserted for another reason.
  */
 static __noinline ENTRY_T *NAT_FN(snat_create)(const FLOW_T *f, const struct masq_config *cfg,
 					       const DEC_T *d, __u64 now, __u32 *reason)
 {
+	long err;
 	struct NAT_FN(probe) p = {
 		.fk = { .saddr = f->saddr, .daddr = f->daddr,
 			.sport = f->sport, .dport = f->dport, .proto = f->proto },
@@ -198,6 +234,10 @@ static __noinline ENTRY_T *NAT_FN(snat_create)(const FLOW_T *f, const struct mas
 		return NULL;
 	p.start = bpf_get_prandom_u32();
 	bpf_loop(NAT_PROBES + (p.range < NAT_SWEEP ? p.range : NAT_SWEEP), NAT_FN(probe_port), &p, 0);
+	if (p.full) {
+		*reason = DROP_NAT_FULL;
+		return NULL;
+	}
 	if (!p.claimed) {
 		count_add(CNT_ALLOC_FAIL, 1);
 		return NULL;
@@ -205,14 +245,16 @@ static __noinline ENTRY_T *NAT_FN(snat_create)(const FLOW_T *f, const struct mas
 
 	p.e.addr = d->nat_addr;
 	p.e.port = p.rk.dport;
-	if (bpf_map_update_elem(&MAP_FWD, &p.fk, &p.e, BPF_NOEXIST)) {
+	err = bpf_map_update_elem(&MAP_FWD, &p.fk, &p.e, BPF_NOEXIST);
+	if (err) {
 		/* Give the port back. If another CPU created this flow meanwhile
 		 * (EEXIST), use its pair; otherwise the insert failed for real. */
 		bpf_map_delete_elem(&MAP_REV, &p.rk);
-		*reason = DROP_NAT_INSERT;
+		*reason = err == -E2BIG ? DROP_NAT_FULL : DROP_NAT_INSERT;
 		return bpf_map_lookup_elem(&MAP_FWD, &p.fk);
 	}
 	count_add(CNT_NAT_CREATED, 1);
+	nat_gc_ensure();
 	return bpf_map_lookup_elem(&MAP_FWD, &p.fk);
 }
 
@@ -387,8 +429,8 @@ static __noinline int NAT_FN(snat_egress)(struct __sk_buff *skb, const struct up
 		};
 		fwd = bpf_map_lookup_elem(&MAP_FWD, &fk);
 		if (fwd) {
-			if (NAT_FN(nat_touch)(fwd, &f, now) && !NAT_FN(snat_sync_rev)(&f, fwd, now)) {
-				/* Our reply slot was taken over: start this flow afresh. */
+			if (!NAT_FN(snat_refresh)(&f, fwd, now)) {
+				/* Our pair is going, or its reply slot was taken over: start afresh. */
 				bpf_map_delete_elem(&MAP_FWD, &fk);
 				fwd = NULL;
 			} else {

@@ -338,7 +338,7 @@ fn rule_to_address_is_used() {
     assert_eq!(out, udp(REMOTE, src, 123, 6000));
 }
 
-// ---- 8-9: expiry and LRU repair ----
+// ---- 8-9: expiry, pair integrity, full table ----
 
 #[test]
 fn expired_pair_gives_its_port_to_a_new_flow() {
@@ -357,7 +357,9 @@ fn expired_pair_gives_its_port_to_a_new_flow() {
 }
 
 #[test]
-fn evicted_reverse_half_is_repaired() {
+fn forward_half_without_its_reverse_starts_afresh() {
+    // The reverse half is gone (its timer is removing the pair): the next refresh
+    // notices, and the flow gets a complete new pair instead of a one-way one.
     let dp = node();
     let fk = nat_key(POD, REMOTE, 40000, 443, TCP);
     let port = expect_snat(&dp, &tcp(POD, REMOTE, 40000, 443, SYN), MASQ, |p| tcp(MASQ, REMOTE, p, 443, SYN));
@@ -367,12 +369,121 @@ fn evicted_reverse_half_is_repaired() {
     dp.put_fwd(&fk, fe);
 
     let again = expect_snat(&dp, &tcp(POD, REMOTE, 40000, 443, ACK), MASQ, |p| tcp(MASQ, REMOTE, p, 443, ACK));
-    assert_eq!(again, port);
-    assert_eq!(dp.counter(counter::NAT_REPAIRED), 1);
-    dp.assert_single_pair(fk, MASQ, port);
-    // And the repaired half works.
-    let out = dp.ingress(&tcp(REMOTE, MASQ, 443, port, ACK)).passed();
+    assert_eq!(dp.counter(counter::NAT_CREATED), 2);
+    dp.assert_single_pair(fk, MASQ, again);
+    let out = dp.ingress(&tcp(REMOTE, MASQ, 443, again, ACK)).passed();
     assert_eq!(out, tcp(REMOTE, POD, 443, 40000, ACK));
+}
+
+#[test]
+fn reply_never_recreates_a_missing_forward_half() {
+    // The old LRU design re-inserted a lost half from the other one; now a half
+    // alone is a pair being removed, and a reply must not bring it back.
+    let dp = node();
+    let fk = nat_key(POD, REMOTE, 40000, 443, UDP);
+    let port = expect_snat(&dp, &udp(POD, REMOTE, 40000, 443), MASQ, |p| udp(MASQ, REMOTE, p, 443));
+    let rk = reverse_key(&fk, MASQ, port);
+    let mut re = dp.get_rev(&rk).unwrap();
+    re.last_seen_ns -= 2_000_000_000;
+    dp.put_rev(&rk, re);
+    dp.del_fwd(&fk);
+    dp.ingress(&udp(REMOTE, MASQ, 443, port)).passed();
+    assert!(dp.fwd().is_empty(), "forward half recreated: {:?}", dp.fwd());
+}
+
+/// Poll (up to `secs`) until `f` holds.
+fn eventually(secs: u64, f: impl Fn() -> bool) -> bool {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while std::time::Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    f()
+}
+
+fn sleep_ms(ms: u64) {
+    std::thread::sleep(std::time::Duration::from_millis(ms));
+}
+
+#[test]
+fn idle_pair_expires_with_both_halves_together() {
+    let dp = node();
+    dp.set_timeouts(20000, 20099, 3600, 3600, 1);
+    let fk = nat_key(POD, REMOTE, 40000, 53, UDP);
+    let port = expect_snat(&dp, &udp(POD, REMOTE, 40000, 53), MASQ, |p| udp(MASQ, REMOTE, p, 53));
+    dp.assert_single_pair(fk, MASQ, port);
+    assert!(eventually(5, || dp.nat_is_empty()), "pair still there: {:?} {:?}", dp.fwd(), dp.rev());
+    assert_eq!(dp.counter(counter::NAT_EXPIRED), 1);
+    // Its port is free again for anyone.
+    expect_snat(&dp, &udp(POD2, REMOTE, 40001, 53), MASQ, |p| udp(MASQ, REMOTE, p, 53));
+}
+
+#[test]
+fn pair_in_use_outlives_its_timeout_from_either_direction() {
+    let dp = node();
+    dp.set_timeouts(20000, 20099, 3600, 3600, 2);
+    let fk = nat_key(POD, REMOTE, 40000, 53, UDP);
+    let port = expect_snat(&dp, &udp(POD, REMOTE, 40000, 53), MASQ, |p| udp(MASQ, REMOTE, p, 53));
+    // 4 s of pod packets, then 4 s of replies only: twice the timeout each.
+    for _ in 0..16 {
+        sleep_ms(250);
+        assert_eq!(expect_snat(&dp, &udp(POD, REMOTE, 40000, 53), MASQ, |p| udp(MASQ, REMOTE, p, 53)), port);
+    }
+    for _ in 0..16 {
+        sleep_ms(250);
+        assert_eq!(dp.ingress(&udp(REMOTE, MASQ, 53, port)).passed(), udp(REMOTE, POD, 53, 40000));
+    }
+    dp.assert_single_pair(fk, MASQ, port);
+    assert_eq!((dp.counter(counter::NAT_EXPIRED), dp.counter(counter::NAT_CREATED)), (0, 1));
+    // Then silence: it goes.
+    assert!(eventually(6, || dp.nat_is_empty()), "idle pair stayed");
+    assert_eq!(dp.counter(counter::NAT_EXPIRED), 1);
+}
+
+#[test]
+fn fin_or_rst_shortens_the_expiry_from_either_direction() {
+    let dp = node();
+    dp.set_timeouts(20000, 20099, 3600, 1, 3600);
+    expect_snat(&dp, &tcp(POD, REMOTE, 40000, 443, SYN), MASQ, |p| tcp(MASQ, REMOTE, p, 443, SYN));
+    let b = expect_snat(&dp, &tcp(POD, REMOTE, 40001, 443, SYN), MASQ, |p| tcp(MASQ, REMOTE, p, 443, SYN));
+    let c = expect_snat(&dp, &tcp(POD, REMOTE, 40002, 443, SYN), MASQ, |p| tcp(MASQ, REMOTE, p, 443, SYN));
+    expect_snat(&dp, &tcp(POD, REMOTE, 40000, 443, FIN | ACK), MASQ, |p| tcp(MASQ, REMOTE, p, 443, FIN | ACK));
+    dp.ingress(&tcp(REMOTE, MASQ, 443, b, RST)).passed();
+    assert!(eventually(5, || dp.fwd().len() == 1), "closing pairs stayed: {:?}", dp.fwd());
+    dp.assert_single_pair(nat_key(POD, REMOTE, 40002, 443, TCP), MASQ, c);
+    assert_eq!(dp.counter(counter::NAT_EXPIRED), 2);
+}
+
+#[test]
+fn full_table_refuses_new_flows_and_keeps_the_old_ones() {
+    let dp = node();
+    let cap = NAT_MAX_ENTRIES_IN_TESTS as u16;
+    // Flow i: pod port 10000+i to remote port 1000+i/100, so the 100-port range
+    // never runs out before the table does.
+    let flow = |i: u16| udp(POD, REMOTE, 10000 + i, 1000 + i / 100);
+    for i in 0..cap {
+        dp.egress(&flow(i)).passed();
+    }
+    assert_eq!(dp.assert_pairs_complete(), cap as usize);
+    // One more flow: refused, counted, nothing half-inserted.
+    dp.egress(&flow(cap)).dropped();
+    assert_eq!((dp.drops(drop::NAT_FULL), dp.drops(drop::NO_PORT)), (1, 0));
+    assert_eq!(dp.assert_pairs_complete(), cap as usize);
+    // Established flows keep working both ways.
+    let port = expect_snat(&dp, &flow(0), MASQ, |p| udp(MASQ, REMOTE, p, 1000));
+    assert_eq!(dp.ingress(&udp(REMOTE, MASQ, 1000, port)).passed(), udp(REMOTE, POD, 1000, 10000));
+    // A pair leaving (as DEL or expiry removes it) makes room for exactly one new flow.
+    let fk = nat_key(POD, REMOTE, 10001, 1000, UDP);
+    let fe = dp.get_fwd(&fk).unwrap();
+    dp.del_rev(&reverse_key(&fk, MASQ, u16::from_be_bytes(fe.port)));
+    dp.del_fwd(&fk);
+    let dport = 1000 + cap / 100;
+    expect_snat(&dp, &flow(cap), MASQ, |p| udp(MASQ, REMOTE, p, dport));
+    dp.egress(&flow(cap + 1)).dropped();
+    assert_eq!(dp.drops(drop::NAT_FULL), 2);
+    assert_eq!(dp.assert_pairs_complete(), cap as usize);
 }
 
 // ---- 10: veth anti-spoofing ----

@@ -159,7 +159,7 @@ def cmd_health(status_path, fast_status_path, ct_path):
             c = st.get("counters", {})
             health[name] = {
                 "nat_created": c.get("nat_created"), "nat_reclaimed": c.get("nat_reclaimed"),
-                "nat_repaired": c.get("nat_repaired"), "port_alloc_failures": c.get("port_alloc_failures"),
+                "nat_expired": c.get("nat_expired"), "port_alloc_failures": c.get("port_alloc_failures"),
                 "nat_flows_v4": len(st["nat_flows_v4"]) if isinstance(st.get("nat_flows_v4"), list) else st.get("nat_flows_v4"),
                 "fastpath_egress": c.get("fastpath_egress"), "fastpath_ingress": c.get("fastpath_ingress"),
                 "fastpath_fallback": c.get("fastpath_fallback"),

@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-pub const LAYOUT_VERSION: u32 = 3;
+pub const LAYOUT_VERSION: u32 = 4;
 
 // Map names (pinned by name under <pinPath>/v<LAYOUT_VERSION>/maps/).
 pub const MAP_CONFIG: &str = "masq_config";
@@ -26,6 +26,7 @@ pub const MAP_RULES6: &str = "rules6";
 pub const MAP_RULE_EXCEPT6: &str = "rule_except6";
 pub const MAP_NAT6_FWD: &str = "nat6_fwd";
 pub const MAP_NAT6_REV: &str = "nat6_rev";
+pub const MAP_NAT_GC: &str = "nat_gc";
 pub const MAP_FRAG4: &str = "frag4";
 pub const MAP_FRAG6: &str = "frag6";
 pub const MAP_POD_L2: &str = "pod_l2";
@@ -33,10 +34,11 @@ pub const MAP_SVC4: &str = "svc4";
 pub const MAP_SVC6: &str = "svc6";
 
 /// Every map the objects define: a node is only loaded when all of them are pinned.
-pub const ALL_MAPS: [&str; 24] = [
+pub const ALL_MAPS: [&str; 25] = [
     MAP_CONFIG, MAP_PODS4, MAP_PODS6, MAP_UPLINKS, MAP_EXCL4, MAP_EXCL6, MAP_RULES4, MAP_RULE_EXCEPT4,
     MAP_RULE_STATS, MAP_NAT4_FWD, MAP_NAT4_REV, MAP_POD_STATS, MAP_COUNTERS, MAP_DROPS, MAP_ATTACHMENTS,
     MAP_RULES6, MAP_RULE_EXCEPT6, MAP_NAT6_FWD, MAP_NAT6_REV, MAP_FRAG4, MAP_FRAG6, MAP_POD_L2, MAP_SVC4, MAP_SVC6,
+    MAP_NAT_GC,
 ];
 
 pub const MAX_RULES: u32 = 256;
@@ -207,6 +209,17 @@ pub struct Nat4Entry {
     pub bytes: u64,
 }
 
+/// `struct nat_gc`: the expiry sweep's timer (opaque, reads as zeros) and its last run.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NatGc {
+    pub timer: [u64; 2],
+    pub armed: u64,
+    pub last_run_ns: u64,
+    pub last_checked: u64,
+    pub runs: u64,
+}
+
 /// `struct frag4_key`: a fragmented datagram, as its first fragment named it.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -279,7 +292,7 @@ pub mod counter {
     pub const RNAT_BYTES_V6: u32 = 7;
     pub const NAT_CREATED: u32 = 8;
     pub const NAT_RECLAIMED: u32 = 9;
-    pub const NAT_REPAIRED: u32 = 10;
+    pub const NAT_EXPIRED: u32 = 10;
     pub const ALLOC_FAIL: u32 = 11;
     pub const SKIP_EXCLUDED: u32 = 12;
     pub const SKIP_NO_NAT_OUTGOING: u32 = 13;
@@ -301,7 +314,7 @@ pub mod counter {
         "rnat_bytes_v6",
         "nat_created",
         "nat_reclaimed",
-        "nat_repaired",
+        "nat_expired",
         "port_alloc_failures",
         "skipped_excluded",
         "skipped_nat_outgoing_false",
@@ -316,7 +329,8 @@ pub mod counter {
 
 /// Drop reasons (enum masq_drop_reason).
 pub mod drop_reason {
-    pub const MAX: u32 = 8;
+    pub const NAT_FULL: u32 = 8;
+    pub const MAX: u32 = 9;
     pub const NAMES: [&str; MAX as usize] = [
         "spoofed_source",
         "no_port",
@@ -326,6 +340,7 @@ pub mod drop_reason {
         "checksum",
         "unsupported_protocol",
         "fragment_without_state",
+        "nat_table_full",
     ];
 }
 
@@ -359,6 +374,7 @@ pod! {
     Nat4Key = 16,
     Nat4Entry = 48,
     PodStats = 24,
+    NatGc = 48,
     AttachmentKey = 88,
     AttachmentInfo = 120,
 }

@@ -77,13 +77,6 @@ fn bpf_err(what: impl std::fmt::Display, e: impl std::fmt::Display) -> Error {
     Error::bpf(format!("{what}: {e}"))
 }
 
-/// IPv6 NAT maps get a quarter of `natMaxEntries`: LRU maps are preallocated,
-/// an IPv6 entry is ~1.5x the size of an IPv4 one, and most nodes' masqueraded
-/// traffic is IPv4.
-pub fn nat6_max_entries(nat_max_entries: u32) -> u32 {
-    (nat_max_entries / 4).max(1024)
-}
-
 /// Load, verify and pin both objects unless already pinned. The caller holds the
 /// node lock, so two first ADDs never load twice.
 pub fn ensure_loaded(pins: &Pins, nat_max_entries: u32) -> Result<()> {
@@ -104,8 +97,8 @@ pub fn ensure_loaded(pins: &Pins, nat_max_entries: u32) -> Result<()> {
         .default_map_pin_directory(pins.maps_dir())
         .map_max_entries(abi::MAP_NAT4_FWD, nat_max_entries)
         .map_max_entries(abi::MAP_NAT4_REV, nat_max_entries)
-        .map_max_entries(abi::MAP_NAT6_FWD, nat6_max_entries(nat_max_entries))
-        .map_max_entries(abi::MAP_NAT6_REV, nat6_max_entries(nat_max_entries));
+        .map_max_entries(abi::MAP_NAT6_FWD, nat_max_entries)
+        .map_max_entries(abi::MAP_NAT6_REV, nat_max_entries);
     for (obj, progs) in objects {
         let mut ebpf = loader.load(obj).map_err(|e| bpf_err("load BPF object", e))?;
         for name in progs.iter() {

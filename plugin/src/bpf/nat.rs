@@ -173,8 +173,33 @@ pub fn pairs<F: Family>(pins: &Pins) -> Result<Vec<(Tuple, Entry, Option<Entry>)
             .get(&F::key(&reverse_of(&t, &e)), 0)
             .ok()
             .map(|r| F::entry(&r))
-            .filter(|r| r.addr == t.saddr && r.port == t.sport);
+            .filter(|r| r.addr == t.saddr && r.port == t.sport && r.created_ns == e.created_ns);
         out.push((t, e, r));
+    }
+    Ok(out)
+}
+
+/// The forward tuple a reverse half answers for: {pod, remote, pod port, remote port}.
+pub fn forward_of(rev: &Tuple, e: &Entry) -> Tuple {
+    Tuple { saddr: e.addr, daddr: rev.saddr, sport: e.port, dport: rev.sport, proto: rev.proto }
+}
+
+/// Reverse halves with no forward half of the same pair (none while the pair
+/// invariant holds; a pair being removed may show for a moment).
+pub fn orphans<F: Family>(pins: &Pins) -> Result<Vec<(Tuple, Entry)>> {
+    let (fwd, rev) = open::<F>(pins)?;
+    let mut out = Vec::new();
+    for item in rev.iter() {
+        let (k, v) = item.map_err(map_err(F::REV))?;
+        let (t, e) = (F::tuple(&k), F::entry(&v));
+        let paired = fwd
+            .get(&F::key(&forward_of(&t, &e)), 0)
+            .ok()
+            .map(|f| F::entry(&f))
+            .is_some_and(|f| f.created_ns == e.created_ns && reverse_of(&forward_of(&t, &e), &f) == t);
+        if !paired {
+            out.push((t, e));
+        }
     }
     Ok(out)
 }
@@ -205,7 +230,7 @@ pub fn flush<F: Family>(pins: &Pins, addrs: &[IpAddr]) -> Result<usize> {
         ignore_not_found(fwd.remove(&F::key(&t))).map_err(map_err(F::FWD))?;
         n += 2;
     }
-    // Reverse halves whose forward half the LRU already dropped.
+    // Reverse halves whose forward half is already gone (a pair mid-removal).
     let orphans: Vec<Tuple> = rev
         .iter()
         .filter_map(|r| r.ok())
@@ -259,5 +284,8 @@ mod tests {
         };
         let r = reverse_of(&fwd, &e);
         assert_eq!((r.saddr, r.daddr, r.sport, r.dport), (fwd.daddr, e.addr, 53, 2000));
+        // And back: the reverse half's value (pod, pod port) leads to the forward key.
+        let back = Entry { addr: fwd.saddr, port: fwd.sport, ..e };
+        assert_eq!(forward_of(&r, &back), fwd);
     }
 }

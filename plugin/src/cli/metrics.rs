@@ -145,9 +145,9 @@ pub fn render(s: &Snapshot) -> String {
             "Expired NAT pairs whose port was taken over by a new flow.",
         ),
         (
-            "ebpf_masq_nat_pairs_repaired_total",
-            "nat_repaired",
-            "NAT pair halves re-inserted after the LRU evicted them.",
+            "ebpf_masq_nat_pairs_expired_total",
+            "nat_expired",
+            "Idle NAT pairs removed, both halves together, by their expiry timer.",
         ),
         (
             "ebpf_masq_port_allocation_failures_total",
@@ -350,7 +350,7 @@ pub fn serve(pins: &Pins, addr: &str) -> Result<()> {
 }
 
 pub const LONG_HELP: &str = "The data plane's counters in the Prometheus text exposition format (0.0.4): \
-packets/bytes translated per direction and family, NAT pairs created/reclaimed/repaired, NAT entries, port \
+packets/bytes translated per direction and family, NAT pairs created/reclaimed/expired, NAT entries, port \
 allocation failures, drops by reason, per-rule and per-pod counters. Read from the pinned maps.\n\n\
 Without --listen it prints once, for node-exporter's textfile collector:\n  \
 ebpf-masq metrics > /var/lib/node_exporter/textfile/ebpf_masq.prom.$$ && \
@@ -591,7 +591,7 @@ mod tests {
             ("ebpf_masq_translated_bytes_total", "counter"),
             ("ebpf_masq_nat_pairs_created_total", "counter"),
             ("ebpf_masq_nat_pairs_reclaimed_total", "counter"),
-            ("ebpf_masq_nat_pairs_repaired_total", "counter"),
+            ("ebpf_masq_nat_pairs_expired_total", "counter"),
             ("ebpf_masq_port_allocation_failures_total", "counter"),
             ("ebpf_masq_nat_entries", "gauge"),
             ("ebpf_masq_drops_total", "counter"),

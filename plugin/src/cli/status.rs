@@ -9,7 +9,7 @@ use crate::{
     bpf::{
         abi::{self, counter, drop_reason, ExclInfo, MasqConfig, UplinkInfo},
         loader::{self, Pins},
-        maps,
+        maps, nat,
     },
     cli::readers,
     error::{Error, Result},
@@ -118,6 +118,12 @@ pub fn collect(pins: &Pins) -> Result<Value> {
     let flows = crate::cli::nat::flows(pins)?;
     let nat_v4 = flows.iter().filter(|f| f.family == "ipv4").count();
     let nat_v6 = flows.len() - nat_v4;
+    let incomplete = flows.iter().filter(|f| !f.complete).count()
+        + nat::orphans::<nat::V4>(pins)?.len()
+        + nat::orphans::<nat::V6>(pins)?.len();
+    let gc: Array<MapData, abi::NatGc> = maps::open(pins, abi::MAP_NAT_GC)?;
+    let gc = gc.get(&0, 0).map_err(e(abi::MAP_NAT_GC))?;
+    let now = crate::pod::monotonic_ns();
 
     Ok(json!({
         "pin_path": pins.root.display().to_string(),
@@ -133,6 +139,13 @@ pub fn collect(pins: &Pins) -> Result<Value> {
         "pods": pods,
         "nat_flows_v4": nat_v4,
         "nat_flows_v6": nat_v6,
+        "nat_pairs_incomplete": incomplete,
+        "nat_expiry": {
+            "armed": gc.armed != 0,
+            "runs": gc.runs,
+            "last_run_s_ago": (gc.runs > 0).then(|| now.saturating_sub(gc.last_run_ns) as f64 / 1e9),
+            "last_checked": gc.last_checked,
+        },
         "counters": counters,
         "drops": drops,
     }))
@@ -194,7 +207,15 @@ pub fn run(pins: &Pins, json_out: bool) -> Result<()> {
             p["spoofed_dropped"]
         );
     }
-    println!("nat flows: {} IPv4, {} IPv6", s["nat_flows_v4"], s["nat_flows_v6"]);
+    println!(
+        "nat flows: {} IPv4, {} IPv6, {} incomplete pairs",
+        s["nat_flows_v4"], s["nat_flows_v6"], s["nat_pairs_incomplete"]
+    );
+    let x = &s["nat_expiry"];
+    match x["last_run_s_ago"].as_f64() {
+        Some(ago) => println!("nat expiry sweep: {} runs, last {ago:.1} s ago checked {} pairs", x["runs"], x["last_checked"]),
+        None => println!("nat expiry sweep: {}", if x["armed"] == true { "armed, not run yet" } else { "not armed (no pair created yet)" }),
+    }
     println!("counters: {}", s["counters"]);
     println!("drops: {}", s["drops"]);
     Ok(())

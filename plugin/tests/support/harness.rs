@@ -41,7 +41,11 @@ pub mod drop {
     pub const CSUM: u32 = 5;
     pub const UNSUPPORTED_PROTO: u32 = 6;
     pub const FRAG_NO_STATE: u32 = 7;
+    pub const NAT_FULL: u32 = 8;
 }
+
+/// natMaxEntries of every test data plane.
+pub const NAT_MAX_ENTRIES_IN_TESTS: u32 = 4096;
 
 pub fn monotonic_ns() -> u64 {
     ebpf_masq::pod::monotonic_ns()
@@ -84,7 +88,7 @@ impl Dataplane {
         let pins = Pins::new(&base);
         // The guard owns the directory from here on, so even a failed load cleans up.
         let guard = PinGuard(base);
-        loader::ensure_loaded(&pins, 4096).expect("load data plane");
+        loader::ensure_loaded(&pins, NAT_MAX_ENTRIES_IN_TESTS).expect("load data plane");
         let prog = |name| SchedClassifier::from_pin(pins.prog(name)).expect("open pinned program");
         let dp = Dataplane {
             egress: prog(loader::PROG_UPLINK_EGRESS),
@@ -114,6 +118,21 @@ impl Dataplane {
             tcp_closing_timeout_s: timeout_s,
             udp_timeout_s: timeout_s,
             icmp_timeout_s: timeout_s,
+        };
+        m.set(0, c, 0).unwrap();
+    }
+
+    /// Port range [lo, hi] with separate timeouts: TCP, TCP after FIN/RST, and UDP/ICMP.
+    pub fn set_timeouts(&self, lo: u16, hi: u16, tcp_s: u32, closing_s: u32, other_s: u32) {
+        let mut m: Array<MapData, MasqConfig> = self.map(abi::MAP_CONFIG);
+        let c = MasqConfig {
+            port_min: lo,
+            port_max: hi,
+            flags: 0,
+            tcp_timeout_s: tcp_s,
+            tcp_closing_timeout_s: closing_s,
+            udp_timeout_s: other_s,
+            icmp_timeout_s: other_s,
         };
         m.set(0, c, 0).unwrap();
     }
@@ -244,6 +263,24 @@ impl Dataplane {
     }
     pub fn del_rev(&self, k: &Nat4Key) {
         self.nat_map(abi::MAP_NAT4_REV).remove(k).unwrap();
+    }
+    pub fn del_fwd(&self, k: &Nat4Key) {
+        self.nat_map(abi::MAP_NAT4_FWD).remove(k).unwrap();
+    }
+
+    /// The pair invariant: every forward half has its reverse half (same pair:
+    /// same created_ns) and every reverse half its forward half. Returns the pair count.
+    #[track_caller]
+    pub fn assert_pairs_complete(&self) -> usize {
+        let fwd = self.fwd();
+        let rev: std::collections::HashMap<Nat4Key, Nat4Entry> = self.rev().into_iter().collect();
+        for (fk, fe) in &fwd {
+            let rk = reverse_key(fk, Ipv4Addr::from(fe.addr), u16::from_be_bytes(fe.port));
+            let re = rev.get(&rk).unwrap_or_else(|| panic!("forward half {fk:?} has no reverse half"));
+            assert_eq!((re.addr, re.port, re.created_ns), (fk.saddr, fk.sport, fe.created_ns), "pair {fk:?}");
+        }
+        assert_eq!(rev.len(), fwd.len(), "reverse halves without a forward half");
+        fwd.len()
     }
     pub fn nat_is_empty(&self) -> bool {
         self.fwd().is_empty() && self.rev().is_empty()
