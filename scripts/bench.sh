@@ -73,8 +73,14 @@
 #   Prints median/p90/min/max per metric and the targets (ADD overhead
 #   <= 10 ms median, first ADD <= 150 ms, per-packet cost unchanged at 100 pods).
 #
+# --micro: per-packet cost of each program path, measured by the kernel with
+# BPF_PROG_TEST_RUN on crafted packets (plugin/tests/microbench.rs): no traffic
+# and no scheduler noise, so two builds compare to a few ns. Each figure
+# includes the test-run frame's fixed cost, printed as "baseline".
+#
 # Usage: scripts/bench.sh [options]
 #   --add-latency  the ADD-latency mode above instead of the data-path benchmark
+#   --micro        the per-path micro-benchmark above instead
 #   --reps N       add-latency: warm-node repetitions (default 100)
 #   --first N      add-latency: fresh-node first ADDs per map size (default 5)
 #   --rounds N     rounds (default 5)
@@ -131,12 +137,17 @@ while [ $# -gt 0 ]; do
     --reps)     REPS=$2; shift 2 ;;
     --first)    FIRST=$2; shift 2 ;;
     --add-latency) ADDLAT=1; shift ;;
+    --micro)    MICRO=1; shift ;;
     --quick)    QUICK=1; shift ;;
     --build)    BUILD=1; shift ;;
     -h|--help)  usage 0 ;;
     *) echo "bench: unknown option $1" >&2; usage 2 >&2 ;;
   esac
 done
+if [ "${MICRO:-0}" = 1 ]; then  # BPF_PROG_TEST_RUN per-path costs: no topology needed
+  [ "$(id -u)" = 0 ] || { echo "bench: must run as root" >&2; exit 1; }
+  cd "$REPO" && exec cargo test --release --test microbench -- --ignored --nocapture --test-threads=1
+fi
 if [ "$QUICK" = 1 ]; then       # smoke test: one short round
   ROUNDS=1 DURATION=1 PINGS=20 REPS=20 FIRST=2
 fi

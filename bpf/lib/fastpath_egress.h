@@ -144,7 +144,7 @@ static __noinline int fp_egress_v4(struct __sk_buff *skb, __u32 pod_flags)
 	if (!up)
 		goto fallback;
 
-	now = bpf_ktime_get_ns();
+	now = bpf_ktime_get_coarse_ns();
 	if (fwd && !snat_refresh_v4(&f, fwd, now)) {
 		/* Our pair is going, or its reply slot was taken over: start afresh. */
 		struct nat4_key fk = {

@@ -46,8 +46,10 @@ static __always_inline bool NAT_FN(nat_expired)(const ENTRY_T *e, const struct m
 /* Account one packet; true when last_seen was refreshed (once a second at most). */
 static __always_inline bool NAT_FN(nat_touch)(ENTRY_T *e, const FLOW_T *f, __u64 now)
 {
-	__sync_fetch_and_add(&e->packets, 1);
-	__sync_fetch_and_add(&e->bytes, f->len);
+	/* Plain adds, not atomics: a flow's packets come in on one CPU at a time
+	 * (RSS, one socket), and a rare lost update costs a statistic, not a byte. */
+	e->packets += 1;
+	e->bytes += f->len;
 	if (f->proto == IPPROTO_TCP) {
 		if (f->tcp_flags & (TCP_FLAG_FIN | TCP_FLAG_RST)) {
 			if (!(e->flags & NAT_F_TCP_CLOSING)) {
@@ -223,7 +225,8 @@ static __noinline ENTRY_T *NAT_FN(snat_create)(const FLOW_T *f, const struct mas
 		.e = { .addr = f->saddr, .port = f->sport,
 		       .flags = (d->verdict == VERDICT_RULE ? NAT_F_BY_RULE : 0) | d->nat_flags,
 		       .ifindex = d->ifindex, .rule_id = d->rule_id,
-		       .created_ns = now, .last_seen_ns = now },
+		       /* The fine clock here: created_ns tells a pair from a later one. */
+		       .created_ns = bpf_ktime_get_ns(), .last_seen_ns = now },
 		.cfg = cfg,
 		.now = now,
 		.range = (__u32)cfg->port_max - cfg->port_min + 1,
@@ -416,11 +419,8 @@ static __noinline int NAT_FN(snat_egress)(struct __sk_buff *skb, const struct up
 		/* Untranslatable (e.g. it quotes a later fragment): never show a pod's address. */
 		return QUOTES_POD(skb, &f) ? drop_with(DROP_UNSUPPORTED_PROTO) : MASQ_PASS;
 	}
-	cfg = bpf_map_lookup_elem(&masq_config, &zero);
-	if (!cfg)
-		return MASQ_PASS;
 
-	now = bpf_ktime_get_ns();
+	now = bpf_ktime_get_coarse_ns(); /* last_seen needs seconds, not ns: the cheap clock */
 	switch (f.l4) {
 	case L4_OK: {
 		KEY_T fk = {
@@ -467,6 +467,10 @@ static __noinline int NAT_FN(snat_egress)(struct __sk_buff *skb, const struct up
 		return drop_with(DROP_UNSUPPORTED_PROTO);
 	}
 
+	/* Only a new flow needs the node's config (port range, timeouts). */
+	cfg = bpf_map_lookup_elem(&masq_config, &zero);
+	if (!cfg)
+		return MASQ_PASS;
 	d.ifindex = skb->ifindex;
 	fwd = NAT_FN(snat_create)(&f, cfg, &d, now, &reason);
 	if (!fwd)
@@ -509,7 +513,7 @@ static __noinline int NAT_FN(rnat_ingress)(struct __sk_buff *skb, const struct u
 	if (!rev)
 		return MASQ_PASS;
 
-	now = bpf_ktime_get_ns();
+	now = bpf_ktime_get_coarse_ns(); /* last_seen needs seconds, not ns: the cheap clock */
 	if (NAT_FN(nat_touch)(rev, &f, now))
 		NAT_FN(rnat_sync_fwd)(&f, rev, now);
 	if (f.frag == FRAG_FIRST)

@@ -43,7 +43,7 @@ enum frag_state {
 	__u8 icmp_type;                                                     \
 	__u8 frag;          /* enum frag_state */                           \
 	__u8 frag_proto;    /* what follows the IP (v6: fragment) header */ \
-	__u8 pad[2];                                                        \
+	__sum16 ip_check;   /* IPv4 header checksum as parsed (v6: 0) */    \
 	__be32 frag_id;     /* IPv4: the 16-bit id; IPv6: the 32-bit id */
 
 struct flow4 {
@@ -57,6 +57,29 @@ struct flow6 {
 	struct in6_addr saddr;
 	struct in6_addr daddr;
 };
+
+/*
+ * load_hdr - copy @len (a constant) header bytes at @off into @buf: straight
+ * from the packet when they are in its linear part (the usual case: no helper
+ * call), through bpf_skb_load_bytes otherwise (non-linear skb, far offsets).
+ */
+#define LOAD_HDR_DIRECT_MAX 0xff   /* a mask too */
+static __always_inline int load_hdr(struct __sk_buff *skb, __u32 off, void *buf, __u32 len)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+
+	if (off <= LOAD_HDR_DIRECT_MAX) {
+		/* The mask is a no-op here, but the verifier sees the bound on this very register. */
+		void *p = data + (off & LOAD_HDR_DIRECT_MAX);
+
+		if (p + len <= data_end) {
+			__builtin_memcpy(buf, p, len);
+			return 0;
+		}
+	}
+	return bpf_skb_load_bytes(skb, off, buf, len);
+}
 
 /* ICMP echo request/reply ids, errors, and the rest, for either family. */
 static __always_inline void classify_icmp(__u8 type, __be16 id, bool v6, __be16 *sport, __be16 *dport, __u8 *l4)
@@ -82,8 +105,8 @@ static __always_inline void classify_icmp(__u8 type, __be16 id, bool v6, __be16 
 
 /*
  * parse_l4 - read ports / ICMP type+id at @l4_off into the common fields.
- * bpf_skb_load_bytes keeps this verifier-friendly at any offset (IP options,
- * IPv6 extension headers) and works on non-linear skbs.
+ * load_hdr keeps this verifier-friendly at any offset (IP options, IPv6
+ * extension headers) and works on non-linear skbs.
  */
 static __always_inline void parse_l4(struct __sk_buff *skb, __u32 l4_off, __u8 proto, bool v6,
 				     __be16 *sport, __be16 *dport, __u8 *tcp_flags, __u8 *icmp_type, __u8 *l4)
@@ -96,7 +119,7 @@ static __always_inline void parse_l4(struct __sk_buff *skb, __u32 l4_off, __u8 p
 	*icmp_type = 0;
 	switch (proto) {
 	case IPPROTO_TCP:
-		if (bpf_skb_load_bytes(skb, l4_off, hdr, 14) || skb->len < l4_off + sizeof(struct tcphdr)) {
+		if (load_hdr(skb, l4_off, hdr, 14) || skb->len < l4_off + sizeof(struct tcphdr)) {
 			*l4 = L4_TRUNCATED;
 			return;
 		}
@@ -106,7 +129,7 @@ static __always_inline void parse_l4(struct __sk_buff *skb, __u32 l4_off, __u8 p
 		*l4 = L4_OK;
 		return;
 	case IPPROTO_UDP:
-		if (bpf_skb_load_bytes(skb, l4_off, hdr, 8)) {
+		if (load_hdr(skb, l4_off, hdr, 8)) {
 			*l4 = L4_TRUNCATED;
 			return;
 		}
@@ -120,7 +143,7 @@ static __always_inline void parse_l4(struct __sk_buff *skb, __u32 l4_off, __u8 p
 			*l4 = L4_UNSUPPORTED;
 			return;
 		}
-		if (bpf_skb_load_bytes(skb, l4_off, hdr, 8)) {
+		if (load_hdr(skb, l4_off, hdr, 8)) {
 			*l4 = L4_TRUNCATED;
 			return;
 		}
@@ -143,7 +166,7 @@ static __noinline int parse_flow4(struct __sk_buff *skb, __u32 l3_off, struct fl
 	struct iphdr ip;
 	__u16 frag_off;
 
-	if (bpf_skb_load_bytes(skb, l3_off, &ip, sizeof(ip)))
+	if (load_hdr(skb, l3_off, &ip, sizeof(ip)))
 		return -1;
 	if (ip.version != 4 || ip.ihl < 5)
 		return -1;
@@ -153,6 +176,7 @@ static __noinline int parse_flow4(struct __sk_buff *skb, __u32 l3_off, struct fl
 	f->len = skb->len;
 	f->saddr = ip.saddr;
 	f->daddr = ip.daddr;
+	f->ip_check = ip.check;
 	f->proto = ip.protocol;
 	f->frag_id = ip.id;
 	frag_off = bpf_ntohs(ip.frag_off);
@@ -203,7 +227,7 @@ static __always_inline void ipv6_walk_exthdrs(struct __sk_buff *skb, struct ipv6
 
 		if (!ipv6_is_exthdr(w->nexthdr))
 			return;
-		if (bpf_skb_load_bytes(skb, w->off, eh, sizeof(eh))) {
+		if (load_hdr(skb, w->off, eh, sizeof(eh))) {
 			w->truncated = 1;
 			return;
 		}
@@ -233,13 +257,14 @@ static __noinline int parse_flow6(struct __sk_buff *skb, __u32 l3_off, struct fl
 	struct ipv6hdr ip6;
 	struct ipv6_walk w = {};
 
-	if (bpf_skb_load_bytes(skb, l3_off, &ip6, sizeof(ip6)))
+	if (load_hdr(skb, l3_off, &ip6, sizeof(ip6)))
 		return -1;
 	if (ip6.version != 6)
 		return -1;
 
 	f->l3_off = l3_off;
 	f->len = skb->len;
+	f->ip_check = 0;
 	f->saddr = ip6.saddr;
 	f->daddr = ip6.daddr;
 	f->sport = 0;

@@ -40,30 +40,76 @@ static __always_inline void l4_offsets(__u8 proto, __u32 l4_off, bool src, struc
 	}
 }
 
-/* nat4_rewrite - replace the source (@src) or destination address and port. */
+/*
+ * csum4_replace - an IPv4 header checksum after a 32-bit field changed from
+ * @from to @to (RFC 1624, eqn. 3: HC' = ~(~HC + ~m + m')). Works on the raw
+ * (network order) words: the one's complement sum does not care about byte order.
+ * The IPv4 header checksum is never offloaded, so this is always the whole story.
+ */
+static __always_inline __sum16 csum4_replace(__sum16 check, __be32 from, __be32 to)
+{
+	__u32 s = (__u16)~check;
+
+	s += (__u16)~(from & 0xffff) + (__u16)~(from >> 16);
+	s += (to & 0xffff) + (to >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	return (__sum16)~s;
+}
+
+/*
+ * nat4_rewrite - replace the source (@src) or destination address and port.
+ * The L4 checksum goes through bpf_l4_csum_replace (it alone knows whether the
+ * skb is CHECKSUM_PARTIAL or COMPLETE); the IPv4 header checksum is folded here,
+ * and the new header fields are written straight into the packet, which the
+ * checksum helpers have just made writable up to the L4 checksum.
+ */
 static __noinline int nat4_rewrite(struct __sk_buff *skb, const struct flow4 *f, bool src,
 				   const __be32 *new_addr_p, __be16 new_port)
 {
 	__be32 new_addr = *new_addr_p;
 	__be32 old_addr = src ? f->saddr : f->daddr;
 	__be16 old_port = src ? f->sport : f->dport;
-	__u32 addr_off = f->l3_off + (src ? offsetof(struct iphdr, saddr) : offsetof(struct iphdr, daddr));
+	__sum16 check = csum4_replace(f->ip_check, old_addr, new_addr);
+	__u32 l3_off = f->l3_off, port_off;
 	struct l4_offsets o;
+	void *data, *data_end;
+	struct iphdr *ip;
 
 	l4_offsets(f->proto, f->l4_off, src, &o);
 	if (f->proto != IPPROTO_ICMP &&
 	    bpf_l4_csum_replace(skb, o.csum, old_addr, new_addr, BPF_F_PSEUDO_HDR | o.flags | sizeof(new_addr)))
 		return -1;
-	if (old_port != new_port) {
-		if (bpf_l4_csum_replace(skb, o.csum, old_port, new_port, o.flags | sizeof(new_port)))
-			return -1;
-		if (bpf_skb_store_bytes(skb, o.port, &new_port, sizeof(new_port), 0))
-			return -1;
-	}
-	if (bpf_l3_csum_replace(skb, f->l3_off + offsetof(struct iphdr, check), old_addr, new_addr,
-				sizeof(new_addr)))
+	if (old_port != new_port &&
+	    bpf_l4_csum_replace(skb, o.csum, old_port, new_port, o.flags | sizeof(new_port)))
 		return -1;
-	return bpf_skb_store_bytes(skb, addr_off, &new_addr, sizeof(new_addr), 0);
+
+	/* The helpers may have moved the packet: fresh pointers, bounds checked again. */
+	data = (void *)(long)skb->data;
+	data_end = (void *)(long)skb->data_end;
+	port_off = o.port;
+	if (l3_off <= ETH_HLEN && port_off <= LOAD_HDR_DIRECT_MAX) {
+		void *port = data + (port_off & LOAD_HDR_DIRECT_MAX); /* mask: see load_hdr */
+
+		ip = data + (l3_off & 0xf);
+		if ((void *)(ip + 1) <= data_end && port + sizeof(__be16) <= data_end) {
+			ip->check = check;
+			if (src)
+				ip->saddr = new_addr;
+			else
+				ip->daddr = new_addr;
+			if (old_port != new_port)
+				*(__be16 *)port = new_port;
+			return 0;
+		}
+	}
+	/* Headers not in the linear part (rare): the same writes through helpers. */
+	if (old_port != new_port && bpf_skb_store_bytes(skb, port_off, &new_port, sizeof(new_port), 0))
+		return -1;
+	if (bpf_skb_store_bytes(skb, l3_off + offsetof(struct iphdr, check), &check, sizeof(check), 0))
+		return -1;
+	return bpf_skb_store_bytes(skb, l3_off + (src ? offsetof(struct iphdr, saddr) : offsetof(struct iphdr, daddr)),
+				   &new_addr, sizeof(new_addr), 0);
 }
 
 /* Address only: a later fragment carries no L4 header (the first one's checksum covers it). */

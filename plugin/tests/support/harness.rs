@@ -189,6 +189,21 @@ impl Dataplane {
         Run { ret: res.return_value as i32, out }
     }
 
+    /// Kernel-measured run time (ns) of one run of a program on `frame`
+    /// ("egress", "ingress" or "veth"), for the micro-benchmarks.
+    pub fn timed(&self, prog: &str, frame: &[u8]) -> (i32, u64) {
+        let prog = match prog {
+            "egress" => &self.egress,
+            "ingress" => &self.ingress,
+            _ => &self.veth,
+        };
+        let mut out = vec![0u8; frame.len() + 256];
+        let res = prog
+            .test_run(TestRunOptions { data_in: Some(frame), data_out: Some(&mut out), ..Default::default() })
+            .expect("BPF_PROG_TEST_RUN");
+        (res.return_value as i32, res.duration.as_nanos() as u64)
+    }
+
     /// Uplink egress (SNAT).
     pub fn egress(&self, frame: &[u8]) -> Run {
         Self::run(&self.egress, frame)

@@ -1,0 +1,81 @@
+//! Micro-benchmarks of the data-plane programs, run with BPF_PROG_TEST_RUN on
+//! crafted packets (no traffic, no interfaces): what one packet costs on each
+//! path, as the kernel measures the program run. Not a test: ignored by default,
+//! run by `scripts/bench.sh --micro`:
+//!
+//!   cargo test --release --test microbench -- --ignored --nocapture --test-threads=1
+//!
+//! Every run is a single BPF_PROG_TEST_RUN (a repeated run would see its own
+//! rewritten packet), so each figure carries the test-run frame's fixed cost,
+//! shown on the first line ("baseline": a frame the program leaves at once) —
+//! read the others relative to it.
+
+mod support;
+
+use std::net::Ipv4Addr;
+
+use ebpf_masq::bpf::abi::EXCL_NATIVE_ROUTING;
+use support::{harness::*, packet::*};
+
+const MASQ: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+const POD: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 5);
+const REMOTE: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 10);
+const NATIVE_DST: Ipv4Addr = Ipv4Addr::new(10, 2, 3, 4);
+const VETH: u32 = 1;
+const RUNS: usize = 20_000;
+
+fn node() -> Dataplane {
+    let dp = Dataplane::new();
+    dp.set_config(1024, 65535, 3600);
+    dp.add_uplink(LO, MASQ);
+    dp.add_excl(Ipv4Addr::new(10, 0, 0, 0), 8, EXCL_NATIVE_ROUTING);
+    dp.add_pod(POD, VETH, true);
+    dp
+}
+
+/// Median over 5 batches of the mean kernel-measured ns per run.
+fn measure(mut one: impl FnMut(usize) -> u64) -> f64 {
+    let mut batches: Vec<f64> = (0..5)
+        .map(|b| (0..RUNS).map(|i| one(b * RUNS + i)).sum::<u64>() as f64 / RUNS as f64)
+        .collect();
+    batches.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    batches[2]
+}
+
+#[test]
+#[ignore = "benchmark: scripts/bench.sh --micro"]
+fn per_packet_cost() {
+    let dp = node();
+    let arp = {
+        let mut f = vec![0xffu8; 12];
+        f.extend_from_slice(&[0x08, 0x06]);
+        f.extend_from_slice(&[0u8; 28]);
+        f
+    };
+    // One established TCP flow and one UDP flow, created before timing.
+    let syn = tcp(POD, REMOTE, 40000, 443, SYN);
+    dp.egress(&syn).passed();
+    let nat_port = u16::from_be_bytes(dp.fwd()[0].1.port);
+    dp.egress(&udp(POD, REMOTE, 40001, 53)).passed();
+    let udp_port = dp.fwd().iter().find(|(k, _)| k.proto == UDP).map(|(_, e)| u16::from_be_bytes(e.port)).unwrap();
+
+    let cases: Vec<(&str, &str, Vec<u8>)> = vec![
+        ("baseline: ARP frame, uplink egress", "egress", arp.clone()),
+        ("uplink egress: established TCP ACK (SNAT)", "egress", tcp(POD, REMOTE, 40000, 443, ACK)),
+        ("uplink egress: established UDP 64 B (SNAT)", "egress", udp(POD, REMOTE, 40001, 53)),
+        ("uplink ingress: TCP ACK reply (reverse NAT)", "ingress", tcp(REMOTE, MASQ, 443, nat_port, ACK)),
+        ("uplink ingress: UDP reply (reverse NAT)", "ingress", udp(REMOTE, MASQ, 53, udp_port)),
+        ("uplink egress: host's own TCP (pass)", "egress", tcp(MASQ, REMOTE, 50000, 443, ACK)),
+        ("uplink ingress: host's own TCP reply (pass)", "ingress", tcp(REMOTE, MASQ, 443, 50000, ACK)),
+        ("uplink egress: pod to nativeRoutingCIDR (pass)", "egress", tcp(POD, NATIVE_DST, 40000, 443, ACK)),
+        ("pod veth: source check (pass)", "veth", tcp(POD, REMOTE, 40000, 443, ACK)),
+    ];
+    println!("{:<52} {:>10}", "path (IPv4)", "ns/packet");
+    for (name, prog, frame) in &cases {
+        let ns = measure(|_| dp.timed(prog, frame).1);
+        println!("{name:<52} {ns:>10.1}");
+    }
+    // A new flow each run: port allocation and both halves inserted.
+    let ns = measure(|i| dp.timed("egress", &udp(POD, REMOTE, 1024 + (i % 60000) as u16, 1000 + (i / 60000) as u16)).1);
+    println!("{:<52} {ns:>10.1}", "uplink egress: new UDP flow (allocate, insert pair)");
+}
