@@ -14,21 +14,38 @@
 
 #include "maps.h"
 #include "parse.h"
+#include "rewrite.h"
 
 #ifndef AF_INET
 #define AF_INET 2
 #endif
 
-/* What a router does to a forwarded IPv4 packet: TTL - 1, header checksum fixed. */
-static __always_inline int fp_ttl_dec4(struct __sk_buff *skb, __u32 l3_off, __u8 ttl, __u8 proto)
+/*
+ * What a router does to a forwarded IPv4 packet: TTL - 1, header checksum fixed
+ * (folded here, written straight into the packet). The fast path only handles
+ * Ethernet frames: the IPv4 header is at ETH_HLEN.
+ */
+static __always_inline int fp_ttl_dec4(struct __sk_buff *skb, __u8 ttl, __u8 proto)
 {
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct iphdr *ip = data + ETH_HLEN;
 	__be16 old = bpf_htons(((__u16)ttl << 8) | proto);
 	__be16 new = bpf_htons(((__u16)(ttl - 1) << 8) | proto);
 	__u8 nt = ttl - 1;
+	__sum16 check;
 
-	if (bpf_l3_csum_replace(skb, l3_off + offsetof(struct iphdr, check), old, new, sizeof(new)))
+	if ((void *)(ip + 1) <= data_end) {
+		ip->check = csum2_replace(ip->check, old, new);
+		ip->ttl = nt;
+		return 0;
+	}
+	if (bpf_skb_load_bytes(skb, ETH_HLEN + offsetof(struct iphdr, check), &check, sizeof(check)))
 		return -1;
-	return bpf_skb_store_bytes(skb, l3_off + offsetof(struct iphdr, ttl), &nt, sizeof(nt), 0);
+	check = csum2_replace(check, old, new);
+	if (bpf_skb_store_bytes(skb, ETH_HLEN + offsetof(struct iphdr, check), &check, sizeof(check), 0))
+		return -1;
+	return bpf_skb_store_bytes(skb, ETH_HLEN + offsetof(struct iphdr, ttl), &nt, sizeof(nt), 0);
 }
 
 static __always_inline bool fp_enabled(void)
@@ -63,15 +80,24 @@ static __noinline int fp_reply_v4(struct __sk_buff *skb, const struct uplink_inf
 	l2 = bpf_map_lookup_elem(&pod_l2, &ifindex);
 	if (!l2 || !(l2->flags & POD_L2_F_HAS_MAC))
 		return MASQ_PASS;
-	if (bpf_skb_load_bytes(skb, f->l3_off + offsetof(struct iphdr, ttl), &ttl, 1) || ttl <= 1)
+	if (load_hdr(skb, ETH_HLEN + offsetof(struct iphdr, ttl), &ttl, 1) || ttl <= 1)
 		return MASQ_PASS;
 	/* skb->len counts the Ethernet header, as the check's device length does. */
 	if (bpf_check_mtu(skb, ifindex, &mtu_len, 0, BPF_MTU_CHK_SEGS))
 		return MASQ_PASS;
 	__builtin_memcpy(macs, l2->pod_mac, 6);
 	__builtin_memcpy(macs + 6, l2->gw_mac, 6);
-	if (fp_ttl_dec4(skb, f->l3_off, ttl, f->proto) || bpf_skb_store_bytes(skb, 0, macs, sizeof(macs), 0))
+	if (fp_ttl_dec4(skb, ttl, f->proto))
 		return drop_with(DROP_CSUM);
+	{
+		void *data = (void *)(long)skb->data;
+		void *data_end = (void *)(long)skb->data_end;
+
+		if (data + sizeof(macs) <= data_end)
+			__builtin_memcpy(data, macs, sizeof(macs));
+		else if (bpf_skb_store_bytes(skb, 0, macs, sizeof(macs), 0))
+			return drop_with(DROP_CSUM);
+	}
 	count_add(CNT_FP_INGRESS, 1);
 	return bpf_redirect_peer(ifindex, 0);
 }

@@ -76,7 +76,7 @@ static __always_inline __u32 fp_wire_len4(struct __sk_buff *skb, const struct fl
 	if (!gso)
 		return ip_tot_len;
 	if (f->proto == IPPROTO_TCP) {
-		if (bpf_skb_load_bytes(skb, f->l4_off + 12, &doff, 1))
+		if (load_hdr(skb, f->l4_off + 12, &doff, 1))
 			return 0;
 		l4_hl = (doff >> 4) * 4;
 	} else if (f->proto != IPPROTO_UDP) {
@@ -114,7 +114,7 @@ static __noinline int fp_egress_v4(struct __sk_buff *skb, __u32 pod_flags)
 		goto fallback;
 	if (f.proto == IPPROTO_ICMP ? f.icmp_type != ICMP_ECHO : (f.proto != IPPROTO_TCP && f.proto != IPPROTO_UDP))
 		goto fallback;
-	if (bpf_skb_load_bytes(skb, ETH_HLEN, &ip, sizeof(ip)) || ip.ihl != 5 || ip.ttl <= 1)
+	if (load_hdr(skb, ETH_HLEN, &ip, sizeof(ip)) || ip.ihl != 5 || ip.ttl <= 1)
 		goto fallback;
 	{
 		struct lpm4_key sk = { .prefixlen = 32, .addr = f.daddr };
@@ -168,7 +168,7 @@ static __noinline int fp_egress_v4(struct __sk_buff *skb, __u32 pod_flags)
 			goto fallback; /* the normal path tries again, and drops with the reason */
 		nat_touch_v4(fwd, &f, now);
 	}
-	if (nat4_rewrite(skb, &f, true, &fwd->addr, fwd->port) || fp_ttl_dec4(skb, ETH_HLEN, ip.ttl, f.proto))
+	if (nat4_rewrite(skb, &f, true, &fwd->addr, fwd->port) || fp_ttl_dec4(skb, ip.ttl, f.proto))
 		return drop_with(DROP_CSUM);
 	count_add(CNT_SNAT_PKTS_V4, 1);
 	count_add(CNT_SNAT_BYTES_V4, f.len);

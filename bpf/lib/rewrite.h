@@ -57,6 +57,17 @@ static __always_inline __sum16 csum4_replace(__sum16 check, __be32 from, __be32 
 	return (__sum16)~s;
 }
 
+/* The same for a 16-bit field. */
+static __always_inline __sum16 csum2_replace(__sum16 check, __be16 from, __be16 to)
+{
+	__u32 s = (__u16)~check;
+
+	s += (__u16)~from + (__u16)to;
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	return (__sum16)~s;
+}
+
 /*
  * nat4_rewrite - replace the source (@src) or destination address and port.
  * The L4 checksum goes through bpf_l4_csum_replace (it alone knows whether the
