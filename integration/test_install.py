@@ -493,3 +493,18 @@ def test_daemonset_commands_on_a_scratch_host(plugin, node, lab, tmp_path):
     assert node.enter(["cat", reserved]).stdout == reserved_before
     # The readiness probe now fails: nothing to report.
     assert run(plugin, *map(remap, probe[1:]), ns=node, check=False).returncode != 0
+
+
+def test_uninstall_gives_back_exactly_the_ports_it_reserved(plugin, topo, masq_pod, tmp_path):
+    """The admin's own reservations overlap two portRanges the node had in turn;
+    uninstall gives back what the plugin added and nothing else."""
+    path = "/proc/sys/net/ipv4/ip_local_reserved_ports"
+    reserved = lambda: topo.node.exec(["cat", path]).stdout.strip()  # noqa: E731
+    topo.node.sysctl("net.ipv4.ip_local_reserved_ports", "1000-2000,40000")
+    masq_pod(portRange="1500-2999")
+    assert reserved() == "1000-2999,40000"
+    masq_pod(name="pod2", portRange="39000-40500")  # the node's portRange changed
+    assert reserved() == "1000-2999,39000-40500"
+    p = run(plugin, "uninstall", "--cni-conf-dir", tmp_path, "--pin-path", topo.lab.pin_path, ns=topo.node)
+    assert "released ports 2001-2999,39000-39999,40001-40500" in p.stdout, p.stdout
+    assert reserved() == "1000-2000,40000"

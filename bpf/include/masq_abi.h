@@ -29,7 +29,6 @@ struct masq_config {
 };
 
 #define MASQ_F_FAST_PATH 0x1      /* fastPath: route, translate and redirect pod flows in BPF */
-#define MASQ_F_PORTS_RESERVED 0x2 /* plugin-only: we added portRange to ip_local_reserved_ports */
 
 /* ---- pods4 (HASH, key __be32) / pods6 (HASH, key struct in6 16 bytes) ---- */
 #define POD_F_NAT_OUTGOING 0x1
@@ -190,6 +189,17 @@ struct nat_gc {
 	__u64 last_run_ns;         /* bpf_ktime_get_ns() of the last sweep */
 	__u64 last_checked;        /* pairs the last (or running) sweep looked at */
 	__u64 runs;
+};
+
+/* ---- reserved_ports (ARRAY, RESERVED_PORTS_MAX entries), plugin-only: the port
+ * ranges the plugin itself added to net.ipv4.ip_local_reserved_ports (each
+ * portRange minus what was reserved already), so uninstall gives back exactly
+ * those; {0, 0} is a free slot. Ports in host byte order.
+ */
+#define RESERVED_PORTS_MAX 64
+struct port_range {
+	__u16 lo;
+	__u16 hi;
 };
 
 /* ---- frag4 / frag6 (LRU_HASH): the ports of a fragmented datagram, learned from

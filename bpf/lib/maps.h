@@ -185,6 +185,14 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } nat_gc SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RESERVED_PORTS_MAX);
+	__type(key, __u32);
+	__type(value, struct port_range);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} reserved_ports SEC(".maps");
+
 /* Fragment state lives seconds at most; LRU eviction is its expiry. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);

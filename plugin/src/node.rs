@@ -21,7 +21,7 @@ use ipnetwork::IpNetwork;
 use crate::{
     bpf::{
         abi::{
-            self, ExclInfo, MasqConfig as AbiConfig, Rule4Data, Rule6Data, Rule6Info, RuleExcept4Data, RuleExcept6Data,
+            self, ExclInfo, MasqConfig as AbiConfig, PortRange, Rule4Data, Rule6Data, Rule6Info, RuleExcept4Data, RuleExcept6Data,
             RuleInfo, UplinkInfo,
         },
         loader::{self, Pins},
@@ -147,23 +147,15 @@ pub fn reconcile_with(pins: &Pins, conf: &MasqConfig, uplinks: &[Uplink]) -> Res
     reconcile_services(pins, conf)?;
     reconcile_rules(pins, conf, uplinks)?;
     reconcile_uplinks(pins, uplinks)?;
-    if reserve_ports(conf.port_range)? {
-        let mut cfg: Array<MapData, AbiConfig> = maps::open(pins, abi::MAP_CONFIG)?;
-        let mut v = cfg.get(&0, 0).map_err(|e| map_err("read masq_config", e))?;
-        v.flags |= abi::MASQ_F_PORTS_RESERVED;
-        cfg.set(0, v, 0).map_err(|e| map_err("write masq_config", e))?;
-    }
-    Ok(())
+    reserve_ports(pins, conf.port_range)
 }
 
 fn write_config(pins: &Pins, conf: &MasqConfig) -> Result<()> {
     let mut cfg: Array<MapData, AbiConfig> = maps::open(pins, abi::MAP_CONFIG)?;
-    // Bookkeeping bits survive a reconcile; the config bits follow the config.
-    let kept = cfg.get(&0, 0).map(|c| c.flags & abi::MASQ_F_PORTS_RESERVED).unwrap_or(0);
     let v = AbiConfig {
         port_min: conf.port_range.0,
         port_max: conf.port_range.1,
-        flags: kept | if conf.fast_path { abi::MASQ_F_FAST_PATH } else { 0 },
+        flags: if conf.fast_path { abi::MASQ_F_FAST_PATH } else { 0 },
         tcp_timeout_s: TCP_TIMEOUT_S,
         tcp_closing_timeout_s: TCP_CLOSING_TIMEOUT_S,
         udp_timeout_s: UDP_TIMEOUT_S,
@@ -364,34 +356,76 @@ pub fn detach_uplinks(pins: &Pins) -> Result<()> {
 
 /// Keep the host from auto-binding ports in our range, so a masqueraded flow
 /// never shares a tuple with a host socket: add the range to
-/// net.ipv4.ip_local_reserved_ports (which also covers IPv6) of this netns.
-/// Returns true when this call added ports (the node did not reserve them already).
-pub fn reserve_ports((lo, hi): (u16, u16)) -> Result<bool> {
+/// net.ipv4.ip_local_reserved_ports (which also covers IPv6) of this netns, and
+/// record in `reserved_ports` exactly the ports this added (the range minus what
+/// was reserved already, by the admin or an earlier portRange), so that
+/// `release_ports` gives back those and nothing else.
+pub fn reserve_ports(pins: &Pins, (lo, hi): (u16, u16)) -> Result<()> {
     let current = netlink::read_sysctl(RESERVED_PORTS)?;
-    let merged = merge_port_ranges(current.trim(), (lo, hi));
-    if merged != current.trim() {
-        netlink::write_sysctl(RESERVED_PORTS, &merged)?;
-        return Ok(true);
+    let added = uncovered_port_ranges(current.trim(), (lo, hi));
+    if added.is_empty() {
+        return Ok(());
     }
-    Ok(false)
+    let mut map: Array<MapData, PortRange> = maps::open(pins, abi::MAP_RESERVED_PORTS)?;
+    let free: Vec<u32> =
+        (0..abi::RESERVED_PORTS_MAX).filter(|&i| map.get(&i, 0).is_ok_and(|r| r == PortRange::default())).collect();
+    let mut free = free.into_iter();
+    // Record first, then write the sysctl: a crash in between leaves a record of
+    // ports that are not reserved, which release_ports subtracts harmlessly.
+    for &(a, b) in &added {
+        match free.next() {
+            Some(i) => map.set(i, PortRange { lo: a, hi: b }, 0).map_err(|e| map_err("write reserved_ports", e))?,
+            None => log::warn!("reserved_ports full: ports {a}-{b} stay reserved after uninstall"),
+        }
+    }
+    netlink::write_sysctl(RESERVED_PORTS, &merge_port_ranges(current.trim(), (lo, hi)))
 }
 
 const RESERVED_PORTS: &str = "net/ipv4/ip_local_reserved_ports";
 
-/// Undo `reserve_ports` at uninstall: take the node's port range out of
-/// ip_local_reserved_ports if the plugin is the one that put it there.
-pub fn release_ports(pins: &Pins) -> Result<Option<(u16, u16)>> {
-    let cfg: Array<MapData, AbiConfig> = maps::open(pins, abi::MAP_CONFIG)?;
-    let c = cfg.get(&0, 0).map_err(|e| map_err("read masq_config", e))?;
-    if c.flags & abi::MASQ_F_PORTS_RESERVED == 0 {
-        return Ok(None);
+/// Undo `reserve_ports` at uninstall: take every range the plugin added out of
+/// ip_local_reserved_ports (ports reserved by anyone else stay) and forget them.
+/// Returns the ranges given back.
+pub fn release_ports(pins: &Pins) -> Result<Vec<(u16, u16)>> {
+    let mut map: Array<MapData, PortRange> = maps::open(pins, abi::MAP_RESERVED_PORTS)?;
+    let mine: Vec<(u32, PortRange)> = (0..abi::RESERVED_PORTS_MAX)
+        .filter_map(|i| map.get(&i, 0).ok().map(|r| (i, r)))
+        .filter(|(_, r)| *r != PortRange::default())
+        .collect();
+    if mine.is_empty() {
+        return Ok(Vec::new());
     }
     let current = netlink::read_sysctl(RESERVED_PORTS)?;
-    let left = subtract_port_range(current.trim(), (c.port_min, c.port_max));
+    let left = mine.iter().fold(current.trim().to_string(), |acc, (_, r)| subtract_port_range(&acc, (r.lo, r.hi)));
     if left != current.trim() {
         netlink::write_sysctl(RESERVED_PORTS, &left)?;
     }
-    Ok(Some((c.port_min, c.port_max)))
+    for (i, _) in &mine {
+        map.set(*i, PortRange::default(), 0).map_err(|e| map_err("clear reserved_ports", e))?;
+    }
+    Ok(mine.iter().map(|(_, r)| (r.lo, r.hi)).collect())
+}
+
+/// The parts of [lo, hi] that a sysctl port list ("1,5-9") does not cover.
+pub fn uncovered_port_ranges(current: &str, (lo, hi): (u16, u16)) -> Vec<(u16, u16)> {
+    let mut taken = parse_port_ranges(current);
+    taken.sort();
+    let mut out = Vec::new();
+    let mut next = lo as u32; // first port of [lo, hi] not yet accounted for
+    for (a, b) in taken {
+        let (a, b) = (a as u32, b as u32);
+        if b < next || a > hi as u32 {
+            continue;
+        }
+        if a > next {
+            out.push((next as u16, (a - 1) as u16));
+        }
+        next = next.max(b + 1);
+    }
+    if next <= hi as u32 {
+        out.push((next as u16, hi));
+    }
+    out
 }
 
 fn parse_port_ranges(list: &str) -> Vec<(u16, u16)> {
@@ -502,6 +536,28 @@ mod tests {
         assert_eq!(subtract_port_range("7,9", (1, 3)), "7,9");
         // merge then subtract gives the original back (for ports outside the range)
         assert_eq!(subtract_port_range(&merge_port_ranges("80,30080", (1024, 29999)), (1024, 29999)), "80,30080");
+    }
+
+    #[test]
+    fn uncovered_ranges_are_what_reserving_adds() {
+        assert_eq!(uncovered_port_ranges("", (1024, 29999)), vec![(1024, 29999)]);
+        assert_eq!(uncovered_port_ranges("1024-29999", (1024, 29999)), vec![]);
+        assert_eq!(uncovered_port_ranges("1000-2000", (1500, 2999)), vec![(2001, 2999)]);
+        assert_eq!(uncovered_port_ranges("2000-2100,1500,2500-4000", (1500, 2999)), vec![(1501, 1999), (2101, 2499)]);
+        assert_eq!(uncovered_port_ranges("80,30080", (1024, 29999)), vec![(1024, 29999)]);
+        assert_eq!(uncovered_port_ranges("65535", (65000, 65535)), vec![(65000, 65534)]);
+        assert_eq!(uncovered_port_ranges("garbage,10-20", (15, 25)), vec![(21, 25)]);
+        // Giving back what was added restores the list exactly, whatever overlapped.
+        for (before, range, normalized) in [
+            ("1000-2000", (1500, 2999), "1000-2000"),
+            ("2000-2100,1500", (1500, 2999), "1500,2000-2100"),
+            ("80,30080", (1024, 29999), "80,30080"),
+            ("", (1, 65535), ""),
+        ] {
+            let after = merge_port_ranges(before, range);
+            let back = uncovered_port_ranges(before, range).iter().fold(after, |acc, r| subtract_port_range(&acc, *r));
+            assert_eq!(back, normalized, "{before} + {range:?}");
+        }
     }
 
     #[test]

@@ -27,6 +27,7 @@ pub const MAP_RULE_EXCEPT6: &str = "rule_except6";
 pub const MAP_NAT6_FWD: &str = "nat6_fwd";
 pub const MAP_NAT6_REV: &str = "nat6_rev";
 pub const MAP_NAT_GC: &str = "nat_gc";
+pub const MAP_RESERVED_PORTS: &str = "reserved_ports";
 pub const MAP_FRAG4: &str = "frag4";
 pub const MAP_FRAG6: &str = "frag6";
 pub const MAP_POD_L2: &str = "pod_l2";
@@ -34,11 +35,11 @@ pub const MAP_SVC4: &str = "svc4";
 pub const MAP_SVC6: &str = "svc6";
 
 /// Every map the objects define: a node is only loaded when all of them are pinned.
-pub const ALL_MAPS: [&str; 25] = [
+pub const ALL_MAPS: [&str; 26] = [
     MAP_CONFIG, MAP_PODS4, MAP_PODS6, MAP_UPLINKS, MAP_EXCL4, MAP_EXCL6, MAP_RULES4, MAP_RULE_EXCEPT4,
     MAP_RULE_STATS, MAP_NAT4_FWD, MAP_NAT4_REV, MAP_POD_STATS, MAP_COUNTERS, MAP_DROPS, MAP_ATTACHMENTS,
     MAP_RULES6, MAP_RULE_EXCEPT6, MAP_NAT6_FWD, MAP_NAT6_REV, MAP_FRAG4, MAP_FRAG6, MAP_POD_L2, MAP_SVC4, MAP_SVC6,
-    MAP_NAT_GC,
+    MAP_NAT_GC, MAP_RESERVED_PORTS,
 ];
 
 pub const MAX_RULES: u32 = 256;
@@ -57,9 +58,6 @@ pub struct MasqConfig {
 
 /// `masq_config.flags`: fastPath is on.
 pub const MASQ_F_FAST_PATH: u32 = 0x1;
-/// Plugin-only bookkeeping (the programs ignore it): the plugin added the port range
-/// to net.ipv4.ip_local_reserved_ports, so `uninstall` takes it out again.
-pub const MASQ_F_PORTS_RESERVED: u32 = 0x2;
 
 pub const POD_F_NAT_OUTGOING: u32 = 0x1;
 #[repr(C)]
@@ -207,6 +205,17 @@ pub struct Nat4Entry {
     pub last_seen_ns: u64,
     pub packets: u64,
     pub bytes: u64,
+}
+
+/// Slots of `reserved_ports`.
+pub const RESERVED_PORTS_MAX: u32 = 64;
+
+/// `struct port_range` (`reserved_ports` value): ports in host byte order, {0, 0} = free.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortRange {
+    pub lo: u16,
+    pub hi: u16,
 }
 
 /// `struct nat_gc`: the expiry sweep's timer (opaque, reads as zeros) and its last run.
@@ -375,6 +384,7 @@ pod! {
     Nat4Entry = 48,
     PodStats = 24,
     NatGc = 48,
+    PortRange = 4,
     AttachmentKey = 88,
     AttachmentInfo = 120,
 }

@@ -80,7 +80,8 @@ all failures are reported together at the end (exit status 1).
     <pin-path>/v<N> is removed, NAT state included.
 
 Pods keep their addresses and routes; their traffic is no longer masqueraded.
-The port range added to net.ipv4.ip_local_reserved_ports is left as it is.
+The ports the plugin added to net.ipv4.ip_local_reserved_ports (every portRange
+it reserved, minus what was reserved before) are given back; others stay.
 Idempotent: a second run finds nothing to do and succeeds.";
 
 pub const UNINSTALL_AFTER_HELP: &str = "\
@@ -774,8 +775,11 @@ fn remove_data_plane(pins: &Pins, errors: &mut Vec<String>) {
         }
         if pins.map(crate::bpf::abi::MAP_CONFIG).exists() {
             match node::release_ports(pins) {
-                Ok(Some((lo, hi))) => println!("released ports {lo}-{hi} from net.ipv4.ip_local_reserved_ports"),
-                Ok(None) => {}
+                Ok(given) if given.is_empty() => {}
+                Ok(given) => {
+                    let list: Vec<String> = given.iter().map(|(lo, hi)| format!("{lo}-{hi}")).collect();
+                    println!("released ports {} from net.ipv4.ip_local_reserved_ports", list.join(","));
+                }
                 Err(e) => errors.push(e.msg),
             }
         }
