@@ -58,7 +58,8 @@ static __noinline int fp_route_v4(struct __sk_buff *skb, const struct flow4 *f, 
 	p.ipv4_src = f->saddr;
 	p.ipv4_dst = f->daddr;
 	p.ifindex = r->ifindex;
-	rc = bpf_fib_lookup(skb, &p, sizeof(p), 0);
+	/* No neighbour lookup here: bpf_redirect_neigh() resolves the next hop itself. */
+	rc = bpf_fib_lookup(skb, &p, sizeof(p), BPF_FIB_LOOKUP_SKIP_NEIGH);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
 		return -1;
 	r->ifindex = p.ifindex;
@@ -117,12 +118,6 @@ static __noinline int fp_egress_v4(struct __sk_buff *skb, __u32 pod_flags)
 	if (load_hdr(skb, ETH_HLEN, &ip, sizeof(ip)) || ip.ihl != 5 || ip.ttl <= 1)
 		goto fallback;
 	{
-		struct lpm4_key sk = { .prefixlen = 32, .addr = f.daddr };
-
-		if (bpf_map_lookup_elem(&svc4, &sk))
-			goto fallback;
-	}
-	{
 		struct nat4_key fk = {
 			.saddr = f.saddr, .daddr = f.daddr,
 			.sport = f.sport, .dport = f.dport, .proto = f.proto,
@@ -131,6 +126,14 @@ static __noinline int fp_egress_v4(struct __sk_buff *skb, __u32 pod_flags)
 		fwd = bpf_map_lookup_elem(&nat4_fwd, &fk);
 		if (fwd && !(fwd->flags & NAT_F_FAST))
 			goto fallback; /* began on the normal path: stays there */
+	}
+	if (!fwd) {
+		/* A new flow: never to a ClusterIP (an established fast flow was checked
+		 * when it began, so its packets skip the LPM lookup). */
+		struct lpm4_key sk = { .prefixlen = 32, .addr = f.daddr };
+
+		if (bpf_map_lookup_elem(&svc4, &sk))
+			goto fallback;
 	}
 	wire_len = fp_wire_len4(skb, &f, bpf_ntohs(ip.tot_len));
 	if (!wire_len || wire_len > 0xffff)

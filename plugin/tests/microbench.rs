@@ -79,3 +79,37 @@ fn per_packet_cost() {
     let ns = measure(|i| dp.timed("egress", &udp(POD, REMOTE, 1024 + (i % 60000) as u16, 1000 + (i / 60000) as u16)).1);
     println!("{:<52} {ns:>10.1}", "uplink egress: new UDP flow (allocate, insert pair)");
 }
+
+/// The fast path (fastPath: true) in a private netns where bpf_fib_lookup finds
+/// a route: the pod's veth program (SNAT, route, redirect) and the reply's
+/// (reverse NAT, MACs, redirect to the pod).
+#[test]
+#[ignore = "benchmark: scripts/bench.sh --micro"]
+fn fast_path_per_packet_cost() {
+    use ebpf_masq::bpf::abi::{PodL2, POD_L2_F_HAS_MAC};
+    use support::lab::in_lab;
+
+    in_lab(1500, |up0, pod0| {
+        let dp = node();
+        dp.add_uplink(up0, MASQ);
+        let l2 = PodL2 { pod_mac: [2, 0xbb, 0, 0, 0, 5], gw_mac: [2, 0xcc, 0, 0, 0, 1], l3_ifindex: LO, flags: POD_L2_F_HAS_MAC };
+        dp.set_pod_l2(LO, l2);
+        dp.set_fast_path(true);
+        let out = dp.veth(&udp(POD, REMOTE, 40001, 53));
+        assert_eq!(out.ret, 7, "fast path did not redirect (TC_ACT_REDIRECT)");
+        let port = u16::from_be_bytes(dp.fwd()[0].1.port);
+
+        println!("{:<52} {:>10}", "fast path (IPv4)", "ns/packet");
+        let ns = measure(|_| dp.timed("veth", &udp(POD, REMOTE, 40001, 53)).1);
+        println!("{:<52} {ns:>10.1}", "pod veth: established UDP (SNAT, route, redirect)");
+        let ns = measure(|_| dp.timed("egress", &udp(MASQ, REMOTE, port, 53)).1);
+        println!("{:<52} {ns:>10.1}", "uplink egress: the redirected packet (pass)");
+        // The reply's redirect target must be a real device: the pod moves behind pod0.
+        dp.add_pod(POD, pod0, true);
+        dp.set_pod_l2(pod0, PodL2 { l3_ifindex: pod0, ..l2 });
+        let reply = udp(REMOTE, MASQ, 53, port);
+        assert_eq!(dp.ingress(&reply).ret, 7, "reply not redirected");
+        let ns = measure(|_| dp.timed("ingress", &reply).1);
+        println!("{:<52} {ns:>10.1}", "uplink ingress: UDP reply (reverse NAT, redirect)");
+    });
+}

@@ -16,15 +16,14 @@
 mod support;
 
 use std::net::Ipv4Addr;
-use std::process::Command;
 
-use aya::maps::{lpm_trie::Key, Array, HashMap, LpmTrie, MapData};
+use aya::maps::{HashMap, MapData};
 use aya::programs::{SchedClassifier, TestRun, TestRunOptions};
 use ebpf_masq::bpf::abi::{
-    self, counter, MasqConfig, Nat4Entry, Nat4Key, PodInfo, PodL2, EXCL_NATIVE_ROUTING, NAT_F_FAST,
+    self, counter, Nat4Entry, Nat4Key, PodInfo, PodL2, EXCL_NATIVE_ROUTING, NAT_F_FAST,
 };
 use ebpf_masq::bpf::{loader, maps};
-use support::{harness::*, packet::*};
+use support::{harness::*, lab::in_lab, packet::*};
 
 const MASQ: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
 const POD: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 5);
@@ -35,23 +34,6 @@ const SVC: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 10);
 const POD_MAC: [u8; 6] = [0x02, 0xbb, 0, 0, 0, 5];
 const BRIDGE_MAC: [u8; 6] = [0x02, 0xcc, 0, 0, 0, 1];
 const TC_ACT_REDIRECT: i32 = 7;
-
-fn set_fast(dp: &Dataplane, on: bool) {
-    let mut m: Array<MapData, MasqConfig> = maps::open(&dp.pins, abi::MAP_CONFIG).unwrap();
-    let mut c = m.get(&0, 0).unwrap();
-    c.flags = if on { abi::MASQ_F_FAST_PATH } else { 0 };
-    m.set(0, c, 0).unwrap();
-}
-
-fn set_pod_l2(dp: &Dataplane, veth: u32, l2: PodL2) {
-    let mut m: HashMap<MapData, u32, PodL2> = maps::open(&dp.pins, abi::MAP_POD_L2).unwrap();
-    m.insert(veth, l2, 0).unwrap();
-}
-
-fn add_svc(dp: &Dataplane, net: Ipv4Addr, plen: u32) {
-    let mut m: LpmTrie<MapData, [u8; 4], u32> = maps::open(&dp.pins, abi::MAP_SVC4).unwrap();
-    m.insert(&Key::new(plen, net.octets()), 0, 0).unwrap();
-}
 
 /// skb->ifindex in test_run is loopback (1): the pods' "veth" is LO.
 fn l2_on_lo() -> PodL2 {
@@ -66,9 +48,9 @@ fn fast_node() -> Dataplane {
     dp.add_excl(Ipv4Addr::new(10, 0, 0, 0), 8, EXCL_NATIVE_ROUTING);
     dp.add_pod(POD, LO, true);
     dp.add_pod(POD_NO_NAT, LO, false);
-    set_pod_l2(&dp, LO, l2_on_lo());
-    add_svc(&dp, Ipv4Addr::new(10, 96, 0, 0), 12);
-    set_fast(&dp, true);
+    dp.set_pod_l2(LO, l2_on_lo());
+    dp.add_svc(Ipv4Addr::new(10, 96, 0, 0), 12);
+    dp.set_fast_path(true);
     dp
 }
 
@@ -111,7 +93,7 @@ fn expect_fallback(dp: &Dataplane, frame: &[u8]) {
 #[test]
 fn fast_path_off_is_untouched_and_uncounted() {
     let dp = fast_node();
-    set_fast(&dp, false);
+    dp.set_fast_path(false);
     let frame = tcp(POD, REMOTE, 40000, 443, SYN);
     assert_eq!(dp.veth(&frame).passed(), frame);
     assert_eq!(dp.counter(counter::FP_FALLBACK), 0);
@@ -169,37 +151,7 @@ fn spoofed_source_still_dropped() {
     assert_eq!(dp.drops(drop::SPOOFED_SOURCE), 1);
 }
 
-// ---- the fast path, in a private netns ----
-
-fn sh(cmd: &str) {
-    let st = Command::new("sh").arg("-c").arg(cmd).status().expect("sh");
-    assert!(st.success(), "{cmd}");
-}
-
-fn ifindex(name: &str) -> u32 {
-    let out = Command::new("ip").args(["-o", "link", "show", name]).output().unwrap();
-    String::from_utf8_lossy(&out.stdout).split(':').next().unwrap().trim().parse().unwrap()
-}
-
-/// Run `f` on a thread in a fresh netns: lo up, forwarding on, veth "up0" (mtu
-/// `mtu`, 198.51.100.2/24, neighbour 198.51.100.1 permanent, 203.0.113.0/24 via it)
-/// and veth "pod0". Passes (up0, pod0) ifindexes.
-fn in_lab<T: Send>(mtu: u32, f: impl FnOnce(u32, u32) -> T + Send) -> T {
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("unshare(CLONE_NEWNET)");
-            sh("ip link set lo up && sysctl -qw net.ipv4.ip_forward=1");
-            sh(&format!("ip link add up0 mtu {mtu} type veth peer name up0p && ip link set up0p up && ip link set up0 up"));
-            sh("ip addr add 198.51.100.2/24 dev up0");
-            sh("ip neigh replace 198.51.100.1 lladdr 02:aa:00:00:00:01 dev up0 nud permanent");
-            sh("ip route add 203.0.113.0/24 via 198.51.100.1 dev up0");
-            sh("ip link add pod0 type veth peer name pod0p && ip link set pod0p up && ip link set pod0 up");
-            f(ifindex("up0"), ifindex("pod0"))
-        })
-        .join()
-        .unwrap()
-    })
-}
+// ---- the fast path, in a private netns (support::lab) ----
 
 fn fast_pair(dp: &Dataplane) -> (Nat4Key, Nat4Entry) {
     let fwd = dp.fwd();
@@ -312,7 +264,7 @@ fn reply_is_translated_and_redirected_to_the_pod() {
         // The pod now lives behind pod0 (the reply's redirect target must be a device).
         let mut pods: HashMap<MapData, [u8; 4], PodInfo> = maps::open(&dp.pins, abi::MAP_PODS4).unwrap();
         pods.insert(POD.octets(), PodInfo { ifindex: pod0, flags: abi::POD_F_NAT_OUTGOING }, 0).unwrap();
-        set_pod_l2(&dp, pod0, PodL2 { l3_ifindex: pod0, ..l2_on_lo() });
+        dp.set_pod_l2(pod0, PodL2 { l3_ifindex: pod0, ..l2_on_lo() });
 
         let reply = tcp(REMOTE, MASQ, 443, port, SYN | ACK);
         let run = dp.ingress(&reply);
@@ -329,7 +281,7 @@ fn reply_is_translated_and_redirected_to_the_pod() {
         // TTL 1 and fastPath off: translated, but left to the stack.
         let out = dp.ingress(&with_ttl(reply.clone(), 1)).passed();
         assert_eq!(summary(&out).dst, POD);
-        set_fast(&dp, false);
+        dp.set_fast_path(false);
         let out = dp.ingress(&reply).passed();
         assert_eq!(summary(&out).dst, POD);
         assert_eq!(dp.counter(counter::FP_INGRESS), 1);

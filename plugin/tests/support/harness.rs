@@ -137,6 +137,26 @@ impl Dataplane {
         m.set(0, c, 0).unwrap();
     }
 
+    /// fastPath on or off (the other config fields stay).
+    pub fn set_fast_path(&self, on: bool) {
+        let mut m: Array<MapData, MasqConfig> = self.map(abi::MAP_CONFIG);
+        let mut c = m.get(&0, 0).unwrap();
+        c.flags = if on { abi::MASQ_F_FAST_PATH } else { 0 };
+        m.set(0, c, 0).unwrap();
+    }
+
+    /// The fast path's L2 facts for a pod veth.
+    pub fn set_pod_l2(&self, veth: u32, l2: PodL2) {
+        let mut m: HashMap<MapData, u32, PodL2> = self.map(abi::MAP_POD_L2);
+        m.insert(veth, l2, 0).unwrap();
+    }
+
+    /// A serviceCIDRs entry (the fast path leaves these destinations to the stack).
+    pub fn add_svc(&self, net: Ipv4Addr, plen: u32) {
+        let mut m: LpmTrie<MapData, [u8; 4], u32> = self.map(abi::MAP_SVC4);
+        m.insert(&Key::new(plen, net.octets()), 0, 0).unwrap();
+    }
+
     /// An Ethernet uplink with an IPv4 masquerade address.
     pub fn add_uplink(&self, ifindex: u32, masq: Ipv4Addr) {
         let mut m: HashMap<MapData, u32, UplinkInfo> = self.map(abi::MAP_UPLINKS);

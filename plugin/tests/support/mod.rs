@@ -3,3 +3,4 @@ pub mod harness;
 pub mod packet;
 pub mod packet6;
 pub mod icmp;
+pub mod lab;
