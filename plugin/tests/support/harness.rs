@@ -109,17 +109,7 @@ impl Dataplane {
 
     /// Port range [lo, hi] and one idle timeout for every protocol (closing TCP too).
     pub fn set_config(&self, lo: u16, hi: u16, timeout_s: u32) {
-        let mut m: Array<MapData, MasqConfig> = self.map(abi::MAP_CONFIG);
-        let c = MasqConfig {
-            port_min: lo,
-            port_max: hi,
-            flags: 0,
-            tcp_timeout_s: timeout_s,
-            tcp_closing_timeout_s: timeout_s,
-            udp_timeout_s: timeout_s,
-            icmp_timeout_s: timeout_s,
-        };
-        m.set(0, c, 0).unwrap();
+        self.set_timeouts(lo, hi, timeout_s, timeout_s, timeout_s);
     }
 
     /// Port range [lo, hi] with separate timeouts: TCP, TCP after FIN/RST, and UDP/ICMP.
