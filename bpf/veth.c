@@ -3,7 +3,7 @@
  * Pod veth program, on the host-side veth's ingress (packets from the pod):
  * the source must be one of the pod's registered addresses (else drop, counted),
  * and every accepted packet is counted per pod. With fastPath on, accepted IPv4
- * packets then try the fast path (lib/fastpath_egress.h).
+ * and IPv6 packets then try the fast path (lib/fastpath_egress.h).
  */
 #include "lib/common.h"
 #include "lib/maps.h"
@@ -25,6 +25,7 @@ enum source_check {
 	SOURCE_OK = 0,
 	SOURCE_SPOOFED,
 	SOURCE_TRUNCATED,   /* an IP frame too short to hold its header */
+	SOURCE_LOCAL,       /* IPv6 link-local or unspecified: the link's own business */
 };
 
 /* Does the packet's source belong to the pod behind @ifindex (non-IP passes)? */
@@ -53,9 +54,12 @@ static __always_inline int veth_source_check(struct __sk_buff *skb, __u32 ifinde
 			return SOURCE_TRUNCATED;
 		saddr = ip6->saddr;
 		if (v6_is_link_local_or_unspec(&saddr))
-			return SOURCE_OK;
+			return SOURCE_LOCAL;
 		pod = bpf_map_lookup_elem(&pods6, &saddr);
-		return pod && pod->ifindex == ifindex ? SOURCE_OK : SOURCE_SPOOFED;
+		if (!pod || pod->ifindex != ifindex)
+			return SOURCE_SPOOFED;
+		*pod_flags = pod->flags;
+		return SOURCE_OK;
 	}
 	return SOURCE_OK; /* ARP and the rest are not routed by us */
 }
@@ -67,7 +71,9 @@ int masq_veth_in(struct __sk_buff *skb)
 	struct pod_stats *st = bpf_map_lookup_elem(&pod_stats, &ifindex);
 	__u32 pod_flags = 0;
 
-	switch (veth_source_check(skb, ifindex, &pod_flags)) {
+	int check = veth_source_check(skb, ifindex, &pod_flags);
+
+	switch (check) {
 	case SOURCE_TRUNCATED:
 		return drop_with(DROP_MALFORMED);
 	case SOURCE_SPOOFED:
@@ -79,8 +85,12 @@ int masq_veth_in(struct __sk_buff *skb)
 		st->packets += 1;
 		st->bytes += skb->len;
 	}
+	if (check == SOURCE_LOCAL)
+		return MASQ_PASS;
 	if (skb->protocol == bpf_htons(ETH_P_IP))
 		return fp_egress_v4(skb, pod_flags);
+	if (skb->protocol == bpf_htons(ETH_P_IPV6))
+		return fp_egress_v6(skb, pod_flags);
 	return MASQ_PASS;
 }
 

@@ -255,22 +255,25 @@ def test_ttl_one_left_to_the_stack(topo, plugin, masq_pod):
     assert w.egress == 0 and w.fallback >= 1, vars(w)
 
 
-def test_pmtu_tcp_bulk_fast(lab, plugin):
+@pytest.mark.parametrize("family", ["ipv4", "ipv6"])
+def test_pmtu_tcp_bulk_fast(lab, plugin, family):
     """Router with a 1280-byte link behind the node: the fast path's flows still learn the
-    path MTU (the router's fragmentation needed reaches the pod) and the transfer completes."""
+    path MTU (the router's fragmentation needed / packet too big reaches the pod) and the
+    transfer completes, for either family."""
     routed = RouterTopo(lab)
     net = routed.masq_network(plugin, **FAST)
     pod = net.add(routed.pod_ns())
-    v4, _ = pod_addrs(pod)
-    from lab6 import Server6
+    ext, node = (routed.EXT, routed.NODE_EXT) if family == "ipv4" else (routed.EXT6, routed.NODE_EXT6)
+    from lab6 import Server6, settle
+    settle(routed.node, routed.ext, pod.ns)
     srv = Server6(routed.ext, "tcp", 5000)
     size = 4 * 2**20
     c0 = counters(routed, plugin)
-    rc, res = client6(pod.ns, "tcp", routed.EXT, 5000, bytes=size, timeout=60)
+    rc, res = client6(pod.ns, "tcp", ext, 5000, bytes=size, timeout=60)
     assert rc == 0, res
     [done] = srv.records("done")
-    assert (done["addr"], done["bytes"], done["sha256"]) == (routed.NODE_EXT, size, res["sha256"])
-    assert "mtu 1280" in route_get(pod.ns, routed.EXT)
+    assert (done["addr"], done["bytes"], done["sha256"]) == (node, size, res["sha256"])
+    assert "mtu 1280" in route_get(pod.ns, ext)
     c1 = counters(routed, plugin)
     assert c1["fastpath_egress"] > c0["fastpath_egress"], c1
     assert c1["icmp_errors_to_pods"] > c0["icmp_errors_to_pods"], c1

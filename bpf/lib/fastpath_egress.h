@@ -67,23 +67,52 @@ static __noinline int fp_route_v4(struct __sk_buff *skb, const struct flow4 *f, 
 	return 0;
 }
 
-/* The L3 length one packet (one segment of a GSO packet) will have on the wire, or 0. */
-static __always_inline __u32 fp_wire_len4(struct __sk_buff *skb, const struct flow4 *f, __u16 ip_tot_len)
+/*
+ * The L3 length one packet (one segment of a GSO packet) will have on the wire,
+ * or 0: @l3_len is the packet's own (IPv4 tot_len, IPv6 payload_len + 40).
+ */
+static __always_inline __u32 fp_wire_len(struct __sk_buff *skb, __u32 l3_off, __u32 l4_off, __u8 proto,
+					 __u32 l3_len)
 {
 	__u32 gso = skb->gso_size;
 	__u32 l4_hl = 8;
 	__u8 doff;
 
 	if (!gso)
-		return ip_tot_len;
-	if (f->proto == IPPROTO_TCP) {
-		if (load_hdr(skb, f->l4_off + 12, &doff, 1))
+		return l3_len;
+	if (proto == IPPROTO_TCP) {
+		if (load_hdr(skb, l4_off + 12, &doff, 1))
 			return 0;
 		l4_hl = (doff >> 4) * 4;
-	} else if (f->proto != IPPROTO_UDP) {
+	} else if (proto != IPPROTO_UDP) {
 		return 0;
 	}
-	return (f->l4_off - f->l3_off) + l4_hl + gso;
+	return (l4_off - l3_off) + l4_hl + gso;
+}
+
+/* The IPv6 forwarding decision: as fp_route_v4 (the flow label is not routed on). */
+static __noinline int fp_route_v6(struct __sk_buff *skb, const struct flow6 *f, struct fp_route *r,
+				  struct in6_addr *nh)
+{
+	struct bpf_fib_lookup p = {};
+	long rc;
+
+	p.family = AF_INET6;
+	p.l4_protocol = f->proto;
+	if (f->proto != IPPROTO_ICMPV6) {
+		p.sport = f->sport;
+		p.dport = f->dport;
+	}
+	p.tot_len = r->tot_len;
+	__builtin_memcpy(p.ipv6_src, &f->saddr, sizeof(p.ipv6_src));
+	__builtin_memcpy(p.ipv6_dst, &f->daddr, sizeof(p.ipv6_dst));
+	p.ifindex = r->ifindex;
+	rc = bpf_fib_lookup(skb, &p, sizeof(p), BPF_FIB_LOOKUP_SKIP_NEIGH);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
+		return -1;
+	r->ifindex = p.ifindex;
+	__builtin_memcpy(nh, p.ipv6_dst, sizeof(*nh));
+	return 0;
 }
 
 /*
@@ -135,7 +164,7 @@ static __noinline int fp_egress_v4(struct __sk_buff *skb, __u32 pod_flags)
 		if (bpf_map_lookup_elem(&svc4, &sk))
 			goto fallback;
 	}
-	wire_len = fp_wire_len4(skb, &f, bpf_ntohs(ip.tot_len));
+	wire_len = fp_wire_len(skb, f.l3_off, f.l4_off, f.proto, bpf_ntohs(ip.tot_len));
 	if (!wire_len || wire_len > 0xffff)
 		goto fallback;
 	r.ifindex = l2->l3_ifindex;
@@ -180,6 +209,164 @@ static __noinline int fp_egress_v4(struct __sk_buff *skb, __u32 pod_flags)
 		struct bpf_redir_neigh nh = { .nh_family = AF_INET, .ipv4_nh = r.nh };
 
 		return bpf_redirect_neigh(r.ifindex, &nh, sizeof(nh), 0);
+	}
+
+fallback:
+	count_add(CNT_FP_FALLBACK, 1);
+	return MASQ_PASS;
+}
+
+/*
+ * fp_egress_v6's flow lives in a per-CPU scratch map, not on its stack: the IPv6
+ * chain down to snat_create_v6 and its port probe would not fit the 512-byte BPF
+ * stack otherwise. Not pinned: each loaded object has its own.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct flow6);
+} fp_flow6 SEC(".maps");
+
+/*
+ * The IPv6 pieces below are calls of their own: their keys (40 bytes each) then
+ * live in frames that are gone before the deepest call (snat_create_v6) is made,
+ * which keeps the chain inside the 512-byte BPF stack.
+ */
+static __always_inline void fp_key_v6(const struct flow6 *f, struct nat6_key *k)
+{
+	k->saddr = f->saddr;
+	k->daddr = f->daddr;
+	k->sport = f->sport;
+	k->dport = f->dport;
+	k->proto = f->proto;
+}
+
+/* The flow's pair (its forward half), or NULL. */
+static __noinline struct nat6_entry *fp_lookup_v6(const struct flow6 *f)
+{
+	struct nat6_key fk = {};
+
+	fp_key_v6(f, &fk);
+	return bpf_map_lookup_elem(&nat6_fwd, &fk);
+}
+
+/* Drop the flow's forward half (its pair is going, or its reply slot was taken over). */
+static __noinline void fp_forget_v6(const struct flow6 *f)
+{
+	struct nat6_key fk = {};
+
+	fp_key_v6(f, &fk);
+	bpf_map_delete_elem(&nat6_fwd, &fk);
+}
+
+/* Is the destination a ClusterIP (serviceCIDRs)? */
+static __noinline bool fp_is_service_v6(const struct flow6 *f)
+{
+	struct lpm6_key sk = { .prefixlen = 128 };
+
+	__builtin_memcpy(sk.addr, &f->daddr, sizeof(sk.addr));
+	return bpf_map_lookup_elem(&svc6, &sk) != NULL;
+}
+
+/* The verdict, asked quietly (when the fast path falls back, the uplink decides and counts). */
+static __noinline void fp_decide_v6(__u32 ifindex, const struct uplink_info *up, const struct flow6 *f,
+				    struct masq_decision6 *d)
+{
+	masq_decide_v6(ifindex, up, &f->saddr, &f->daddr, d, false);
+}
+
+/* A new IPv6 fast flow: the pod verdict and the pair, or NULL. */
+static __noinline struct nat6_entry *fp_new_flow_v6(const struct flow6 *f, const struct masq_config *cfg,
+						    const struct uplink_info *up, __u32 ifindex, __u64 now)
+{
+	struct masq_decision6 d = {};
+	struct nat6_entry *fwd;
+	__u32 reason;
+
+	fp_decide_v6(ifindex, up, f, &d);
+	if (d.verdict != VERDICT_POD)
+		return NULL;
+	d.ifindex = ifindex;
+	d.nat_flags = NAT_F_FAST;
+	fwd = snat_create_v6(f, cfg, &d, now, &reason);
+	if (fwd)
+		nat_touch_v6(fwd, f, now);
+	return fwd; /* NULL: the normal path tries again, and drops with the reason */
+}
+
+/*
+ * fp_egress_v6 - the IPv6 twin of fp_egress_v4: the same fallbacks, plus any
+ * extension header (the stack handles those); hop limit instead of TTL.
+ */
+static __noinline int fp_egress_v6(struct __sk_buff *skb, __u32 pod_flags)
+{
+	const struct masq_config *cfg;
+	struct nat6_entry *fwd;
+	struct uplink_info *up;
+	struct pod_l2 *l2;
+	struct fp_route r = {};
+	struct in6_addr nh;
+	struct flow6 *f;
+	__u32 zero = 0, ifindex = skb->ifindex, wire_len;
+	__be16 payload_len;
+	__u64 now;
+	__u8 hl;
+
+	cfg = bpf_map_lookup_elem(&masq_config, &zero);
+	if (!cfg || !(cfg->flags & MASQ_F_FAST_PATH))
+		return MASQ_PASS;
+	if (!(pod_flags & POD_F_NAT_OUTGOING))
+		goto fallback;
+	l2 = bpf_map_lookup_elem(&pod_l2, &ifindex);
+	f = bpf_map_lookup_elem(&fp_flow6, &zero);
+	if (!l2 || !f)
+		goto fallback;
+	if (parse_flow6(skb, ETH_HLEN, f) || f->l4 != L4_OK || f->frag != FRAG_NONE ||
+	    f->l4_off != ETH_HLEN + sizeof(struct ipv6hdr))
+		goto fallback;
+	if (f->proto == IPPROTO_ICMPV6 ? f->icmp_type != ICMPV6_ECHO_REQUEST
+				      : (f->proto != IPPROTO_TCP && f->proto != IPPROTO_UDP))
+		goto fallback;
+	if (load_hdr(skb, ETH_HLEN + offsetof(struct ipv6hdr, hop_limit), &hl, 1) || hl <= 1 ||
+	    load_hdr(skb, ETH_HLEN + offsetof(struct ipv6hdr, payload_len), &payload_len, 2))
+		goto fallback;
+	fwd = fp_lookup_v6(f);
+	if (fwd && !(fwd->flags & NAT_F_FAST))
+		goto fallback; /* began on the normal path: stays there */
+	if (!fwd && fp_is_service_v6(f))
+		goto fallback; /* a new flow to a ClusterIP */
+	wire_len = fp_wire_len(skb, f->l3_off, f->l4_off, f->proto, bpf_ntohs(payload_len) + sizeof(struct ipv6hdr));
+	if (!wire_len || wire_len > 0xffff)
+		goto fallback;
+	r.ifindex = l2->l3_ifindex;
+	r.tot_len = wire_len;
+	if (fp_route_v6(skb, f, &r, &nh))
+		goto fallback;
+	up = bpf_map_lookup_elem(&uplinks, &r.ifindex);
+	if (!up)
+		goto fallback;
+
+	now = bpf_ktime_get_coarse_ns();
+	if (fwd && !snat_refresh_v6(f, fwd, now)) {
+		fp_forget_v6(f);
+		fwd = NULL;
+	}
+	if (!fwd) {
+		fwd = fp_new_flow_v6(f, cfg, up, r.ifindex, now);
+		if (!fwd)
+			goto fallback;
+	}
+	if (nat6_rewrite(skb, f, true, &fwd->addr, fwd->port) || fp_hop_dec6(skb, hl))
+		return drop_with(DROP_CSUM);
+	count_add(CNT_SNAT_PKTS_V6, 1);
+	count_add(CNT_SNAT_BYTES_V6, f->len);
+	count_add(CNT_FP_EGRESS, 1);
+	{
+		struct bpf_redir_neigh n = { .nh_family = AF_INET6 };
+
+		__builtin_memcpy(n.ipv6_nh, &nh, sizeof(n.ipv6_nh));
+		return bpf_redirect_neigh(r.ifindex, &n, sizeof(n), 0);
 	}
 
 fallback:

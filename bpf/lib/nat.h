@@ -88,7 +88,7 @@ static __noinline void decide4(__u32 ifindex, const struct uplink_info *up, cons
 static __noinline void decide6(__u32 ifindex, const struct uplink_info *up, const struct flow6 *f,
 				    struct masq_decision6 *d)
 {
-	masq_decide_v6(ifindex, up, &f->saddr, &f->daddr, d);
+	masq_decide_v6(ifindex, up, &f->saddr, &f->daddr, d, true);
 }
 
 /* ---- IPv4 ---- */
@@ -148,6 +148,7 @@ static __noinline void decide6(__u32 ifindex, const struct uplink_info *up, cons
 #define CNT_SNAT_BYTES CNT_SNAT_BYTES_V6
 #define CNT_RNAT_PKTS CNT_RNAT_PKTS_V6
 #define CNT_RNAT_BYTES CNT_RNAT_BYTES_V6
+#define FP_REPLY(skb, up, f, addr) fp_reply_v6(skb, up, f, &(addr))
 #include "nat_tmpl.h"
 
 /*

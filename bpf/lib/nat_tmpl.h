@@ -12,7 +12,7 @@
  *   UPLINK_HAS(up) UPLINK_ADDR(up)   the uplink's address of this family
  *   PARSE PARSE_INNER DECIDE REWRITE REWRITE_ADDR ICMP_ERR_REWRITE QUOTES_POD
  *   ECHO_REPLY ICMP_PROTO CNT_SNAT_PKTS CNT_SNAT_BYTES CNT_RNAT_PKTS CNT_RNAT_BYTES
- *   FP_REPLY         (optional) the fast path's reply redirect (fastpath.h), IPv4 only
+ *   FP_REPLY         the fast path's reply redirect (fastpath.h)
  *
  * Every masqueraded flow is a pair of entries that exist together:
  *   fwd[{pod, remote, pod port, remote port}]    -> {nat addr, nat port}

@@ -114,7 +114,7 @@ static __always_inline bool rule_excepts_v6(__u32 rule_id, const struct in6_addr
 
 static __always_inline void masq_decide_v6(__u32 ifindex, const struct uplink_info *up,
 					   const struct in6_addr *saddr, const struct in6_addr *daddr,
-					   struct masq_decision6 *d)
+					   struct masq_decision6 *d, bool count)
 {
 	struct rule6_key rk = {
 		.prefixlen = 32 + 128,
@@ -144,12 +144,14 @@ static __always_inline void masq_decide_v6(__u32 ifindex, const struct uplink_in
 	if (!pod)
 		return;
 	if (!(pod->flags & POD_F_NAT_OUTGOING)) {
-		count_add(CNT_SKIP_NO_NAT_OUTGOING, 1);
+		if (count)
+			count_add(CNT_SKIP_NO_NAT_OUTGOING, 1);
 		return;
 	}
 	__builtin_memcpy(ek.addr, daddr, sizeof(ek.addr));
 	if (bpf_map_lookup_elem(&excl6, &ek)) {
-		count_add(CNT_SKIP_EXCLUDED, 1);
+		if (count)
+			count_add(CNT_SKIP_EXCLUDED, 1);
 		return;
 	}
 	if (!(up->flags & UPLINK_F_HAS_V6))

@@ -15,7 +15,7 @@
 
 mod support;
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use aya::maps::{HashMap, MapData};
 use aya::programs::{SchedClassifier, TestRun, TestRunOptions};
@@ -23,7 +23,7 @@ use ebpf_masq::bpf::abi::{
     self, counter, Nat4Entry, Nat4Key, PodInfo, PodL2, EXCL_NATIVE_ROUTING, NAT_F_FAST,
 };
 use ebpf_masq::bpf::{loader, maps};
-use support::{harness::*, lab::in_lab, packet::*};
+use support::{harness::*, lab::in_lab, packet::*, packet6::*};
 
 const MASQ: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
 const POD: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 5);
@@ -300,4 +300,104 @@ fn reply_of_a_normal_path_flow_is_not_redirected() {
     let out = dp.ingress(&tcp(REMOTE, MASQ, 443, port, SYN | ACK)).passed();
     assert_eq!(summary(&out).dst, POD);
     assert_eq!(dp.counter(counter::FP_INGRESS), 0);
+}
+
+// ---- IPv6 ----
+
+const MASQ6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 2);
+const POD6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x244, 1, 0, 0, 0, 0, 5);
+const REMOTE6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x99, 0, 0, 0, 0, 10);
+const SVC6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x96, 0, 0, 0, 0, 0, 10);
+
+/// The IPv6 frame with its hop limit set (byte 7 of the header).
+fn with_hop_limit(mut frame: Vec<u8>, hl: u8) -> Vec<u8> {
+    frame[14 + 7] = hl;
+    frame
+}
+
+/// fast_node() plus IPv6: the uplink up0 masquerading to MASQ6, POD6 behind LO, a
+/// service range fd00:96::/64.
+fn fast_node6(up0: u32) -> Dataplane {
+    let dp = fast_node();
+    dp.add_uplink6(up0, Some(MASQ), MASQ6);
+    dp.add_pod6(POD6, LO, true);
+    dp.add_svc6(Ipv6Addr::new(0xfd00, 0x96, 0, 0, 0, 0, 0, 0), 64);
+    dp
+}
+
+#[test]
+fn ipv6_egress_translates_decrements_hop_limit_and_redirects() {
+    in_lab(1500, |up0, _| {
+        let dp = fast_node6(up0);
+        let run = dp.veth(&tcp6(POD6, REMOTE6, 40000, 443, SYN));
+        assert_eq!(run.ret, TC_ACT_REDIRECT, "not redirected");
+        assert_checksums6(&run.out);
+        let s = summary6(&run.out);
+        assert_eq!((s.src, s.dst, s.dport), (MASQ6, REMOTE6, 443));
+        assert_eq!(run.out[14 + 7], 63, "hop limit not decremented");
+        // Exactly what the uplink program would have produced, hop limit aside.
+        assert_eq!(run.out, with_hop_limit(tcp6(MASQ6, REMOTE6, s.sport, 443, SYN), 63));
+        let fwd = dp.fwd6();
+        assert_eq!(fwd.len(), 1, "{fwd:?}");
+        assert!(fwd[0].1.flags & NAT_F_FAST != 0, "pair not marked NAT_F_FAST");
+        assert_eq!(fwd[0].1.ifindex, up0);
+        // The flow's next packet, UDP and echo requests too.
+        let run = dp.veth(&tcp6(POD6, REMOTE6, 40000, 443, ACK));
+        assert_eq!((run.ret, summary6(&run.out).sport), (TC_ACT_REDIRECT, s.sport));
+        assert_eq!(dp.veth(&udp6(POD6, REMOTE6, 5000, 53)).ret, TC_ACT_REDIRECT);
+        assert_eq!(dp.veth(&echo6_request(POD6, REMOTE6, 9, 1)).ret, TC_ACT_REDIRECT);
+        assert_eq!((dp.counter(counter::FP_EGRESS), dp.counter(counter::SNAT_PKTS_V6)), (4, 4));
+        assert_eq!(dp.counter(counter::FP_FALLBACK), 0);
+    });
+}
+
+#[test]
+fn ipv6_fallbacks() {
+    in_lab(1500, |up0, _| {
+        let dp = fast_node6(up0);
+        // Hop limit 1 (the stack sends time exceeded), an extension header, a service
+        // address, an echo reply: untouched, no pair, counted as fallbacks.
+        for frame in [
+            with_hop_limit(udp6(POD6, REMOTE6, 5000, 53), 1),
+            udp6_ext(HOP_BY_HOP, POD6, REMOTE6, 5001, 53),
+            udp6(POD6, SVC6, 5002, 53),
+            echo6_reply(POD6, REMOTE6, 9, 1),
+        ] {
+            let out = dp.veth(&frame).passed();
+            assert_eq!(out, frame);
+        }
+        assert!(dp.fwd6().is_empty(), "{:?}", dp.fwd6());
+        assert_eq!((dp.counter(counter::FP_FALLBACK), dp.counter(counter::FP_EGRESS)), (4, 0));
+        // Link-local sources (neighbour discovery) are the link's own: not even tried.
+        let ll = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 5);
+        dp.veth(&udp6(ll, REMOTE6, 5003, 53)).passed();
+        assert_eq!(dp.counter(counter::FP_FALLBACK), 4);
+    });
+}
+
+#[test]
+fn ipv6_reply_is_translated_and_redirected_to_the_pod() {
+    in_lab(1500, |up0, pod0| {
+        let dp = fast_node6(up0);
+        let run = dp.veth(&udp6(POD6, REMOTE6, 5000, 53));
+        assert_eq!(run.ret, TC_ACT_REDIRECT);
+        let port = summary6(&run.out).sport;
+        dp.add_pod6(POD6, pod0, true);
+        dp.set_pod_l2(pod0, PodL2 { l3_ifindex: pod0, ..l2_on_lo() });
+        // The reply arrives at the uplink program (test_run: on LO, an uplink too).
+        dp.add_uplink6(LO, Some(MASQ), MASQ6);
+        let reply = udp6(REMOTE6, MASQ6, 53, port);
+        let run = dp.ingress(&reply);
+        assert_eq!(run.ret, TC_ACT_REDIRECT, "reply not redirected");
+        assert_checksums6(&run.out);
+        assert_eq!((&run.out[0..6], &run.out[6..12]), (&POD_MAC[..], &BRIDGE_MAC[..]));
+        let mut expected = with_hop_limit(udp6(REMOTE6, POD6, 53, 5000), 63);
+        expected[0..12].copy_from_slice(&run.out[0..12]);
+        assert_eq!(run.out, expected);
+        assert_eq!((dp.counter(counter::FP_INGRESS), dp.counter(counter::RNAT_PKTS_V6)), (1, 1));
+        // Hop limit 1: translated, left to the stack.
+        let out = dp.ingress(&with_hop_limit(reply, 1)).passed();
+        assert_eq!(summary6(&out).dst, POD6);
+        assert_eq!(dp.counter(counter::FP_INGRESS), 1);
+    });
 }

@@ -141,6 +141,12 @@ impl Dataplane {
         m.insert(veth, l2, 0).unwrap();
     }
 
+    /// An IPv6 serviceCIDRs entry.
+    pub fn add_svc6(&self, net: std::net::Ipv6Addr, plen: u32) {
+        let mut m: LpmTrie<MapData, [u8; 16], u32> = self.map(abi::MAP_SVC6);
+        m.insert(&Key::new(plen, net.octets()), 0, 0).unwrap();
+    }
+
     /// A serviceCIDRs entry (the fast path leaves these destinations to the stack).
     pub fn add_svc(&self, net: Ipv4Addr, plen: u32) {
         let mut m: LpmTrie<MapData, [u8; 4], u32> = self.map(abi::MAP_SVC4);
