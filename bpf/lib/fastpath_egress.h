@@ -81,7 +81,7 @@ static __always_inline __u32 fp_wire_len(struct __sk_buff *skb, __u32 l3_off, __
 	if (!gso)
 		return l3_len;
 	if (proto == IPPROTO_TCP) {
-		if (load_hdr(skb, l4_off + 12, &doff, 1))
+		if (bpf_skb_load_bytes(skb, l4_off + 12, &doff, 1))
 			return 0;
 		l4_hl = (doff >> 4) * 4;
 	} else if (proto != IPPROTO_UDP) {
