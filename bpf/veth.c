@@ -69,7 +69,8 @@ int masq_veth_in(struct __sk_buff *skb)
 {
 	__u32 ifindex = skb->ifindex;
 	struct pod_stats *st = bpf_map_lookup_elem(&pod_stats, &ifindex);
-	__u32 pod_flags = 0;
+	const struct masq_config *cfg;
+	__u32 pod_flags = 0, zero = 0;
 
 	int check = veth_source_check(skb, ifindex, &pod_flags);
 
@@ -87,10 +88,13 @@ int masq_veth_in(struct __sk_buff *skb)
 	}
 	if (check == SOURCE_LOCAL)
 		return MASQ_PASS;
+	cfg = bpf_map_lookup_elem(&masq_config, &zero);
+	if (!cfg || !(cfg->flags & MASQ_F_FAST_PATH))
+		return MASQ_PASS;
 	if (skb->protocol == bpf_htons(ETH_P_IP))
-		return fp_egress_v4(skb, pod_flags);
+		return fp_egress_v4(skb, cfg, pod_flags);
 	if (skb->protocol == bpf_htons(ETH_P_IPV6))
-		return fp_egress_v6(skb, pod_flags);
+		return fp_egress_v6(skb, cfg, pod_flags);
 	return MASQ_PASS;
 }
 

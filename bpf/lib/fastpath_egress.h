@@ -41,6 +41,16 @@ struct fp_route {
 	__u8 pad;
 };
 
+/* The pod's L2 facts when its packets may take the fast path (natOutgoing), else NULL. */
+static __always_inline struct pod_l2 *fp_pod_l2(struct __sk_buff *skb, __u32 pod_flags)
+{
+	__u32 ifindex = skb->ifindex;
+
+	if (!(pod_flags & POD_F_NAT_OUTGOING))
+		return NULL;
+	return bpf_map_lookup_elem(&pod_l2, &ifindex);
+}
+
 /* The forwarding decision for @f entering at r->ifindex, MTU-checked against r->tot_len. */
 static __noinline int fp_route_v4(struct __sk_buff *skb, const struct flow4 *f, struct fp_route *r)
 {
@@ -117,27 +127,21 @@ static __noinline int fp_route_v6(struct __sk_buff *skb, const struct flow6 *f, 
 
 /*
  * fp_egress_v4 - the packet from the pod behind skb->ifindex (source already
- * checked; @pod_flags its POD_F_*). TC_ACT_REDIRECT when sent, MASQ_PASS when
+ * checked; @pod_flags its POD_F_*), fastPath on (@cfg). TC_ACT_REDIRECT when sent, MASQ_PASS when
  * left to the stack, a drop only when a rewrite half-failed.
  */
-static __noinline int fp_egress_v4(struct __sk_buff *skb, __u32 pod_flags)
+static __noinline int fp_egress_v4(struct __sk_buff *skb, const struct masq_config *cfg, __u32 pod_flags)
 {
-	const struct masq_config *cfg;
 	struct nat4_entry *fwd;
 	struct uplink_info *up;
 	struct pod_l2 *l2;
 	struct fp_route r;
 	struct iphdr ip;
 	struct flow4 f;
-	__u32 zero = 0, ifindex = skb->ifindex, wire_len, reason;
+	__u32 wire_len, reason;
 	__u64 now;
 
-	cfg = bpf_map_lookup_elem(&masq_config, &zero);
-	if (!cfg || !(cfg->flags & MASQ_F_FAST_PATH))
-		return MASQ_PASS;
-	if (!(pod_flags & POD_F_NAT_OUTGOING))
-		goto fallback;
-	l2 = bpf_map_lookup_elem(&pod_l2, &ifindex);
+	l2 = fp_pod_l2(skb, pod_flags);
 	if (!l2)
 		goto fallback;
 	if (parse_flow4(skb, ETH_HLEN, &f) || f.l4 != L4_OK || f.frag != FRAG_NONE)
@@ -299,26 +303,20 @@ static __noinline struct nat6_entry *fp_new_flow_v6(const struct flow6 *f, const
  * fp_egress_v6 - the IPv6 twin of fp_egress_v4: the same fallbacks, plus any
  * extension header (the stack handles those); hop limit instead of TTL.
  */
-static __noinline int fp_egress_v6(struct __sk_buff *skb, __u32 pod_flags)
+static __noinline int fp_egress_v6(struct __sk_buff *skb, const struct masq_config *cfg, __u32 pod_flags)
 {
-	const struct masq_config *cfg;
 	struct nat6_entry *fwd;
 	struct uplink_info *up;
 	struct pod_l2 *l2;
 	struct fp_route r = {};
 	struct in6_addr nh;
 	struct flow6 *f;
-	__u32 zero = 0, ifindex = skb->ifindex, wire_len;
+	__u32 zero = 0, wire_len;
 	__be16 payload_len;
 	__u64 now;
 	__u8 hl;
 
-	cfg = bpf_map_lookup_elem(&masq_config, &zero);
-	if (!cfg || !(cfg->flags & MASQ_F_FAST_PATH))
-		return MASQ_PASS;
-	if (!(pod_flags & POD_F_NAT_OUTGOING))
-		goto fallback;
-	l2 = bpf_map_lookup_elem(&pod_l2, &ifindex);
+	l2 = fp_pod_l2(skb, pod_flags);
 	f = bpf_map_lookup_elem(&fp_flow6, &zero);
 	if (!l2 || !f)
 		goto fallback;
