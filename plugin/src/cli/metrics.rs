@@ -28,6 +28,8 @@ pub struct Snapshot {
     pub drops: Vec<(String, u64)>,
     /// (family, entries, max entries) of each pinned NAT map (forward halves).
     pub nat: Vec<(&'static str, u64, u64)>,
+    /// The expiry sweep: (runs, pairs checked by the last run).
+    pub sweep: (u64, u64),
     pub rules: Vec<RuleRow>,
     pub pods: Vec<PodRow>,
 }
@@ -54,6 +56,7 @@ pub fn collect(pins: &Pins) -> Result<Snapshot> {
             nat.push((family, n, max));
         }
     }
+    let sweep = readers::nat_gc(pins)?.map(|g| (g.runs, g.last_checked)).unwrap_or_default();
     let mut pods = readers::pods(pins)?;
     pods.sort_by(|a, b| (&a.container_id, &a.ifname).cmp(&(&b.container_id, &b.ifname)));
     Ok(Snapshot {
@@ -61,6 +64,7 @@ pub fn collect(pins: &Pins) -> Result<Snapshot> {
         counters: readers::counters(pins)?.into_iter().map(|(n, v)| (n.to_string(), v)).collect(),
         drops: readers::drops(pins)?.into_iter().map(|(n, v)| (n.to_string(), v)).collect(),
         nat,
+        sweep,
         rules: readers::rules(pins)?,
         pods,
     })
@@ -194,6 +198,11 @@ pub fn render(s: &Snapshot) -> String {
     for (fam, _, max) in &s.nat {
         f.sample(&[("family", fam)], *max);
     }
+
+    family(&mut out, "ebpf_masq_nat_expiry_sweeps_total", "counter", "Runs of the NAT expiry sweep (one bpf_timer per node).")
+        .sample(&[], s.sweep.0);
+    family(&mut out, "ebpf_masq_nat_expiry_last_checked_pairs", "gauge", "NAT pairs the last expiry sweep looked at.")
+        .sample(&[], s.sweep.1);
 
     let mut f = family(&mut out, "ebpf_masq_drops_total", "counter", "Packets dropped by the data plane, by reason.");
     for (reason, v) in &s.drops {
@@ -570,6 +579,7 @@ mod tests {
             counters: abi::counter::NAMES.iter().enumerate().map(|(i, n)| (n.to_string(), i as u64 * 3)).collect(),
             drops: abi::drop_reason::NAMES.iter().map(|n| (n.to_string(), 2)).collect(),
             nat: vec![("ipv4", 12, 1 << 20)],
+            sweep: (7, 12),
             rules: vec![rule(0, Some("eth0")), rule(1, None)],
             // Hostile label values: quotes, backslashes, a newline.
             pods: vec![pod("abc", "eth0"), pod("abc", "net1"), pod("we\"ird\\id\nx", "eth0")],
@@ -594,6 +604,8 @@ mod tests {
             ("ebpf_masq_nat_pairs_expired_total", "counter"),
             ("ebpf_masq_port_allocation_failures_total", "counter"),
             ("ebpf_masq_nat_entries", "gauge"),
+            ("ebpf_masq_nat_expiry_sweeps_total", "counter"),
+            ("ebpf_masq_nat_expiry_last_checked_pairs", "gauge"),
             ("ebpf_masq_drops_total", "counter"),
             ("ebpf_masq_rule_packets_total", "counter"),
             ("ebpf_masq_rule_bytes_total", "counter"),
@@ -610,6 +622,8 @@ mod tests {
         assert_eq!(value(&series, t, &[("direction", "rnat"), ("family", "ipv4")]), 6.0);
         assert_eq!(value(&series, t, &[("direction", "snat"), ("family", "ipv6")]), 12.0);
         assert_eq!(value(&series, "ebpf_masq_nat_pairs_created_total", &[]), 24.0);
+        assert_eq!(value(&series, "ebpf_masq_nat_expiry_sweeps_total", &[]), 7.0);
+        assert_eq!(value(&series, "ebpf_masq_nat_expiry_last_checked_pairs", &[]), 12.0);
         assert_eq!(value(&series, "ebpf_masq_port_allocation_failures_total", &[]), 33.0);
         assert_eq!(value(&series, "ebpf_masq_nat_entries", &[("family", "ipv4")]), 12.0);
         assert_eq!(value(&series, "ebpf_masq_nat_entries", &[("family", "ipv6")]), 0.0);

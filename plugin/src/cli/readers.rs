@@ -175,6 +175,15 @@ pub fn has_map(pins: &Pins, name: &str) -> bool {
     pins.map(name).exists()
 }
 
+/// The expiry sweep's record (`nat_gc`): None before the node's maps exist.
+pub fn nat_gc(pins: &Pins) -> Result<Option<abi::NatGc>> {
+    if !has_map(pins, abi::MAP_NAT_GC) {
+        return Ok(None);
+    }
+    let m: aya::maps::Array<MapData, abi::NatGc> = maps::open(pins, abi::MAP_NAT_GC)?;
+    Ok(Some(m.get(&0, 0).map_err(e(abi::MAP_NAT_GC))?))
+}
+
 /// (entries, max_entries) of the pinned hash map `name` (None when it is not
 /// pinned), for any key type: walks the keys with BPF_MAP_GET_NEXT_KEY using the
 /// key size the kernel reports, so a map whose Rust mirror does not exist yet

@@ -121,8 +121,7 @@ pub fn collect(pins: &Pins) -> Result<Value> {
     let incomplete = flows.iter().filter(|f| !f.complete).count()
         + nat::orphans::<nat::V4>(pins)?.len()
         + nat::orphans::<nat::V6>(pins)?.len();
-    let gc: Array<MapData, abi::NatGc> = maps::open(pins, abi::MAP_NAT_GC)?;
-    let gc = gc.get(&0, 0).map_err(e(abi::MAP_NAT_GC))?;
+    let gc = readers::nat_gc(pins)?.unwrap_or_default();
     let now = crate::pod::monotonic_ns();
 
     Ok(json!({
