@@ -191,7 +191,11 @@ static long NAT_FN(probe_port)(__u32 i, void *ctx)
 	}
 	old = bpf_map_lookup_elem(&MAP_REV, &p->rk);
 	if (old && NAT_FN(nat_expired)(old, cfg, p->fk.proto, p->now)) {
-		/* fk doubles as the stale pair's forward key for a moment. */
+		/* fk doubles as the stale pair's forward key for a moment. The forward
+		 * half under that key is the stale pair's own: a pod tuple gets a new
+		 * pair only after its old forward half is gone, and a reverse half whose
+		 * pair lost its forward half does not outlive it (gc_pair and flush remove the
+		 * reverse half first; snat_create removes a claim it could not complete). */
 		KEY_T mine = p->fk;
 
 		p->fk.saddr = old->addr;
