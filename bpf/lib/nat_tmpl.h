@@ -124,13 +124,14 @@ static __noinline void NAT_FN(rnat_sync_fwd)(const FLOW_T *f, const ENTRY_T *rev
 
 /*
  * gc_pair - the expiry sweep's visit to one forward half (bpf_for_each_map_elem
- * callback): a pair idle past its timeout goes, reverse half first (only if it
- * is this pair's), then the forward half the walk stands on.
+ * callback): a pair idle past its timeout goes, reverse half first, then the
+ * forward half the walk stands on; each only if it is still this pair's.
  */
 static long NAT_FN(gc_pair)(void *map, const KEY_T *key, ENTRY_T *fwd, struct nat_gc_walk *w)
 {
 	KEY_T fk = *key;
-	ENTRY_T *rev;
+	ENTRY_T *rev, *cur;
+	__u64 gen;
 
 	/* Counted in the map value, not on the stack: a constant count would keep
 	 * the verifier from ever seeing the walk's states converge. */
@@ -141,10 +142,15 @@ static long NAT_FN(gc_pair)(void *map, const KEY_T *key, ENTRY_T *fwd, struct na
 		.saddr = fk.daddr, .daddr = fwd->addr,
 		.sport = fk.dport, .dport = fwd->port, .proto = fk.proto,
 	};
+	gen = fwd->created_ns;
 	rev = bpf_map_lookup_elem(&MAP_REV, &rk);
-	if (rev && rev->created_ns == fwd->created_ns)
+	if (rev && rev->created_ns == gen)
 		bpf_map_delete_elem(&MAP_REV, &rk);
-	bpf_map_delete_elem(&MAP_FWD, &fk);
+	/* A packet of the flow may have found its reverse half gone just now and
+	 * made a new pair under the same key: that one stays. */
+	cur = bpf_map_lookup_elem(&MAP_FWD, &fk);
+	if (cur && cur->created_ns == gen)
+		bpf_map_delete_elem(&MAP_FWD, &fk);
 	count_add(CNT_NAT_EXPIRED, 1);
 	return 0;
 }
