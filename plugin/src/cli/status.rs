@@ -213,7 +213,12 @@ pub fn run(pins: &Pins, json_out: bool) -> Result<()> {
     let x = &s["nat_expiry"];
     match x["last_run_s_ago"].as_f64() {
         Some(ago) => println!("nat expiry sweep: {} runs, last {ago:.1} s ago checked {} pairs", x["runs"], x["last_checked"]),
-        None => println!("nat expiry sweep: {}", if x["armed"] == true { "armed, not run yet" } else { "not armed (no pair created yet)" }),
+        None if x["armed"] == true => println!("nat expiry sweep: armed, not run yet"),
+        None if s["counters"]["nat_created"].as_u64().unwrap_or(0) == 0 => {
+            println!("nat expiry sweep: not armed (no pair created yet)")
+        }
+        // bpf_timer_init can fail for want of memory; every new pair tries again.
+        None => println!("nat expiry sweep: NOT ARMED although pairs exist: idle pairs are not being removed"),
     }
     println!("counters: {}", s["counters"]);
     println!("drops: {}", s["drops"]);
