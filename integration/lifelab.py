@@ -7,6 +7,7 @@ and removed by its close()."""
 import json
 import os
 from collections import namedtuple
+from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 
 from netlab import CNI_BIN_DIR, POD_SUBNET, cnitool_container_id
@@ -100,7 +101,17 @@ def nat_flows(topo, binary, pod_ip=None):
 
 
 def has_masq_filter(topo, dev, direction="ingress"):
-    return "bpf" in topo.node.tc_filters(dev, direction)
+    """Any BPF program on the hook (TCX or tc): ours are the only ones in a test node."""
+    return "bpf" in topo.node.bpf_hooks(dev, direction)
+
+
+def detach_behind_our_back(topo, dev, direction="ingress"):
+    """Take our program off a hook without telling ebpf-masq: remove its TCX link
+    pin (which detaches the link) and any tc filter."""
+    ifindex = json.loads(topo.node.ip("-j", "link", "show", "dev", dev).stdout)[0]["ifindex"]
+    for pin in Path(topo.lab.pin_path).glob(f"v*/links/{ifindex}-{direction}"):
+        pin.unlink()
+    topo.node.enter(["tc", "filter", "del", "dev", dev, direction], check=False)
 
 
 def pin_tree(path):

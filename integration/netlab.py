@@ -13,6 +13,7 @@ Two ways to run a command in a namespace:
 import hashlib
 import json
 import os
+import re
 import secrets
 import select
 import shutil
@@ -83,8 +84,22 @@ class Netns:
     def links(self):
         return [l["ifname"] for l in json.loads(self.ip("-j", "link", "show").stdout)]
 
-    def tc_filters(self, dev, direction):
-        return self.enter(["tc", "filter", "show", "dev", dev, direction], check=False).stdout
+    def bpf_hooks(self, dev, direction):
+        """The BPF programs on a hook of `dev`: TCX programs, then tc filters (bpfhooks.py)."""
+        return self.enter([PY, HERE / "bpfhooks.py", dev, direction], check=False).stdout
+
+    def hook_progs(self, dev, direction):
+        """[(kind, name)] of the BPF programs on a hook, in run order: kind "tcx"
+        for a TCX program, "tc" for a tc filter."""
+        out = []
+        for line in self.bpf_hooks(dev, direction).splitlines():
+            m = re.match(r"tcx bpf name (\S+) id \d+", line)
+            if m:
+                out.append(("tcx", m.group(1)))
+            elif re.search(r"\bid \d+", line):
+                m = re.search(r"\bname (\S+)|handle \S+ (\S+) direct-action", line)
+                out.append(("tc", next(g for g in m.groups() if g) if m else "?"))
+        return out
 
     def server(self, proto, port):
         return Server(self, proto, port)
@@ -218,6 +233,11 @@ class CniNet:
             self.delete(ns, check=False)
 
 
+def prog_count(hooks_text):
+    """How many programs a bpf_hooks() listing holds (each has one "id N")."""
+    return len(re.findall(r"\bid \d+", hooks_text))
+
+
 def cnitool_container_id(netns_path):
     """cnitool's container ID: "cnitool-" and 20 hex digits of sha512(netns path)."""
     return "cnitool-" + hashlib.sha512(str(netns_path).encode()).hexdigest()[:20]
@@ -346,5 +366,5 @@ class Topo:
     def node_tc_state(self):
         """{dev: (qdiscs, ingress filters, egress filters)} for every link in node."""
         return {dev: (self.node.enter(["tc", "qdisc", "show", "dev", dev]).stdout,
-                      self.node.tc_filters(dev, "ingress"), self.node.tc_filters(dev, "egress"))
+                      self.node.bpf_hooks(dev, "ingress"), self.node.bpf_hooks(dev, "egress"))
                 for dev in self.node.links()}

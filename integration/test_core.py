@@ -138,11 +138,61 @@ def test_spoofed_source_dropped(topo, masq_pod):
     assert cap.sources() == {NODE_IP: 3}
 
 
-def test_uplink_and_veth_filters_after_add(topo, masq_pod):
+UPLINK_HOOKS = [("eth0", "egress", "masq_up_egress"), ("eth0", "ingress", "masq_up_ingress")]
+
+
+def hooks_of(topo, pods):
+    return {(dev, d): topo.node.hook_progs(dev, d)
+            for dev, d, _ in UPLINK_HOOKS + [(p.host_veth, "ingress", None) for p in pods]}
+
+
+def want_hooks(pods, uplink_kind, pod_kinds):
+    want = {(dev, d): [(uplink_kind, name)] for dev, d, name in UPLINK_HOOKS}
+    want.update({(p.host_veth, "ingress"): [(k, "masq_veth_in")] if k else [] for p, k in zip(pods, pod_kinds)})
+    return want
+
+
+def assert_masqueraded(topo, pods, port):
+    srv = topo.ext.server("udp", port)
+    for p in pods:
+        rc, res = p.ns.client("udp", EXT, port)
+        assert rc == 0, res
+    assert srv.addrs() == {NODE_IP}
+
+
+def test_programs_attached_as_tcx_links(topo, plugin, masq_pod):
+    """One TCX program per hook, no tc layer (no clsact qdisc) in the path."""
     net, pod = masq_pod()
-    for direction in ("ingress", "egress"):
-        assert "bpf" in topo.node.tc_filters("eth0", direction), direction
-    assert "bpf" in topo.node.tc_filters(pod.host_veth, "ingress")
+    assert hooks_of(topo, [pod]) == want_hooks([pod], "tcx", ["tcx"])
+    for dev in ("eth0", pod.host_veth):
+        assert "clsact" not in topo.node.enter(["tc", "qdisc", "show", "dev", dev]).stdout
+    st = json.loads(topo.node.enter([plugin, "status", "--json", "--pin-path", topo.lab.pin_path]).stdout)
+    [up] = st["uplinks"]
+    assert (up["egress_attach_mode"], up["ingress_attach_mode"]) == ("tcx", "tcx"), up
+
+
+def test_tc_attach_mode_and_takeover_by_tcx(topo, plugin):
+    """EBPF_MASQ_ATTACH=tc (what a kernel without TCX gets) attaches tc filters;
+    a later ADD with TCX takes the uplink over without running a program twice,
+    and DEL removes whichever kind a pod has."""
+    net = topo.masq_network(plugin)
+    net.env["EBPF_MASQ_ATTACH"] = "tc"
+    a = net.add(topo.pod_ns("a"))
+    assert hooks_of(topo, [a]) == want_hooks([a], "tc", ["tc"])
+    st = json.loads(topo.node.enter([plugin, "status", "--json", "--pin-path", topo.lab.pin_path]).stdout)
+    assert st["uplinks"][0]["egress_attach_mode"] == "tc" and st["pods"][0]["veth_attached"], st
+    assert_masqueraded(topo, [a], 5001)
+    rc, _, log = topo.run_plugin(plugin, "CHECK", net.plugin_conf(1, a.result), a.ns)
+    assert rc == 0, log
+
+    del net.env["EBPF_MASQ_ATTACH"]
+    b = net.add(topo.pod_ns("b"))
+    assert hooks_of(topo, [a, b]) == want_hooks([a, b], "tcx", ["tc", "tcx"])
+    assert_masqueraded(topo, [a, b], 5002)
+    for pod in (a, b):  # the plugin's DEL alone, so the veths survive to be inspected
+        rc, _, log = topo.run_plugin(plugin, "DEL", net.plugin_conf(1, pod.result), pod.ns)
+        assert rc == 0, log
+    assert hooks_of(topo, [a, b]) == want_hooks([a, b], "tcx", [None, None])
 
 
 def test_del_twice_cleans_up(topo, plugin, masq_pod):
@@ -160,7 +210,7 @@ def test_del_twice_cleans_up(topo, plugin, masq_pod):
     for _ in range(2):  # the plugin's DEL alone, so the veth survives to be inspected
         rc, _, log = topo.run_plugin(plugin, "DEL", conf, pod.ns)
         assert rc == 0, log
-    assert topo.node.tc_filters(pod.host_veth, "ingress").strip() == ""
+    assert topo.node.bpf_hooks(pod.host_veth, "ingress").strip() == ""
     assert [e for e in topo.nat_list(plugin) if e["pod_addr"] == pod.ip] == []
     for _ in range(2):  # the whole chain through cnitool
         p = net.delete(pod.ns, check=False)

@@ -218,7 +218,7 @@ def test_del_cleans_up_fast(topo, plugin, masq_pod):
     for _ in range(2):
         rc, _, log = topo.run_plugin(plugin, "DEL", conf, pod.ns)
         assert rc == 0, log
-    assert topo.node.tc_filters(pod.host_veth, "ingress").strip() == ""
+    assert topo.node.bpf_hooks(pod.host_veth, "ingress").strip() == ""
     assert [e for e in topo.nat_list(plugin) if e["pod_addr"] == pod.ip] == []
     assert ifindex not in pod_l2_keys(topo)
 

@@ -91,7 +91,7 @@ def stdin_pipe(data):
 
 
 def filter_prog_id(topo, dev, direction):
-    m = re.search(r"\bbpf\b.*\bid (\d+)", topo.node.tc_filters(dev, direction))
+    m = re.search(r"\bbpf\b.*\bid (\d+)", topo.node.bpf_hooks(dev, direction))
     return int(m.group(1)) if m else None
 
 
@@ -226,7 +226,7 @@ class Node:
         assert set(regs) == {cnitool_container_id(p.ns.path) for p in pods}, (sorted(regs), self.report())
         ids = {d: self.pinned_prog_id(f"masq_up_{d}") for d in ("egress", "ingress")}
         for d, pid in ids.items():  # the uplink runs the pinned programs
-            assert filter_prog_id(self.t, "eth0", d) == pid, (d, self.t.node.tc_filters("eth0", d))
+            assert filter_prog_id(self.t, "eth0", d) == pid, (d, self.t.node.bpf_hooks("eth0", d))
         for p in pods:
             reg = regs[cnitool_container_id(p.ns.path)]
             assert (reg["addresses"], reg["veth"], reg["veth_attached"]) == ([p.ip], p.host_veth, True), reg
@@ -236,7 +236,7 @@ class Node:
         assert registrations(self.t, self.plugin) == {}
         assert nat_flows(self.t, self.plugin) == []
         for p in pods:
-            assert not has_masq_filter(self.t, p.host_veth), self.t.node.tc_filters(p.host_veth, "ingress")
+            assert not has_masq_filter(self.t, p.host_veth), self.t.node.bpf_hooks(p.host_veth, "ingress")
         self.assert_lock_free()
 
     def report(self):

@@ -460,7 +460,7 @@ def test_daemonset_commands_on_a_scratch_host(plugin, node, lab, tmp_path):
     assert [p["type"] for p in chained["plugins"]] == ["bridge", "portmap", "ebpf-masq"]
     assert chained["plugins"][-1]["pinPath"] == pins
     for direction in ("ingress", "egress"):
-        assert node.tc_filters("eth0", direction).strip(), f"apply attached nothing to eth0 {direction}"
+        assert node.bpf_hooks("eth0", direction).strip(), f"apply attached nothing to eth0 {direction}"
 
     # Readiness: succeeds with no pod on the node.
     probe = main["readinessProbe"]["exec"]["command"]
@@ -475,7 +475,7 @@ def test_daemonset_commands_on_a_scratch_host(plugin, node, lab, tmp_path):
     lab.on_close(lambda: node.enter(["cnitool", "del", shipped["name"], pod.path], env=env, check=False))
     result = json.loads(node.enter(["cnitool", "add", shipped["name"], pod.path], env=env).stdout)
     veth = Pod(pod, result).host_veth
-    assert node.tc_filters(veth, "ingress").strip(), f"no ebpf-masq filter on the pod's veth {veth}"
+    assert node.bpf_hooks(veth, "ingress").strip(), f"no ebpf-masq filter on the pod's veth {veth}"
     pod_ip = result["ips"][0]["address"].split("/")[0]
     assert pod_ip in run(plugin, *map(remap, probe[1:]), ns=node).stdout
 
@@ -486,7 +486,7 @@ def test_daemonset_commands_on_a_scratch_host(plugin, node, lab, tmp_path):
     left = [os.path.join(r, f) for r, ds_, fs in os.walk(lab.pin_path) for f in ds_ + fs]
     assert not left, f"pins left: {left}"
     for dev, direction in (("eth0", "ingress"), ("eth0", "egress"), (veth, "ingress")):
-        assert not node.tc_filters(dev, direction).strip(), f"filter left on {dev} {direction}"
+        assert not node.bpf_hooks(dev, direction).strip(), f"filter left on {dev} {direction}"
     assert contents(conf_dir, bin_dir) == before
     # The port range the plugin reserved is given back.
     assert "released ports" in p.stdout, p.stdout

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from netlab import REPO, Topo, sh
+from netlab import REPO, Topo, prog_count, sh
 from wglab import TUNNEL_NET, WgTopo, in_tunnel_net
 
 EXT, NODE_IP = Topo.EXT, Topo.NODE_EXT
@@ -79,7 +79,7 @@ def test_tunnel_client_masqueraded_by_rule(wg):
 def test_no_rule_no_masquerade(wg):
     """Control: same node, same uplink, natOutgoing false, no rule -> untouched."""
     wg.apply(wg.masq_conf(None))
-    assert "bpf" in wg.node.tc_filters("eth0", "egress")
+    assert "bpf" in wg.node.bpf_hooks("eth0", "egress")
     assert wg.status()["rules"] == []
     assert_tunnel_not_masqueraded(wg)
 
@@ -104,7 +104,7 @@ def test_apply_after_reboot(wg):
 
     wg.forget_data_plane()
     assert not Path(wg.lab.pin_path).exists()
-    assert "bpf" not in wg.node.tc_filters("eth0", "egress") + wg.node.tc_filters("eth0", "ingress")
+    assert "bpf" not in wg.node.bpf_hooks("eth0", "egress") + wg.node.bpf_hooks("eth0", "ingress")
     assert_tunnel_not_masqueraded(wg)
 
     wg.apply(conf)
@@ -113,15 +113,16 @@ def test_apply_after_reboot(wg):
 
 
 def test_apply_after_pins_lost(wg):
-    """Only the pin directory is gone (the old programs stay attached with their
-    orphaned maps): apply takes over eth0 with the new programs."""
+    """Only the pin directory is gone (TCX links go with their pins; in tc mode the
+    old programs stay attached with their orphaned maps): apply takes over eth0
+    with the new programs, exactly one of them per hook."""
     conf = wg.write_conf(wg.masq_conf([RULE]))
     wg.apply(conf)
-    old = wg.node.tc_filters("eth0", "egress")
+    old = wg.node.bpf_hooks("eth0", "egress")
     sh(["rm", "-rf", wg.lab.pin_path])
     wg.apply(conf)
-    new = wg.node.tc_filters("eth0", "egress")
-    assert new != old and new.count("direct-action") == 1, (old, new)
+    new = wg.node.bpf_hooks("eth0", "egress")
+    assert new != old and prog_count(new) == 1, (old, new)
     assert wg.client.ping(EXT, count=50, interval=0.01) == (0, 0.0)
     assert wg.status()["rules"][0]["packets"] >= 50  # counted by the new programs
 
@@ -135,8 +136,8 @@ def test_apply_idempotent(wg):
     assert strip_counters(first) == strip_counters(second)
     assert tc_first == tc_second
     for direction in ("ingress", "egress"):
-        filters = wg.node.tc_filters("eth0", direction)
-        assert filters.count("direct-action") == 1, filters
+        filters = wg.node.bpf_hooks("eth0", direction)
+        assert prog_count(filters) == 1, filters
     assert_tunnel_masqueraded(wg, pings=50, mb=1)
 
 
@@ -151,7 +152,7 @@ def test_out_interface_becomes_uplink(wg):
 
     wg.apply(wg.masq_conf([], egressInterfaces=["eth1"]))
     assert [u["name"] for u in wg.status()["uplinks"]] == ["eth1"]
-    assert "bpf" not in wg.node.tc_filters("eth0", "egress") + wg.node.tc_filters("eth0", "ingress")
+    assert "bpf" not in wg.node.bpf_hooks("eth0", "egress") + wg.node.bpf_hooks("eth0", "ingress")
     assert_tunnel_not_masqueraded(wg)
 
 

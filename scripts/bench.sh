@@ -2,7 +2,7 @@
 # Benchmark ebpf-masq (normal and fast path) against no NAT and against
 # iptables MASQUERADE.
 #
-# Four identical topologies, one per mode, built side by side and kept for the
+# Five identical topologies, one per mode, built side by side and kept for the
 # whole run (so every mode sees the same kernel paths, only the NAT differs):
 #
 #   pod (10.244.1.x/24, eth0) --veth-- cni0 bridge [node] eth0 10.0.0.5 --veth-- eth0 10.0.0.2 [ext]
@@ -10,6 +10,11 @@
 #   The pod is added by cnitool with bridge + host-local in every mode, so the
 #   pod side (veth, bridge, gateway 10.244.1.1, ip_forward) is the same:
 #     none  no NAT; ext routes 10.244.1.0/24 back via the node
+#     hooks none plus an empty program (scripts/bench/empty.bpf.c, returns
+#           "next") on every hook ebpf-masq uses: pod veth ingress, eth0
+#           egress and ingress, attached the same way (TCX). What any
+#           program at those hooks costs: the floor under ebpf/none; under
+#           bpf_stats, the stats' own floor per run
 #     ipt   node: iptables -t nat -A POSTROUTING -s 10.244.1.0/24 -o eth0 -j MASQUERADE
 #           (ext has no route back: replies only work if NAT worked)
 #     ebpf  conflist bridge + host-local + ebpf-masq (ext has no route back)
@@ -23,8 +28,8 @@
 # once created, leaves conntrack hooked in the namespace. Separate namespaces
 # cost nothing in the data path and never carry state from one mode to another.
 #
-# Each round runs every test for all four modes back to back (tcp: none ipt
-# ebpf fast, then udp: ..., order shuffled per round after the first), so paired
+# Each round runs every test for all five modes back to back (tcp: none ipt
+# hooks ebpf fast, then udp: ..., order shuffled per round after the first), so paired
 # ratios compare runs seconds apart. The machine is noisy (2 CPUs, +-20-30 %):
 # trust the paired ratios over the absolute numbers.
 #
@@ -50,7 +55,7 @@
 #         these rows are the steadier comparison.
 #   ping  RTT: 10 x --pings back-to-back pings (ping -A; interquartile mean,
 #         as ping prints whole us), and the median of --pings pings 10 ms apart
-#   bpf   ebpf and fast modes only, a separate phase per round with
+#   bpf   hooks, ebpf and fast modes, a separate phase per round with
 #         kernel.bpf_stats_enabled=1 (restored afterwards): ns per run of the
 #         pinned programs while UDP, TCP and connect+close traffic ran (in the
 #         fast mode the pod's veth program does the NAT and the redirect).
@@ -95,12 +100,12 @@
 #                  is missing); EBPF_MASQ_BIN=path benchmarks another binary
 # Output: progress on stderr, then the table on stdout: per metric the median
 # over rounds per mode, and the median of the per-round paired ratios
-# (ipt/none, ebpf/none, ebpf/ipt, fast/none, fast/ipt; the JSON also has
-# fast/ebpf) with their min-max; after the run the ebpf-masq counters/drops of
+# (ipt/none, hooks/none, ebpf/none, ebpf/hooks, ebpf/ipt, fast/none, fast/ipt;
+# the JSON also has fast/ebpf) with their min-max; after the run the ebpf-masq counters/drops of
 # both ebpf modes and the ipt node's conntrack drops, as a check.
 #
 # Needs root; the tools come from scripts/install-deps.sh (run when missing).
-# Everything it creates (namespaces emb-<id>-*, pins /sys/fs/bpf/emb-<id>{,-fast},
+# Everything it creates (namespaces emb-<id>-*, pins /sys/fs/bpf/emb-<id>{,-fast,-hooks},
 # cnitool cache entries, processes, a temp dir) is removed on exit, also on
 # failure or Ctrl-C; kernel.bpf_stats_enabled is put back as it was.
 set -euo pipefail
@@ -111,7 +116,7 @@ PY=/usr/bin/python3                 # Debian's python (stdlib only needed)
 UTIL="$HERE/bench/benchutil.py"
 TOOL_SRC="$HERE/bench/benchtool.c"
 CNI_BIN_DIR=/usr/lib/cni
-MODES=(none ipt ebpf fast)
+MODES=(none ipt hooks ebpf fast)
 
 EXT_IP=10.0.0.2
 NODE_IP=10.0.0.5
@@ -164,7 +169,7 @@ die() { log "bench: $*"; exit 1; }
 # ---------------------------------------------------------------- prerequisites
 check_prereqs() {
   [ "$(id -u)" = 0 ] || die "must run as root"
-  local tools=(ip nsenter tc iperf3 ping iptables nft ss bpftool cnitool gcc shuf timeout sysctl)
+  local tools=(ip nsenter tc iperf3 ping iptables nft ss bpftool cnitool gcc clang shuf timeout sysctl)
   local missing=()
   for t in "${tools[@]}"; do command -v "$t" >/dev/null || missing+=("$t"); done
   [ -x "$PY" ] || missing+=("$PY")
@@ -191,6 +196,7 @@ ID=$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
 PFX=emb-$ID
 PIN=/sys/fs/bpf/$PFX                # ebpf mode
 PIN_FAST=/sys/fs/bpf/$PFX-fast      # fast mode (the fastPath flag is per pin path)
+PIN_HOOKS=/sys/fs/bpf/$PFX-hooks    # hooks mode: the empty program and its links
 WORK=""
 NAMESPACES=()      # netns we created
 PIDS=()            # background processes we started
@@ -217,7 +223,7 @@ cleanup() {
     rm -rf "$PIN"-*
     rm -f /var/lib/cni/results/"$PFX"-*
   fi
-  rm -rf "$PIN" "$PIN_FAST"
+  rm -rf "$PIN" "$PIN_FAST" "$PIN_HOOKS"   # the hooks mode's links go with their pins
   [ -n "$WORK" ] && rm -rf "$WORK"
   exit "$rc"
 }
@@ -279,6 +285,8 @@ setup_mode() {
 
   case $mode in
     none) ip -n "$(ns "$mode" ext)" route add "$POD_SUBNET" via "$NODE_IP" ;;
+    hooks) ip -n "$(ns "$mode" ext)" route add "$POD_SUBNET" via "$NODE_IP"
+           attach_empty "$mode" ;;
     ipt)  nx "$mode" node iptables -t nat -A POSTROUTING -s "$POD_SUBNET" -o eth0 -j MASQUERADE ;;
     ebpf|fast) ;;  # the plugin attached itself during cnitool add
   esac
@@ -291,7 +299,27 @@ setup_mode() {
   wait_listen "$mode" t "$CPS_PORT"
 }
 
-pin_of() { case $1 in ebpf) echo "$PIN" ;; fast) echo "$PIN_FAST" ;; esac; }
+pin_of() { case $1 in ebpf) echo "$PIN" ;; fast) echo "$PIN_FAST" ;; hooks) echo "$PIN_HOOKS" ;; esac; }
+
+# attach_empty MODE: the empty program on the pod veth's ingress and eth0's
+# egress and ingress of MODE's node (TCX, or tc clsact where there is no TCX).
+attach_empty() {
+  local mode=$1 veth dev hook prog="$PIN_HOOKS/v0/progs/masq_empty" rc
+  mkdir -p "$PIN_HOOKS/v0/progs" "$PIN_HOOKS/links"
+  bpftool prog load "$WORK/empty.o" "$prog" type classifier || die "hooks: cannot load the empty program"
+  veth=$("$PY" -c 'import json,sys; print(next(i["name"] for i in json.load(open(sys.argv[1]))["interfaces"]
+                   if i["name"].startswith("veth")))' "$WORK/$mode/cni-result.json")
+  for dev in "$veth:ingress" eth0:egress eth0:ingress; do
+    hook=${dev#*:}; dev=${dev%%:*}
+    rc=0; ne "$mode" node "$TOOL" tcx-attach "$prog" "$dev" "$hook" "$PIN_HOOKS/links/$dev-$hook" || rc=$?
+    case $rc in
+      0) ;;
+      3) ne "$mode" node tc qdisc add dev "$dev" clsact 2>/dev/null || true
+         ne "$mode" node tc filter add dev "$dev" "$hook" bpf da pinned "$prog" || die "hooks: tc attach failed" ;;
+      *) die "hooks: cannot attach the empty program to $dev $hook" ;;
+    esac
+  done
+}
 fp_egress() {   # fp_egress MODE: the mode's fastpath_egress counter
   ne "$1" node "$PLUGIN" status --json --pin-path "$(pin_of "$1")" >"$WORK/$1/status.json" 2>&1 \
     || die "$1: ebpf-masq status failed: $(head -c 300 "$WORK/$1/status.json")"
@@ -314,14 +342,15 @@ check_mode() {
     log "bench: $mode: fastpath_egress $fp0 -> $fp1 during 3 pings"
   fi
   ruleset=$(nx "$mode" node nft list ruleset 2>/dev/null || true)
-  filters=$(ne "$mode" node tc filter show dev eth0 egress)
+  filters=$(ne "$mode" node "$PY" "$REPO/integration/bpfhooks.py" eth0 egress)   # TCX programs and tc filters
   case $mode in
-    none|ebpf|fast) [ -z "$ruleset" ] || die "$mode: node has netfilter rules: $ruleset" ;;
+    none|hooks|ebpf|fast) [ -z "$ruleset" ] || die "$mode: node has netfilter rules: $ruleset" ;;
     ipt) grep -q masquerade <<<"$ruleset" || die "ipt: MASQUERADE rule missing" ;;
   esac
   case $mode in
-    ebpf|fast) grep -q bpf <<<"$filters" || die "$mode: no bpf filter on the node's eth0 egress" ;;
-    *)    [ -z "$filters" ] || die "$mode: unexpected tc filter on eth0" ;;
+    ebpf|fast) grep -q masq_up_egress <<<"$filters" || die "$mode: ebpf-masq is not on the node's eth0 egress" ;;
+    hooks) grep -q masq_empty <<<"$filters" || die "hooks: the empty program is not on the node's eth0 egress" ;;
+    *)    [ -z "$filters" ] || die "$mode: unexpected BPF program on eth0: $filters" ;;
   esac
 }
 
@@ -444,6 +473,7 @@ main() {
   ln -s "$(readlink -f "$PLUGIN")" "$WORK/cni-bin/ebpf-masq"
   TOOL=$WORK/benchtool
   gcc -O2 -Wall -o "$TOOL" "$TOOL_SRC"
+  clang -O2 -target bpf -I"/usr/include/$(gcc -print-multiarch)" -c "$HERE/bench/empty.bpf.c" -o "$WORK/empty.o"
 
   [ "$(sysctl -n kernel.bpf_stats_enabled)" = 0 ] ||
     log "bench: warning: kernel.bpf_stats_enabled is already 1: every ebpf-masq test pays the stats' clock reads"
@@ -468,7 +498,7 @@ main() {
         esac
       done
     done
-    for mode in ebpf fast; do bpf_phase "$r" "$mode"; done
+    for mode in hooks ebpf fast; do bpf_phase "$r" "$mode"; done
   done
 
   # Did a NAT drop or fail anything (it would explain a slow number)?

@@ -287,17 +287,18 @@ fn cmd_check(env: &CniEnv, conf: &NetConf, pins: &Pins) -> Result<()> {
         Some(l) if l.index == info.veth_ifindex => {}
         _ => return Err(Error::state(format!("host veth {veth} (ifindex {}) is gone", info.veth_ifindex))),
     }
-    if !netlink::has_tc_filter(info.veth_ifindex, true, crate::bpf::loader::TC_PRIORITY)? {
-        return Err(Error::state(format!("no ebpf-masq filter on {veth} ingress")));
+    use crate::bpf::loader;
+    use aya::programs::TcAttachType;
+    if !loader::is_attached(pins, loader::PROG_VETH_INGRESS, info.veth_ifindex, TcAttachType::Ingress)? {
+        return Err(Error::state(format!("ebpf-masq is not attached to {veth} ingress")));
     }
     for up in node::resolve_uplinks(&conf.masq)? {
-        for ingress in [true, false] {
-            if !netlink::has_tc_filter(up.ifindex, ingress, crate::bpf::loader::TC_PRIORITY)? {
-                return Err(Error::state(format!(
-                    "no ebpf-masq filter on uplink {} {}",
-                    up.name,
-                    if ingress { "ingress" } else { "egress" }
-                )));
+        for (prog, dir, hook) in [
+            (loader::PROG_UPLINK_INGRESS, TcAttachType::Ingress, "ingress"),
+            (loader::PROG_UPLINK_EGRESS, TcAttachType::Egress, "egress"),
+        ] {
+            if !loader::is_attached(pins, prog, up.ifindex, dir)? {
+                return Err(Error::state(format!("ebpf-masq is not attached to uplink {} {hook}", up.name)));
             }
         }
     }

@@ -314,10 +314,9 @@ fn reconcile_uplinks(pins: &Pins, uplinks: &[Uplink]) -> Result<()> {
     let want: BTreeSet<u32> = uplinks.iter().map(|u| u.ifindex).collect();
     let present: Vec<u32> = map.keys().collect::<std::result::Result<_, _>>().map_err(|e| map_err("uplinks", e))?;
     for ifindex in present.into_iter().filter(|i| !want.contains(i)) {
-        if let Some(link) = netlink::get_link_by_index(ifindex)? {
-            loader::detach(&link.name, TcAttachType::Egress)?;
-            loader::detach(&link.name, TcAttachType::Ingress)?;
-        }
+        let name = netlink::get_link_by_index(ifindex)?.map(|l| l.name);
+        loader::detach(pins, ifindex, name.as_deref(), TcAttachType::Egress)?;
+        loader::detach(pins, ifindex, name.as_deref(), TcAttachType::Ingress)?;
         map.remove(&ifindex).map_err(|e| map_err("remove from uplinks", e))?;
     }
     Ok(())
@@ -335,16 +334,17 @@ pub fn detach_uplinks(pins: &Pins) -> Result<()> {
                 break;
             }
         };
-        match netlink::get_link_by_index(ifindex) {
-            Ok(Some(link)) => {
-                for dir in [TcAttachType::Egress, TcAttachType::Ingress] {
-                    if let Err(e) = loader::detach(&link.name, dir) {
-                        errors.push(e.msg);
-                    }
-                }
+        let name = match netlink::get_link_by_index(ifindex) {
+            Ok(l) => l.map(|l| l.name),
+            Err(e) => {
+                errors.push(e.msg);
+                None
             }
-            Ok(None) => {}
-            Err(e) => errors.push(e.msg),
+        };
+        for dir in [TcAttachType::Egress, TcAttachType::Ingress] {
+            if let Err(e) = loader::detach(pins, ifindex, name.as_deref(), dir) {
+                errors.push(e.msg);
+            }
         }
     }
     if errors.is_empty() {

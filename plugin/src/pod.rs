@@ -138,7 +138,7 @@ pub fn register(pins: &Pins, key: &AttachmentKey, reg: &Registration) -> Result<
             }
             .map_err(|e| map_err("write pods", e))?;
         }
-        loader::attach(pins, loader::PROG_VETH_INGRESS, &reg.veth_name, TcAttachType::Ingress)
+        loader::attach(pins, loader::PROG_VETH_INGRESS, &reg.veth_name, TcAttachType::Ingress).map(|_| ())
     })();
     if let Err(e) = res {
         if let Err(undo) = unregister(pins, key) {
@@ -196,16 +196,19 @@ pub fn unregister(pins: &Pins, key: &AttachmentKey) -> Result<bool> {
         errors.push(e.msg);
     }
 
-    // The veth: detach only if the interface with that name is still this pod's.
+    // The veth: our link pin goes whether or not the veth still exists; a tc
+    // filter is removed only if the interface with that name is still this pod's.
     let veth_name = cstr(&info.veth_name);
-    match netlink::get_link_by_name(&veth_name) {
-        Ok(Some(link)) if link.index == info.veth_ifindex => {
-            if let Err(e) = loader::detach(&veth_name, TcAttachType::Ingress) {
-                errors.push(e.msg);
-            }
+    let name = match netlink::get_link_by_name(&veth_name) {
+        Ok(Some(link)) if link.index == info.veth_ifindex => Some(veth_name.as_str()),
+        Ok(_) => None,
+        Err(e) => {
+            errors.push(e.msg);
+            None
         }
-        Ok(_) => {}
-        Err(e) => errors.push(e.msg),
+    };
+    if let Err(e) = loader::detach(pins, info.veth_ifindex, name, TcAttachType::Ingress) {
+        errors.push(e.msg);
     }
     match maps::open::<HashMap<MapData, u32, PodL2>>(pins, abi::MAP_POD_L2) {
         Ok(mut m) => match m.remove(&info.veth_ifindex) {

@@ -18,7 +18,7 @@ Phases (progress on stderr; the table, then the JSON if asked, on stdout):
           plugin's direct ADD: wall time (fork/exec to exit; this process sits in
           the node netns, no nsenter in the timing) and its own duration_ms
           (logFile; from after reading stdin to the reply).
-  first   A second node, fresh each time: new pin path, no clsact on its uplink.
+  first   A second node, fresh each time: new pin path, nothing of ours on its uplink.
           The plugin's first ADD there (directly, as above), default natMaxEntries
           vs natMaxEntries 65536 (interleaved); then one run of each with
           logLevel trace for a breakdown from the log's (ms) timestamps.
@@ -296,7 +296,8 @@ class Bench:
             self.progs_dir(pin)  # the programs are pinned
             self.plugin("DEL", self.masq_conf(br["name"], pin), pod)
             shutil.rmtree(pin)
-            run(["tc", "qdisc", "del", "dev", "eth0", "clsact"], check=False)  # the uplink is fresh again
+            # the uplink is fresh again: our TCX links went with the pins; a tc-mode filter goes with its qdisc
+            run(["tc", "qdisc", "del", "dev", "eth0", "clsact"], check=False)
             return wall, own
 
         for i in range(a.first):

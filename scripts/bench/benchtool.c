@@ -13,6 +13,11 @@
  *                               lost SYN) counts as a failure.
  *                               Prints {"ok":N,"fail":F,"secs":T,"cpu_s":C,"errno":{...}}.
  *   tcp-accept PORT             accept() and close() forever.
+ *   tcx-attach PROG DEV ingress|egress LINK
+ *                               attach the program pinned at PROG to DEV's TCX
+ *                               hook (in this netns) and pin the link at LINK
+ *                               (the empty-hooks anchor; bpftool here predates
+ *                               TCX). Exits 3 when the kernel has no TCX.
  *
  * Why not iperf3 / python for these: iperf3 -u writes one datagram per syscall
  * and reads the clock per packet, and a python connect loop spends more time in
@@ -23,6 +28,9 @@
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <linux/bpf.h>
+#include <net/if.h>
+#include <sys/syscall.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -216,6 +224,37 @@ static int tcp_accept(const char *port)
 	return 0;
 }
 
+/* bpf(2) by hand: the machine's libbpf predates TCX. */
+static int tcx_attach(const char *prog_pin, const char *dev, const char *hook, const char *link_pin)
+{
+	union bpf_attr a;
+	unsigned int ifindex = if_nametoindex(dev);
+	int prog_fd, link_fd;
+
+	if (!ifindex)
+		die("if_nametoindex");
+	memset(&a, 0, sizeof(a));
+	a.pathname = (unsigned long)prog_pin;
+	prog_fd = syscall(__NR_bpf, BPF_OBJ_GET, &a, sizeof(a));
+	if (prog_fd < 0)
+		die("BPF_OBJ_GET");
+	memset(&a, 0, sizeof(a));
+	a.link_create.prog_fd = prog_fd;
+	a.link_create.target_ifindex = ifindex;
+	a.link_create.attach_type = strcmp(hook, "ingress") ? 47 /* BPF_TCX_EGRESS */ : 46 /* BPF_TCX_INGRESS */;
+	link_fd = syscall(__NR_bpf, BPF_LINK_CREATE, &a, sizeof(a));
+	if (link_fd < 0 && errno == EINVAL)
+		return 3;
+	if (link_fd < 0)
+		die("BPF_LINK_CREATE");
+	memset(&a, 0, sizeof(a));
+	a.pathname = (unsigned long)link_pin;
+	a.bpf_fd = link_fd;
+	if (syscall(__NR_bpf, BPF_OBJ_PIN, &a, sizeof(a)))
+		die("BPF_OBJ_PIN");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 6 && !strcmp(argv[1], "udp-send"))
@@ -226,7 +265,10 @@ int main(int argc, char **argv)
 		return tcp_cps(argv[2], argv[3], atof(argv[4]));
 	if (argc == 3 && !strcmp(argv[1], "tcp-accept"))
 		return tcp_accept(argv[2]);
+	if (argc == 6 && !strcmp(argv[1], "tcx-attach"))
+		return tcx_attach(argv[2], argv[3], argv[4], argv[5]);
 	fprintf(stderr, "usage: benchtool udp-send DST PORT SECS LEN | udp-sink PORT |\n"
-			"                 tcp-cps DST PORT SECS | tcp-accept PORT\n");
+			"                 tcp-cps DST PORT SECS | tcp-accept PORT |\n"
+			"                 tcx-attach PROG DEV ingress|egress LINK\n");
 	return 2;
 }

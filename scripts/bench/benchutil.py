@@ -15,7 +15,7 @@ Subcommands (all print to stdout):
   bpfshow RESULTS ROUND   this round's bpf ns/run values on one line
   bpfdelta BEFORE AFTER ROUND PHASE MODE
                           result lines bpf_<prog>_ns_<PHASE> = delta run_time_ns / delta run_cnt
-                          (and bpf_<prog>_runs_<PHASE>), recorded for MODE (ebpf or fast)
+                          (and bpf_<prog>_runs_<PHASE>), recorded for MODE (hooks, ebpf or fast)
   counter STATUS.json NAME
                           one counter of `ebpf-masq status --json` (0 if absent)
   conflist NAME DATADIR [PIN [fast]]
@@ -35,13 +35,15 @@ import sys
 from pathlib import Path
 
 POD_SUBNET = "10.244.1.0/24"
-MODES = ["none", "ipt", "ebpf", "fast"]
-MODE_LABEL = {"none": "no-NAT", "ipt": "iptables", "ebpf": "ebpf-masq", "fast": "ebpf-fast"}
+MODES = ["none", "ipt", "hooks", "ebpf", "fast"]
+MODE_LABEL = {"none": "no-NAT", "ipt": "iptables", "hooks": "empty-hooks", "ebpf": "ebpf-masq", "fast": "ebpf-fast"}
 # (summary key, numerator, denominator); TABLE_RATIOS are the table's columns,
 # fast_vs_ebpf is in the JSON only (the table is wide enough).
-RATIOS = [("ipt_vs_none", "ipt", "none"), ("ebpf_vs_none", "ebpf", "none"), ("ebpf_vs_ipt", "ebpf", "ipt"),
+RATIOS = [("ipt_vs_none", "ipt", "none"), ("hooks_vs_none", "hooks", "none"), ("ebpf_vs_none", "ebpf", "none"),
+          ("ebpf_vs_hooks", "ebpf", "hooks"), ("ebpf_vs_ipt", "ebpf", "ipt"),
           ("fast_vs_none", "fast", "none"), ("fast_vs_ipt", "fast", "ipt"), ("fast_vs_ebpf", "fast", "ebpf")]
-TABLE_RATIOS = [("ipt/none", "ipt_vs_none"), ("ebpf/none", "ebpf_vs_none"), ("ebpf/ipt", "ebpf_vs_ipt"),
+TABLE_RATIOS = [("ipt/none", "ipt_vs_none"), ("hooks/none", "hooks_vs_none"), ("ebpf/none", "ebpf_vs_none"),
+                ("ebpf/hooks", "ebpf_vs_hooks"), ("ebpf/ipt", "ebpf_vs_ipt"),
                 ("fast/none", "fast_vs_none"), ("fast/ipt", "fast_vs_ipt")]
 
 # key: (label, unit, higher is better). Order = table order.
@@ -57,12 +59,13 @@ METRICS = {
     "ping_hot_us": ("ping RTT IQ-mean, back-to-back (-A)", "us", False),
     "ping_us": ("ping RTT median, 10 ms apart", "us", False),
 }
-# Only the ebpf and fast modes have these: ns per program run while the named
+# Only the hooks, ebpf and fast modes have these: ns per program run while the named
 # traffic ran, from kernel.bpf_stats_enabled (run_time_ns / run_cnt deltas).
 # In the fast mode the pod's veth program does the translation and the
 # redirect, the uplink egress program sees no fast-path packet; a row is shown
 # when either mode has a value.
 BPF_METRICS = {
+    "bpf_masq_empty_ns_udp": "empty program, UDP 64B (the bpf_stats floor)",
     "bpf_masq_up_egress_ns_udp": "uplink egress, UDP 64B (established flow)",
     "bpf_masq_veth_in_ns_udp": "pod veth ingress, UDP 64B (fast: SNAT+redirect)",
     "bpf_masq_up_egress_ns_tcp": "uplink egress, TCP stream (per GSO skb)",
@@ -274,10 +277,10 @@ def print_table(summary, meta):
     for key, label in BPF_METRICS.items():
         if key in summary:
             vals = summary[key]["median"]
-            bpf_rows.append(["  " + label, "ns/run", "", "", fmt_num(vals.get("ebpf")), fmt_num(vals.get("fast"))]
+            bpf_rows.append(["  " + label, "ns/run"] + [fmt_num(vals[m]) if m in vals else "" for m in MODES]
                             + blank)
     if bpf_rows:
-        rows.append(["eBPF program cost (bpf_stats, separate phase)", "", "", "", "", ""] + blank)
+        rows.append(["eBPF program cost (bpf_stats, separate phase)", ""] + [""] * len(MODES) + blank)
         rows += bpf_rows
     widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
 

@@ -3,6 +3,7 @@
 //! Layout under `<pinPath>/v<LAYOUT_VERSION>/`:
 //!   maps/<name>        every map (LIBBPF_PIN_BY_NAME), shared by both objects
 //!   progs/<name>       the three verified programs
+//!   links/<ifindex>-<hook>  our TCX link on one interface hook (ingress/egress)
 //! A new layout version gets a new directory, so an incompatible pinned map is
 //! never reused by a newer binary.
 
@@ -14,6 +15,7 @@ use std::{
 
 use aya::{
     programs::{
+        links::{FdLink, LinkOrder, PinnedLink},
         tc::{self, NlOptions, SchedClassifierLink, TcAttachOptions, TcHandle},
         Link, Program, SchedClassifier, TcAttachType,
     },
@@ -31,8 +33,8 @@ pub const PROG_UPLINK_EGRESS: &str = "masq_up_egress";
 pub const PROG_UPLINK_INGRESS: &str = "masq_up_ingress";
 pub const ALL_PROGS: [&str; 3] = [PROG_VETH_INGRESS, PROG_UPLINK_EGRESS, PROG_UPLINK_INGRESS];
 
-/// tc filter identity of every attachment we make: one fixed priority and handle,
-/// so a re-attach replaces in place and a detach removes exactly ours.
+/// tc filter identity of every tc (fallback) attachment we make: one fixed
+/// priority and handle, so a re-attach replaces in place and a detach removes exactly ours.
 pub const TC_PRIORITY: u16 = 0xc0de;
 pub const TC_HANDLE: TcHandle = TcHandle::new(0, 0xe5);
 
@@ -58,6 +60,13 @@ impl Pins {
     }
     pub fn prog(&self, name: &str) -> PathBuf {
         self.progs_dir().join(name)
+    }
+    pub fn links_dir(&self) -> PathBuf {
+        self.root.join("links")
+    }
+    /// The pin of our TCX link on one hook of an interface.
+    pub fn link(&self, ifindex: u32, dir: TcAttachType) -> PathBuf {
+        self.links_dir().join(format!("{ifindex}-{}", tc_dir_name(dir)))
     }
     /// True when every program and every map is pinned (the node's data plane is
     /// loaded). Anything missing (an interrupted load or uninstall) means reload:
@@ -162,19 +171,100 @@ fn tc_dir_name(dir: TcAttachType) -> &'static str {
     }
 }
 
-/// Attach the pinned program `prog` to `ifname` (in the calling thread's netns)
-/// as a tc clsact filter at our fixed priority/handle: replaced in place if it is
-/// there already (no window without a program), created otherwise. The filter
-/// outlives this process; no verifier run happens here.
-pub fn attach(pins: &Pins, prog: &str, ifname: &str, dir: TcAttachType) -> Result<()> {
+/// How a program is attached to an interface hook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttachMode {
+    /// A TCX link (kernel >= 6.6), pinned under `links/`: the hook runs it
+    /// directly, without the tc classifier layer. The default.
+    Tcx,
+    /// A tc clsact filter at our fixed priority/handle: kernels without TCX, or
+    /// `EBPF_MASQ_ATTACH=tc`.
+    Tc,
+}
+
+/// `EBPF_MASQ_ATTACH=tc` attaches with tc clsact filters even where TCX works.
+pub const ATTACH_ENV: &str = "EBPF_MASQ_ATTACH";
+
+fn tc_forced() -> bool {
+    std::env::var(ATTACH_ENV).map(|v| v == "tc").unwrap_or(false)
+}
+
+/// Attach the pinned program `prog` to `ifname` (in the calling thread's netns).
+/// A TCX link, pinned at `links/<ifindex>-<hook>` so it outlives this process;
+/// tc clsact where the kernel has no TCX. Already attached: nothing to do; an
+/// older program on our link is replaced in place (no window without one). A
+/// tc filter of ours found when the link is first made (an earlier version, or
+/// the fallback) is removed, so a packet never meets the program twice. No
+/// verifier run happens here.
+pub fn attach(pins: &Pins, prog: &str, ifname: &str, dir: TcAttachType) -> Result<AttachMode> {
     let what = format!("attach {prog} to {ifname} {}", tc_dir_name(dir));
+    let mut p = SchedClassifier::from_pin(pins.prog(prog))
+        .map_err(|e| bpf_err(format!("{what}: open pinned program"), e))?;
+    if !tc_forced() {
+        match attach_tcx(pins, &mut p, ifname, dir, &what)? {
+            Tcx::Attached => return Ok(AttachMode::Tcx),
+            Tcx::Created => {
+                detach_tc(ifname, dir)?;
+                return Ok(AttachMode::Tcx);
+            }
+            Tcx::Unsupported => log::info!("{what}: no TCX in this kernel, using a tc clsact filter"),
+        }
+    }
+    attach_tc(&mut p, ifname, dir, &what)?;
+    Ok(AttachMode::Tc)
+}
+
+enum Tcx {
+    Attached,
+    Created,
+    Unsupported,
+}
+
+fn attach_tcx(pins: &Pins, p: &mut SchedClassifier, ifname: &str, dir: TcAttachType, what: &str) -> Result<Tcx> {
+    let ifindex = nix::net::if_::if_nametoindex(ifname).map_err(|e| Error::netlink(format!("{what}: {e}")))?;
+    let prog_id = p.info().map_err(|e| bpf_err(format!("{what}: program info"), e))?.id();
+    let pin = pins.link(ifindex, dir);
+    if pin.exists() {
+        if tcx_prog_ids(ifindex, dir).map_err(|e| Error::netlink(format!("{what}: query: {e}")))?.contains(&prog_id) {
+            return Ok(Tcx::Attached);
+        }
+        // Our link with an older program: swap the program in place. A link whose
+        // interface is gone cannot be updated: it is replaced.
+        if let Ok(pinned) = PinnedLink::from_pin(&pin) {
+            let fd: FdLink = pinned.into();
+            if let Ok(link) = SchedClassifierLink::try_from(fd) {
+                if let Ok(id) = p.attach_to_link(link) {
+                    let _ = p.take_link(id); // dropping it closes our fd; the pin keeps the link
+                    if tcx_prog_ids(ifindex, dir).map(|ids| ids.contains(&prog_id)).unwrap_or(false) {
+                        return Ok(Tcx::Attached);
+                    }
+                }
+            }
+        }
+        remove_file_if_exists(&pin).map_err(|e| bpf_err(format!("{what}: remove stale {}", pin.display()), e))?;
+    }
+    let dir_path = pins.links_dir();
+    fs::create_dir_all(&dir_path).map_err(|e| bpf_err(format!("create {}", dir_path.display()), e))?;
+    let id = match p.attach_with_options(ifname, dir, TcAttachOptions::TcxOrder(LinkOrder::default())) {
+        Ok(id) => id,
+        Err(e) if has_errno(&e, &[libc::EINVAL, libc::EOPNOTSUPP]) => return Ok(Tcx::Unsupported),
+        Err(e) => return Err(Error::netlink(format!("{what}: {e}"))),
+    };
+    let link = p.take_link(id).map_err(|e| Error::netlink(format!("{what}: {e}")))?;
+    let fd = FdLink::try_from(link).map_err(|e| bpf_err(what, e))?;
+    // Dropping the unpinned link on an error here detaches it: nothing half-done.
+    fd.pin(&pin).map_err(|e| bpf_err(format!("{what}: pin {}", pin.display()), e))?;
+    Ok(Tcx::Created)
+}
+
+/// The tc fallback: a clsact filter at our fixed priority/handle, replaced in
+/// place if it is there already, created otherwise. It outlives this process.
+fn attach_tc(p: &mut SchedClassifier, ifname: &str, dir: TcAttachType, what: &str) -> Result<()> {
     match tc::qdisc_add_clsact(ifname) {
         Ok(()) => {}
         Err(tc::TcError::NetlinkError(e)) if e.raw_os_error() == Some(libc::EEXIST) => {}
         Err(e) => return Err(Error::netlink(format!("{what}: add clsact qdisc: {e}"))),
     }
-    let mut p = SchedClassifier::from_pin(pins.prog(prog))
-        .map_err(|e| bpf_err(format!("{what}: open pinned program"), e))?;
     let existing = SchedClassifierLink::attached(ifname, dir, TC_PRIORITY, TC_HANDLE, None)
         .map_err(|e| Error::netlink(format!("{what}: {e}")))?;
     let id = match p.attach_to_link(existing) {
@@ -194,8 +284,20 @@ pub fn attach(pins: &Pins, prog: &str, ifname: &str, dir: TcAttachType) -> Resul
     Ok(())
 }
 
-/// Remove our filter from `ifname`. A missing interface or filter is success.
-pub fn detach(ifname: &str, dir: TcAttachType) -> Result<()> {
+/// Take our program off one hook of the interface `ifindex`: its link pin goes
+/// (which detaches the link), and with `ifname` (only when that name is still
+/// this interface) our tc filter too. Whatever is already gone is success.
+pub fn detach(pins: &Pins, ifindex: u32, ifname: Option<&str>, dir: TcAttachType) -> Result<()> {
+    let pin = pins.link(ifindex, dir);
+    remove_file_if_exists(&pin).map_err(|e| bpf_err(format!("remove {}", pin.display()), e))?;
+    match ifname {
+        Some(name) => detach_tc(name, dir),
+        None => Ok(()),
+    }
+}
+
+/// Remove our tc filter from `ifname`. A missing interface, qdisc or filter is success.
+fn detach_tc(ifname: &str, dir: TcAttachType) -> Result<()> {
     let link = match SchedClassifierLink::attached(ifname, dir, TC_PRIORITY, TC_HANDLE, None) {
         Ok(l) => l,
         Err(e) if e.raw_os_error() == Some(libc::ENODEV) || e.kind() == ErrorKind::NotFound => return Ok(()),
@@ -212,6 +314,109 @@ pub fn detach(ifname: &str, dir: TcAttachType) -> Result<()> {
             }
         }
     }
+}
+
+/// Is the pinned program `prog` running on this hook of `ifindex` (calling
+/// thread's netns), as a TCX program or as our tc filter?
+pub fn is_attached(pins: &Pins, prog: &str, ifindex: u32, dir: TcAttachType) -> Result<bool> {
+    Ok(attachment(pins, prog, ifindex, dir)?.is_some())
+}
+
+/// How our program is attached to this hook of `ifindex`, if it is: the pinned
+/// program `prog`, or the program on our pinned link there (an older one, until
+/// the next attach replaces it), or our tc filter.
+pub fn attachment(pins: &Pins, prog: &str, ifindex: u32, dir: TcAttachType) -> Result<Option<AttachMode>> {
+    let id = SchedClassifier::from_pin(pins.prog(prog))
+        .and_then(|p| p.info())
+        .map_err(|e| bpf_err(format!("{prog}: pinned program"), e))?
+        .id();
+    let on_our_link = PinnedLink::from_pin(pins.link(ifindex, dir))
+        .ok()
+        .and_then(|l| FdLink::from(l).info().ok())
+        .map(|i| i.program_id());
+    match tcx_prog_ids(ifindex, dir) {
+        Ok(ids) if ids.contains(&id) || on_our_link.is_some_and(|l| ids.contains(&l)) => {
+            return Ok(Some(AttachMode::Tcx))
+        }
+        Ok(_) => {}
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::ENODEV)) => {}
+        Err(e) => return Err(Error::netlink(format!("query TCX programs of ifindex {ifindex}: {e}"))),
+    }
+    Ok(crate::netlink::has_tc_filter(ifindex, dir == TcAttachType::Ingress, TC_PRIORITY)?.then_some(AttachMode::Tc))
+}
+
+impl AttachMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttachMode::Tcx => "tcx",
+            AttachMode::Tc => "tc",
+        }
+    }
+}
+
+/// The programs on the TCX hook of `ifindex`, in run order (BPF_PROG_QUERY).
+pub fn tcx_prog_ids(ifindex: u32, dir: TcAttachType) -> std::io::Result<Vec<u32>> {
+    // union bpf_attr, the BPF_PROG_QUERY member (include/uapi/linux/bpf.h).
+    #[repr(C)]
+    struct Query {
+        target_ifindex: u32,
+        attach_type: u32,
+        query_flags: u32,
+        attach_flags: u32,
+        prog_ids: u64,
+        count: u32,
+        _pad: u32,
+        prog_attach_flags: u64,
+        link_ids: u64,
+        link_attach_flags: u64,
+        revision: u64,
+    }
+    const BPF_PROG_QUERY: libc::c_long = 16;
+    const BPF_TCX_INGRESS: u32 = 46;
+    const BPF_TCX_EGRESS: u32 = 47;
+    let mut ids = [0u32; 64];
+    let mut q = Query {
+        target_ifindex: ifindex,
+        attach_type: if dir == TcAttachType::Ingress { BPF_TCX_INGRESS } else { BPF_TCX_EGRESS },
+        query_flags: 0,
+        attach_flags: 0,
+        prog_ids: ids.as_mut_ptr() as u64,
+        count: ids.len() as u32,
+        _pad: 0,
+        prog_attach_flags: 0,
+        link_ids: 0,
+        link_attach_flags: 0,
+        revision: 0,
+    };
+    // SAFETY: q is a valid bpf_attr prefix of the size we pass; the kernel writes
+    // at most `count` ids into `ids`, which outlives the call.
+    let rc = unsafe {
+        libc::syscall(libc::SYS_bpf, BPF_PROG_QUERY, &mut q as *mut Query, std::mem::size_of::<Query>())
+    };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(ids[..(q.count as usize).min(ids.len())].to_vec())
+}
+
+fn remove_file_if_exists(p: &Path) -> std::io::Result<()> {
+    match fs::remove_file(p) {
+        Err(e) if e.kind() != ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+fn has_errno(e: &(dyn std::error::Error + 'static), errnos: &[i32]) -> bool {
+    let mut src: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = src {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            if io.raw_os_error().map(|n| errnos.contains(&n)).unwrap_or(false) {
+                return true;
+            }
+        }
+        src = s.source();
+    }
+    false
 }
 
 fn is_not_found(e: &aya::programs::ProgramError) -> bool {

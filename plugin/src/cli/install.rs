@@ -763,7 +763,11 @@ fn remove_data_plane(pins: &Pins, errors: &mut Vec<String>) {
                     for (_, info) in &list {
                         // The pins go next, so the per-pod map entries need no cleanup.
                         let veth = pod::cstr(&info.veth_name);
-                        match loader::detach(&veth, TcAttachType::Ingress) {
+                        let name = match crate::netlink::get_link_by_name(&veth) {
+                            Ok(Some(l)) if l.index == info.veth_ifindex => Some(veth.as_str()),
+                            _ => None,
+                        };
+                        match loader::detach(pins, info.veth_ifindex, name, TcAttachType::Ingress) {
                             Ok(()) => n += 1,
                             Err(e) => errors.push(e.msg),
                         }

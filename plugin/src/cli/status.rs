@@ -2,6 +2,7 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
+use aya::programs::TcAttachType;
 use aya::maps::{lpm_trie::LpmTrie, Array, HashMap, MapData};
 use serde_json::{json, Value};
 
@@ -50,15 +51,25 @@ pub fn collect(pins: &Pins) -> Result<Value> {
     for item in ups.iter() {
         let (ifindex, u) = item.map_err(e("uplinks"))?;
         let link = netlink::get_link_by_index(ifindex)?;
-        let attached = |ingress| netlink::has_tc_filter(ifindex, ingress, loader::TC_PRIORITY).unwrap_or(false);
+        let attached = |ingress: bool| {
+            let (prog, dir) = if ingress {
+                (loader::PROG_UPLINK_INGRESS, TcAttachType::Ingress)
+            } else {
+                (loader::PROG_UPLINK_EGRESS, TcAttachType::Egress)
+            };
+            loader::attachment(pins, prog, ifindex, dir).ok().flatten().map(|m| m.as_str())
+        };
+        let (egress, ingress) = (attached(false), attached(true));
         uplinks.push(json!({
             "ifindex": ifindex,
             "name": link.as_ref().map(|l| l.name.clone()),
             "l3": u.flags & abi::UPLINK_F_L3 != 0,
             "masquerade_v4": (u.flags & abi::UPLINK_F_HAS_V4 != 0).then(|| Ipv4Addr::from(u.masq_v4).to_string()),
             "masquerade_v6": (u.flags & abi::UPLINK_F_HAS_V6 != 0).then(|| Ipv6Addr::from(u.masq_v6).to_string()),
-            "egress_attached": attached(false),
-            "ingress_attached": attached(true),
+            "egress_attached": egress.is_some(),
+            "ingress_attached": ingress.is_some(),
+            "egress_attach_mode": egress,
+            "ingress_attach_mode": ingress,
         }));
     }
 
@@ -101,7 +112,8 @@ pub fn collect(pins: &Pins) -> Result<Value> {
                 "veth_ifindex": p.veth_ifindex,
                 "addresses": p.addresses.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
                 "nat_outgoing": p.nat_outgoing,
-                "veth_attached": netlink::has_tc_filter(p.veth_ifindex, true, loader::TC_PRIORITY).unwrap_or(false),
+                "veth_attached": loader::is_attached(pins, loader::PROG_VETH_INGRESS, p.veth_ifindex, TcAttachType::Ingress)
+                    .unwrap_or(false),
                 "packets": p.packets,
                 "bytes": p.bytes,
                 "spoofed_dropped": p.spoofed,
@@ -169,13 +181,14 @@ pub fn run(pins: &Pins, json_out: bool) -> Result<()> {
     println!("uplinks:");
     for u in s["uplinks"].as_array().into_iter().flatten() {
         println!(
-            "  {:<12} ifindex {:<4} masquerade {} {} egress={} ingress={}{}",
+            "  {:<12} ifindex {:<4} masquerade {} {} egress={} ingress={}{}{}",
             u["name"].as_str().unwrap_or("?"),
             u["ifindex"],
             u["masquerade_v4"].as_str().unwrap_or("-"),
             u["masquerade_v6"].as_str().unwrap_or("-"),
             u["egress_attached"],
             u["ingress_attached"],
+            u["egress_attach_mode"].as_str().map(|m| format!(" ({m})")).unwrap_or_default(),
             if u["l3"].as_bool() == Some(true) { " (L3 device)" } else { "" }
         );
     }
