@@ -12,8 +12,11 @@ SEC("classifier/uplink_egress")
 int masq_up_egress(struct __sk_buff *skb)
 {
 	__u32 ifindex = skb->ifindex;
-	struct uplink_info *up = bpf_map_lookup_elem(&uplinks, &ifindex);
+	struct uplink_info *up;
 
+	if (skb->cb[0] == FP_CB_MARK)
+		return MASQ_PASS; /* translated by the fast path already */
+	up = bpf_map_lookup_elem(&uplinks, &ifindex);
 	if (!up)
 		return MASQ_PASS;
 	if (skb->protocol == bpf_htons(ETH_P_IP))

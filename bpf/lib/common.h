@@ -52,8 +52,17 @@ struct icmphdr {
 	} un;
 };
 
-/* Let the packet continue: the next tc filter (if any) or the stack. */
+/* Let the packet continue: the next program on the hook (if any) or the stack. */
 #define MASQ_PASS TC_ACT_UNSPEC
+
+/*
+ * The fast path marks a packet it translated and sent to the uplink in the
+ * tc control block (__sk_buff cb[0], carried across bpf_redirect_neigh), so the
+ * uplink's egress program passes it on without a lookup. A packet on the normal
+ * path cannot carry the mark: the node's IP receive path zeroes that part of
+ * the control block (IPCB/IP6CB) before routing it to the uplink.
+ */
+#define FP_CB_MARK 0x6d61fa57
 #define MASQ_DROP TC_ACT_SHOT
 
 #define NSEC_PER_SEC 1000000000ULL

@@ -212,6 +212,7 @@ static __noinline int fp_egress_v4(struct __sk_buff *skb, const struct masq_conf
 	{
 		struct bpf_redir_neigh nh = { .nh_family = AF_INET, .ipv4_nh = r.nh };
 
+		skb->cb[0] = FP_CB_MARK;
 		return bpf_redirect_neigh(r.ifindex, &nh, sizeof(nh), 0);
 	}
 
@@ -364,6 +365,7 @@ static __noinline int fp_egress_v6(struct __sk_buff *skb, const struct masq_conf
 		struct bpf_redir_neigh n = { .nh_family = AF_INET6 };
 
 		__builtin_memcpy(n.ipv6_nh, &nh, sizeof(n.ipv6_nh));
+		skb->cb[0] = FP_CB_MARK;
 		return bpf_redirect_neigh(r.ifindex, &n, sizeof(n), 0);
 	}
 

@@ -18,11 +18,10 @@ mod support;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use aya::maps::{HashMap, MapData};
-use aya::programs::{SchedClassifier, TestRun, TestRunOptions};
 use ebpf_masq::bpf::abi::{
     self, counter, Nat4Entry, Nat4Key, PodInfo, PodL2, EXCL_NATIVE_ROUTING, NAT_F_FAST,
 };
-use ebpf_masq::bpf::{loader, maps};
+use ebpf_masq::bpf::maps;
 use support::{harness::*, lab::in_lab, packet::*, packet6::*};
 
 const MASQ: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
@@ -221,16 +220,50 @@ fn flow_begun_on_the_normal_path_stays_there() {
 
 /// Run masq_veth_in with a __sk_buff context carrying gso_size/gso_segs.
 fn run_gso(dp: &Dataplane, frame: &[u8], gso_size: u32, segs: u32) -> Run {
-    let prog = SchedClassifier::from_pin(dp.pins.prog(loader::PROG_VETH_INGRESS)).unwrap();
-    let mut ctx = [0u8; 192]; // sizeof(struct __sk_buff)
-    ctx[164..168].copy_from_slice(&segs.to_ne_bytes()); // gso_segs
-    ctx[176..180].copy_from_slice(&gso_size.to_ne_bytes()); // gso_size
-    let mut out = vec![0u8; frame.len() + 256];
-    let res = prog
-        .test_run(TestRunOptions { data_in: Some(frame), data_out: Some(&mut out), ctx_in: Some(&ctx), ..Default::default() })
-        .expect("BPF_PROG_TEST_RUN");
-    out.truncate(res.data_size_out as usize);
-    Run { ret: res.return_value as i32, out }
+    let mut ctx = [0u8; SKB_CTX_LEN];
+    ctx[SKB_GSO_SEGS..SKB_GSO_SEGS + 4].copy_from_slice(&segs.to_ne_bytes());
+    ctx[SKB_GSO_SIZE..SKB_GSO_SIZE + 4].copy_from_slice(&gso_size.to_ne_bytes());
+    dp.run_ctx("veth", frame, &ctx).0
+}
+
+/// Run a program with cb[0] = `cb0`; the run and cb[0] after it.
+fn run_cb(dp: &Dataplane, prog: &str, frame: &[u8], cb0: u32) -> (Run, u32) {
+    let mut ctx = [0u8; SKB_CTX_LEN];
+    ctx[SKB_CB0..SKB_CB0 + 4].copy_from_slice(&cb0.to_ne_bytes());
+    let (run, out) = dp.run_ctx(prog, frame, &ctx);
+    (run, u32::from_ne_bytes(out[SKB_CB0..SKB_CB0 + 4].try_into().unwrap()))
+}
+
+/// bpf/lib/common.h FP_CB_MARK.
+const FP_CB_MARK: u32 = 0x6d61_fa57;
+
+#[test]
+fn redirected_packets_carry_the_mark_the_uplink_egress_passes() {
+    in_lab(1500, |up0, _| {
+        let dp = fast_node();
+        dp.add_uplink(up0, MASQ);
+        for frame in [tcp(POD, REMOTE, 40000, 443, SYN), tcp6(POD6, REMOTE6, 40000, 443, SYN)] {
+            if frame[12..14] == [0x86, 0xdd] {
+                dp.add_uplink6(up0, Some(MASQ), MASQ6);
+                dp.add_pod6(POD6, LO, true);
+            }
+            let (run, cb) = run_cb(&dp, "veth", &frame, 0);
+            assert_eq!((run.ret, cb), (TC_ACT_REDIRECT, FP_CB_MARK), "redirected without the mark");
+        }
+        // A fallback goes to the stack unmarked.
+        let (run, cb) = run_cb(&dp, "veth", &tcp(POD, NATIVE_DST, 40000, 443, SYN), 0);
+        assert_eq!((run.ret, cb), (-1, 0));
+        // The uplink egress passes a marked packet as it is: no pair, no counter...
+        let frame = udp(POD, REMOTE, 5555, 53);
+        let (pairs, snat) = (dp.fwd().len(), dp.counter(counter::SNAT_PKTS_V4));
+        let (run, _) = run_cb(&dp, "egress", &frame, FP_CB_MARK);
+        assert_eq!(run.passed(), frame);
+        assert_eq!((dp.fwd().len(), dp.counter(counter::SNAT_PKTS_V4)), (pairs, snat));
+        // ...and translates the same packet without the mark.
+        let (run, _) = run_cb(&dp, "egress", &frame, 0);
+        assert_eq!(summary(&run.passed()).src, MASQ);
+        assert_eq!(dp.fwd().len(), pairs + 1);
+    });
 }
 
 #[test]

@@ -51,6 +51,12 @@ pub fn monotonic_ns() -> u64 {
     ebpf_masq::pod::monotonic_ns()
 }
 
+/// sizeof(struct __sk_buff), and the offsets of the fields tests set.
+pub const SKB_CTX_LEN: usize = 192;
+pub const SKB_CB0: usize = 48;
+pub const SKB_GSO_SEGS: usize = 164;
+pub const SKB_GSO_SIZE: usize = 176;
+
 /// The result of one program run.
 #[derive(Debug)]
 pub struct Run {
@@ -208,6 +214,11 @@ impl Dataplane {
     /// Kernel-measured run time (ns) of one run of a program on `frame`
     /// ("egress", "ingress" or "veth"), for the micro-benchmarks.
     pub fn timed(&self, prog: &str, frame: &[u8]) -> (i32, u64) {
+        self.timed_ctx(prog, frame, None)
+    }
+
+    /// `timed` with a `struct __sk_buff` context (see run_ctx).
+    pub fn timed_ctx(&self, prog: &str, frame: &[u8], ctx: Option<&[u8; SKB_CTX_LEN]>) -> (i32, u64) {
         let prog = match prog {
             "egress" => &self.egress,
             "ingress" => &self.ingress,
@@ -215,9 +226,38 @@ impl Dataplane {
         };
         let mut out = vec![0u8; frame.len() + 256];
         let res = prog
-            .test_run(TestRunOptions { data_in: Some(frame), data_out: Some(&mut out), ..Default::default() })
+            .test_run(TestRunOptions {
+                data_in: Some(frame),
+                data_out: Some(&mut out),
+                ctx_in: ctx.map(|c| &c[..]),
+                ..Default::default()
+            })
             .expect("BPF_PROG_TEST_RUN");
         (res.return_value as i32, res.duration.as_nanos() as u64)
+    }
+
+    /// Run a program ("egress", "ingress" or "veth") with a `struct __sk_buff`
+    /// context `ctx` (192 bytes; test_run accepts mark, priority, cb[], tstamp,
+    /// gso_segs, gso_size...). Returns the run and the context after it.
+    pub fn run_ctx(&self, prog: &str, frame: &[u8], ctx: &[u8; SKB_CTX_LEN]) -> (Run, [u8; SKB_CTX_LEN]) {
+        let prog = match prog {
+            "egress" => &self.egress,
+            "ingress" => &self.ingress,
+            _ => &self.veth,
+        };
+        let mut out = vec![0u8; frame.len() + 256];
+        let mut ctx_out = [0u8; SKB_CTX_LEN];
+        let res = prog
+            .test_run(TestRunOptions {
+                data_in: Some(frame),
+                data_out: Some(&mut out),
+                ctx_in: Some(ctx),
+                ctx_out: Some(&mut ctx_out),
+                ..Default::default()
+            })
+            .expect("BPF_PROG_TEST_RUN");
+        out.truncate(res.data_size_out as usize);
+        (Run { ret: res.return_value as i32, out }, ctx_out)
     }
 
     /// Uplink egress (SNAT).
