@@ -94,7 +94,7 @@
 #   --pings N      pings 10 ms apart per test; 10 x N back-to-back (default 50)
 #   --quick        smoke test: --rounds 1 --duration 1 --pings 20 (~40 s);
 #                  with --add-latency: --reps 20 --first 2 --duration 1
-#   --json FILE    also write {meta, summary, samples} as one JSON line to FILE
+#   --json FILE    also write {meta, summary, targets, samples} as one JSON line to FILE
 #                  (- = stdout, after the table)
 #   --build        cargo build --release first (default: only if the binary
 #                  is missing); EBPF_MASQ_BIN=path benchmarks another binary

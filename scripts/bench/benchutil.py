@@ -26,7 +26,8 @@ Subcommands (all print to stdout):
                           --json`) for the ebpf and the fast mode, and the ipt node's
                           conntrack stats (/proc/net/stat/nf_conntrack), as JSON
   report RESULTS.jsonl META.json [--json FILE|-]
-                          the table of medians and paired ratios (and the JSON document)
+                          the table of medians and paired ratios, then issue 7's targets
+                          against what this run measured (and the JSON document)
 """
 import json
 import statistics
@@ -301,17 +302,67 @@ def print_table(summary, meta):
         print(line(r))
 
 
+# Issue 7's data-path targets: (label, metric, ratio key, target, higher is better).
+TARGETS = [
+    ("default: UDP 64B rate vs no-NAT", "udp_rx_kpps", "ebpf_vs_none", 0.97, True),
+    ("default: new TCP connections/s vs no-NAT", "cps", "ebpf_vs_none", 0.97, True),
+    ("default: TCP throughput vs no-NAT", "tcp_gbps", "ebpf_vs_none", 0.97, True),
+    ("fast path: UDP 64B rate vs no-NAT", "udp_rx_kpps", "fast_vs_none", 1.10, True),
+    ("fast path: new TCP connections/s vs no-NAT", "cps", "fast_vs_none", 1.10, True),
+    ("fast path: TCP throughput vs no-NAT", "tcp_gbps", "fast_vs_none", 1.00, True),
+]
+UPLINK_NS_TARGET = 60.0
+
+
+def target_rows(summary):
+    """[(label, target, measured, met, floor)] for every target this run measured.
+    floor: what the empty-hooks anchor reached on the same ratio (default mode:
+    the most any program at ebpf-masq's hooks could)."""
+    rows = []
+    for label, metric, key, target, higher in TARGETS:
+        ratios = summary.get(metric, {}).get("paired_ratio", {})
+        r = ratios.get(key)
+        if r:
+            met = r["median"] >= target if higher else r["median"] <= target
+            floor = fmt_ratio(ratios.get("hooks_vs_none")) if key == "ebpf_vs_none" else ""
+            rows.append((label, f"{'>=' if higher else '<='} {target:.2f}", fmt_ratio(r), "yes" if met else "no",
+                         floor))
+    ns = summary.get("bpf_masq_up_egress_ns_udp", {}).get("median", {}).get("ebpf")
+    if ns is not None:
+        floor = summary.get("bpf_masq_empty_ns_udp", {}).get("median", {}).get("hooks")
+        rows.append(("default: uplink egress per packet, established UDP (bpf_stats)",
+                     f"<= {UPLINK_NS_TARGET:.0f} ns", f"{ns:.0f} ns", "yes" if ns <= UPLINK_NS_TARGET else "no",
+                     f"{floor:.0f} ns" if floor is not None else ""))
+    return rows
+
+
+def print_targets(summary):
+    rows = target_rows(summary)
+    if not rows:
+        return
+    head = ("target (issue 7; paired median [min-max])", "wanted", "measured", "met", "empty-hooks")
+    widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
+    print()
+    print("empty-hooks: the same ratio with empty programs at ebpf-masq's hooks (the floor of any program there);")
+    print("for the per-packet cost, an empty program's own ns/run under bpf_stats")
+    for r in [head, tuple("-" * w for w in widths)] + rows:
+        print("  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip())
+
+
 def cmd_report(results, meta_path, *rest):
     meta = json.loads(Path(meta_path).read_text())
     data = load(results)
     summary = summarize(data)
     print_table(summary, meta)
+    print_targets(summary)
     json_to = None
     if list(rest[:1]) == ["--json"] and len(rest) > 1:
         json_to = rest[1]
     if json_to:
         raw = [json.loads(l) for l in Path(results).read_text().splitlines() if l.strip()]
-        doc = json.dumps({"meta": meta, "summary": summary, "samples": raw}, separators=(",", ":"))
+        targets = [dict(zip(("target", "wanted", "measured", "met", "empty_hooks"), r)) for r in target_rows(summary)]
+        doc = json.dumps({"meta": meta, "summary": summary, "targets": targets, "samples": raw},
+                         separators=(",", ":"))
         if json_to == "-":
             print(doc)
         else:
