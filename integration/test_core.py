@@ -195,6 +195,17 @@ def test_tc_attach_mode_and_takeover_by_tcx(topo, plugin):
     assert hooks_of(topo, [a, b]) == want_hooks([a, b], "tcx", [None, None])
 
 
+def test_tc_mode_after_tcx_leaves_one_program_per_hook(topo, plugin):
+    """EBPF_MASQ_ATTACH=tc on a node attached with TCX: the uplink moves to a tc
+    filter and its TCX link goes, so no packet meets the program twice."""
+    net = topo.masq_network(plugin)
+    a = net.add(topo.pod_ns("a"))
+    net.env["EBPF_MASQ_ATTACH"] = "tc"
+    b = net.add(topo.pod_ns("b"))
+    assert hooks_of(topo, [a, b]) == want_hooks([a, b], "tc", ["tcx", "tc"])
+    assert_masqueraded(topo, [a, b], 5003)
+
+
 def test_del_twice_cleans_up(topo, plugin, masq_pod):
     net, pod = masq_pod()
     topo.ext.server("udp", 5001)

@@ -194,8 +194,8 @@ fn tc_forced() -> bool {
 /// tc clsact where the kernel has no TCX. Already attached: nothing to do; an
 /// older program on our link is replaced in place (no window without one). A
 /// tc filter of ours found when the link is first made (an earlier version, or
-/// the fallback) is removed, so a packet never meets the program twice. No
-/// verifier run happens here.
+/// the fallback) is removed, and a tc attach removes our link, so a packet never
+/// meets the program twice. No verifier run happens here.
 pub fn attach(pins: &Pins, prog: &str, ifname: &str, dir: TcAttachType) -> Result<AttachMode> {
     let what = format!("attach {prog} to {ifname} {}", tc_dir_name(dir));
     let mut p = SchedClassifier::from_pin(pins.prog(prog))
@@ -211,6 +211,11 @@ pub fn attach(pins: &Pins, prog: &str, ifname: &str, dir: TcAttachType) -> Resul
         }
     }
     attach_tc(&mut p, ifname, dir, &what)?;
+    // A TCX link of ours from before (EBPF_MASQ_ATTACH=tc set later) would run it twice.
+    if let Ok(ifindex) = nix::net::if_::if_nametoindex(ifname) {
+        let pin = pins.link(ifindex, dir);
+        remove_file_if_exists(&pin).map_err(|e| bpf_err(format!("{what}: remove {}", pin.display()), e))?;
+    }
     Ok(AttachMode::Tc)
 }
 
