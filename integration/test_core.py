@@ -160,21 +160,23 @@ def assert_masqueraded(topo, pods, port):
     assert srv.addrs() == {NODE_IP}
 
 
-def test_programs_attached_as_tcx_links(topo, plugin, masq_pod):
-    """One TCX program per hook, no tc layer (no clsact qdisc) in the path."""
+def test_default_attach_modes(topo, plugin, masq_pod):
+    """Uplinks: one TCX program per hook, no tc layer (no clsact qdisc) in the
+    path. The pod veth: a tc filter (a TCX attach would make every ADD wait for
+    an RCU grace period)."""
     net, pod = masq_pod()
-    assert hooks_of(topo, [pod]) == want_hooks([pod], "tcx", ["tcx"])
-    for dev in ("eth0", pod.host_veth):
-        assert "clsact" not in topo.node.enter(["tc", "qdisc", "show", "dev", dev]).stdout
+    assert hooks_of(topo, [pod]) == want_hooks([pod], "tcx", ["tc"])
+    assert "clsact" not in topo.node.enter(["tc", "qdisc", "show", "dev", "eth0"]).stdout
     st = json.loads(topo.node.enter([plugin, "status", "--json", "--pin-path", topo.lab.pin_path]).stdout)
     [up] = st["uplinks"]
     assert (up["egress_attach_mode"], up["ingress_attach_mode"]) == ("tcx", "tcx"), up
+    assert st["pods"][0]["veth_attached"], st["pods"]
 
 
 def test_tc_attach_mode_and_takeover_by_tcx(topo, plugin):
-    """EBPF_MASQ_ATTACH=tc (what a kernel without TCX gets) attaches tc filters;
-    a later ADD with TCX takes the uplink over without running a program twice,
-    and DEL removes whichever kind a pod has."""
+    """EBPF_MASQ_ATTACH=tc (what a kernel without TCX gets) attaches tc filters
+    only; =tcx then takes the uplink over (and attaches the new pod's veth with
+    TCX) without running a program twice, and DEL removes whichever kind a pod has."""
     net = topo.masq_network(plugin)
     net.env["EBPF_MASQ_ATTACH"] = "tc"
     a = net.add(topo.pod_ns("a"))
@@ -185,10 +187,12 @@ def test_tc_attach_mode_and_takeover_by_tcx(topo, plugin):
     rc, _, log = topo.run_plugin(plugin, "CHECK", net.plugin_conf(1, a.result), a.ns)
     assert rc == 0, log
 
-    del net.env["EBPF_MASQ_ATTACH"]
+    net.env["EBPF_MASQ_ATTACH"] = "tcx"
     b = net.add(topo.pod_ns("b"))
     assert hooks_of(topo, [a, b]) == want_hooks([a, b], "tcx", ["tc", "tcx"])
     assert_masqueraded(topo, [a, b], 5002)
+    rc, _, log = topo.run_plugin(plugin, "CHECK", net.plugin_conf(1, b.result), b.ns)
+    assert rc == 0, log
     for pod in (a, b):  # the plugin's DEL alone, so the veths survive to be inspected
         rc, _, log = topo.run_plugin(plugin, "DEL", net.plugin_conf(1, pod.result), pod.ns)
         assert rc == 0, log
@@ -199,6 +203,7 @@ def test_tc_mode_after_tcx_leaves_one_program_per_hook(topo, plugin):
     """EBPF_MASQ_ATTACH=tc on a node attached with TCX: the uplink moves to a tc
     filter and its TCX link goes, so no packet meets the program twice."""
     net = topo.masq_network(plugin)
+    net.env["EBPF_MASQ_ATTACH"] = "tcx"
     a = net.add(topo.pod_ns("a"))
     net.env["EBPF_MASQ_ATTACH"] = "tc"
     b = net.add(topo.pod_ns("b"))

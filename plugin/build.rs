@@ -3,7 +3,7 @@
 
 use std::{env, path::PathBuf, process::Command};
 
-const PROGRAMS: &[&str] = &["veth", "uplink"];
+const PROGRAMS: &[&str] = &["veth", "uplink", "placeholder"];
 
 fn main() {
     let bpf_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap()).join("../bpf");

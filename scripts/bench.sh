@@ -11,8 +11,8 @@
 #   pod side (veth, bridge, gateway 10.244.1.1, ip_forward) is the same:
 #     none  no NAT; ext routes 10.244.1.0/24 back via the node
 #     hooks none plus an empty program (scripts/bench/empty.bpf.c, returns
-#           "next") on every hook ebpf-masq uses: pod veth ingress, eth0
-#           egress and ingress, attached the same way (TCX). What any
+#           "next") on every hook ebpf-masq uses, attached the same way: eth0
+#           egress and ingress (TCX), pod veth ingress (tc clsact). What any
 #           program at those hooks costs: the floor under ebpf/none; under
 #           bpf_stats, the stats' own floor per run
 #     ipt   node: iptables -t nat -A POSTROUTING -s 10.244.1.0/24 -o eth0 -j MASQUERADE
@@ -301,17 +301,19 @@ setup_mode() {
 
 pin_of() { case $1 in ebpf) echo "$PIN" ;; fast) echo "$PIN_FAST" ;; hooks) echo "$PIN_HOOKS" ;; esac; }
 
-# attach_empty MODE: the empty program on the pod veth's ingress and eth0's
-# egress and ingress of MODE's node (TCX, or tc clsact where there is no TCX).
+# attach_empty MODE: the empty program where ebpf-masq attaches on MODE's node,
+# the way it attaches there: eth0 egress and ingress as TCX links (tc clsact
+# where there is no TCX), the pod veth's ingress as a tc clsact filter.
 attach_empty() {
   local mode=$1 veth dev hook prog="$PIN_HOOKS/v0/progs/masq_empty" rc
   mkdir -p "$PIN_HOOKS/v0/progs" "$PIN_HOOKS/links"
   bpftool prog load "$WORK/empty.o" "$prog" type classifier || die "hooks: cannot load the empty program"
   veth=$("$PY" -c 'import json,sys; print(next(i["name"] for i in json.load(open(sys.argv[1]))["interfaces"]
                    if i["name"].startswith("veth")))' "$WORK/$mode/cni-result.json")
-  for dev in "$veth:ingress" eth0:egress eth0:ingress; do
+  for dev in eth0:egress eth0:ingress "$veth:ingress"; do
     hook=${dev#*:}; dev=${dev%%:*}
-    rc=0; ne "$mode" node "$TOOL" tcx-attach "$prog" "$dev" "$hook" "$PIN_HOOKS/links/$dev-$hook" || rc=$?
+    rc=3
+    [ "$dev" = eth0 ] && { rc=0; ne "$mode" node "$TOOL" tcx-attach "$prog" "$dev" "$hook" "$PIN_HOOKS/links/$dev-$hook" || rc=$?; }
     case $rc in
       0) ;;
       3) ne "$mode" node tc qdisc add dev "$dev" clsact 2>/dev/null || true

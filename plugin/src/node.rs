@@ -24,7 +24,7 @@ use crate::{
             self, ExclInfo, MasqConfig as AbiConfig, PortRange, Rule4Data, Rule6Data, Rule6Info, RuleExcept4Data, RuleExcept6Data,
             RuleInfo, UplinkInfo,
         },
-        loader::{self, Pins},
+        loader::{self, Hook, Pins},
         maps,
     },
     config::MasqConfig,
@@ -141,7 +141,23 @@ pub fn reconcile(pins: &Pins, conf: &MasqConfig) -> Result<Vec<Uplink>> {
 /// `reconcile` with the uplinks already resolved (CNI ADD resolves them before
 /// taking the lock, and does not pay for it twice).
 pub fn reconcile_with(pins: &Pins, conf: &MasqConfig, uplinks: &[Uplink]) -> Result<()> {
-    loader::ensure_loaded(pins, conf.nat_max_entries)?;
+    if pins.loaded() {
+        loader::ensure_loaded(pins, conf.nat_max_entries)?;
+    } else {
+        // A first load: the uplinks' TCX links are made while the programs verify.
+        let names: Vec<(u32, String)> = uplinks.iter().map(|u| (u.ifindex, u.name.clone())).collect();
+        let (loaded, held) = std::thread::scope(|s| {
+            let held = s.spawn(|| loader::hold_uplink_hooks(pins, &names));
+            let loaded = loader::ensure_loaded(pins, conf.nat_max_entries);
+            (loaded, held.join().unwrap_or_default())
+        });
+        if let Err(e) = loaded {
+            for pin in held {
+                let _ = std::fs::remove_file(pin); // nothing of a failed load stays on the uplinks
+            }
+            return Err(e);
+        }
+    }
     write_config(pins, conf)?;
     reconcile_exclusions(pins, conf)?;
     reconcile_services(pins, conf)?;
@@ -308,8 +324,15 @@ fn reconcile_uplinks(pins: &Pins, uplinks: &[Uplink]) -> Result<()> {
     let mut map: HashMap<MapData, u32, UplinkInfo> = maps::open(pins, abi::MAP_UPLINKS)?;
     for u in uplinks {
         map.insert(u.ifindex, u.info, 0).map_err(|e| map_err("write uplinks", e))?;
-        loader::attach(pins, loader::PROG_UPLINK_EGRESS, &u.name, TcAttachType::Egress)?;
-        loader::attach(pins, loader::PROG_UPLINK_INGRESS, &u.name, TcAttachType::Ingress)?;
+        // Both hooks at once: a new TCX link waits for an RCU grace period, and
+        // two waits side by side end together.
+        let (egress, ingress) = std::thread::scope(|s| {
+            let e = s.spawn(|| loader::attach(pins, loader::PROG_UPLINK_EGRESS, &u.name, TcAttachType::Egress, Hook::Uplink));
+            let i = loader::attach(pins, loader::PROG_UPLINK_INGRESS, &u.name, TcAttachType::Ingress, Hook::Uplink);
+            (e.join().unwrap_or_else(|_| Err(Error::bpf("attach thread panicked"))), i)
+        });
+        egress?;
+        ingress?;
     }
     let want: BTreeSet<u32> = uplinks.iter().map(|u| u.ifindex).collect();
     let present: Vec<u32> = map.keys().collect::<std::result::Result<_, _>>().map_err(|e| map_err("uplinks", e))?;

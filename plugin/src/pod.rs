@@ -138,7 +138,8 @@ pub fn register(pins: &Pins, key: &AttachmentKey, reg: &Registration) -> Result<
             }
             .map_err(|e| map_err("write pods", e))?;
         }
-        loader::attach(pins, loader::PROG_VETH_INGRESS, &reg.veth_name, TcAttachType::Ingress).map(|_| ())
+        loader::attach(pins, loader::PROG_VETH_INGRESS, &reg.veth_name, TcAttachType::Ingress, loader::Hook::PodVeth)
+            .map(|_| ())
     })();
     if let Err(e) = res {
         if let Err(undo) = unregister(pins, key) {
