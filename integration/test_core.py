@@ -170,7 +170,7 @@ def test_default_attach_modes(topo, plugin, masq_pod):
     st = json.loads(topo.node.enter([plugin, "status", "--json", "--pin-path", topo.lab.pin_path]).stdout)
     [up] = st["uplinks"]
     assert (up["egress_attach_mode"], up["ingress_attach_mode"]) == ("tcx", "tcx"), up
-    assert st["pods"][0]["veth_attached"], st["pods"]
+    assert (st["pods"][0]["veth_attached"], st["pods"][0]["veth_attach_mode"]) == (True, "tc"), st["pods"]
 
 
 def test_tc_attach_mode_and_takeover_by_tcx(topo, plugin):

@@ -105,6 +105,10 @@ pub fn collect(pins: &Pins) -> Result<Value> {
     let pods: Vec<Value> = readers::pods(pins)?
         .into_iter()
         .map(|p| {
+            let veth_mode = loader::attachment(pins, loader::PROG_VETH_INGRESS, p.veth_ifindex, TcAttachType::Ingress)
+                .ok()
+                .flatten()
+                .map(|m| m.as_str());
             json!({
                 "container_id": p.container_id,
                 "ifname": p.ifname,
@@ -112,8 +116,8 @@ pub fn collect(pins: &Pins) -> Result<Value> {
                 "veth_ifindex": p.veth_ifindex,
                 "addresses": p.addresses.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
                 "nat_outgoing": p.nat_outgoing,
-                "veth_attached": loader::is_attached(pins, loader::PROG_VETH_INGRESS, p.veth_ifindex, TcAttachType::Ingress)
-                    .unwrap_or(false),
+                "veth_attached": veth_mode.is_some(),
+                "veth_attach_mode": veth_mode,
                 "packets": p.packets,
                 "bytes": p.bytes,
                 "spoofed_dropped": p.spoofed,
@@ -208,13 +212,14 @@ pub fn run(pins: &Pins, json_out: bool) -> Result<()> {
     println!("pods:");
     for p in s["pods"].as_array().into_iter().flatten() {
         println!(
-            "  {} {} veth {} {} natOutgoing={} attached={} packets {} spoofed-dropped {}",
+            "  {} {} veth {} {} natOutgoing={} attached={}{} packets {} spoofed-dropped {}",
             p["container_id"].as_str().unwrap_or(""),
             p["ifname"].as_str().unwrap_or(""),
             p["veth"].as_str().unwrap_or(""),
             p["addresses"],
             p["nat_outgoing"],
             p["veth_attached"],
+            p["veth_attach_mode"].as_str().map(|m| format!(" ({m})")).unwrap_or_default(),
             p["packets"],
             p["spoofed_dropped"]
         );
