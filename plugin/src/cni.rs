@@ -5,7 +5,7 @@ use std::{
     collections::HashSet,
     io::Read,
     net::IpAddr,
-    path::{Path, PathBuf},
+    path::Path,
     time::Instant,
 };
 
@@ -343,9 +343,4 @@ mod tests {
         assert_eq!(super::parse_mac("9e:d1:0c:44:ab:1"), None);
         assert_eq!(super::parse_mac("zz:d1:0c:44:ab:12"), None);
     }
-}
-
-#[allow(dead_code)]
-fn pin_root(p: &Path) -> PathBuf {
-    Pins::new(p).root
 }

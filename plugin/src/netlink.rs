@@ -414,11 +414,11 @@ pub fn has_tc_filter(ifindex: u32, ingress: bool, priority: u16) -> Result<bool>
         let mut found = false;
         while let Some(reply) = futures::StreamExt::next(&mut replies).await {
             match reply.payload {
-                NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewTrafficFilter(f)) => {
-                    // tcm_info = (priority << 16) | protocol
-                    if (f.header.info >> 16) as u16 == priority {
-                        found = true;
-                    }
+                // tcm_info = (priority << 16) | protocol
+                NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewTrafficFilter(f))
+                    if (f.header.info >> 16) as u16 == priority =>
+                {
+                    found = true;
                 }
                 NetlinkPayload::Error(e) => {
                     let errno = -e.raw_code();

@@ -276,7 +276,7 @@ fn reconcile_rules(pins: &Pins, conf: &MasqConfig, uplinks: &[Uplink]) -> Result
     for (id, r) in conf.masquerade_rules.iter().enumerate() {
         let id = id as u32;
         let ifindex_be = ifindex_of[r.out_interface.as_str()].to_be_bytes();
-        let to_address = r.to_address.is_some().then_some(abi::RULE_F_TO_ADDRESS).unwrap_or(0);
+        let to_address = if r.to_address.is_some() { abi::RULE_F_TO_ADDRESS } else { 0 };
         // First rule wins for the same (interface, source).
         match r.source {
             IpNetwork::V4(src) => {
@@ -585,9 +585,11 @@ mod tests {
 
     #[test]
     fn exclusions_dedupe_and_link_local() {
-        let mut c = MasqConfig::default();
-        c.native_routing_cidrs = vec!["10.0.0.0/8".parse().unwrap()];
-        c.non_masquerade_cidrs = vec!["10.0.0.0/8".parse().unwrap(), "192.168.0.0/16".parse().unwrap()];
+        let mut c = MasqConfig {
+            native_routing_cidrs: vec!["10.0.0.0/8".parse().unwrap()],
+            non_masquerade_cidrs: vec!["10.0.0.0/8".parse().unwrap(), "192.168.0.0/16".parse().unwrap()],
+            ..Default::default()
+        };
         let d = desired_exclusions(&c);
         assert_eq!(d.len(), 4); // 10/8 once (native wins), 192.168/16, 169.254/16, fe80::/10
         assert_eq!(d[0].1.reason, abi::EXCL_NATIVE_ROUTING);

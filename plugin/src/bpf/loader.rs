@@ -126,7 +126,7 @@ pub fn ensure_loaded(pins: &Pins, nat_max_entries: u32) -> Result<()> {
     }
     std::thread::scope(|s| {
         let threads: Vec<_> = jobs.into_iter().map(|(name, prog)| s.spawn(move || verify_and_pin(pins, name, prog))).collect();
-        threads.into_iter().map(|t| t.join().unwrap_or_else(|_| Err(Error::bpf("verifier thread panicked")))).collect()
+        threads.into_iter().try_for_each(|t| t.join().unwrap_or_else(|_| Err(Error::bpf("verifier thread panicked"))))
     })
 }
 

@@ -139,7 +139,7 @@ pub fn echo6_reply(src: Ipv6Addr, dst: Ipv6Addr, id: u16, seq: u16) -> Vec<u8> {
 /// Split the upper-layer packet `l4` (protocol `nh`) into IPv6 fragments with
 /// identification `id`: `chunk` bytes each (a multiple of 8), the last one the rest.
 pub fn fragments6(src: Ipv6Addr, dst: Ipv6Addr, nh: u8, id: u32, l4: &[u8], chunk: usize) -> Vec<Vec<u8>> {
-    assert!(chunk % 8 == 0 && chunk > 0);
+    assert!(chunk.is_multiple_of(8) && chunk > 0);
     l4.chunks(chunk)
         .enumerate()
         .map(|(i, data)| {
