@@ -73,9 +73,10 @@ static __always_inline __sum16 csum2_replace(__sum16 check, __be16 from, __be16 
  * The L4 checksum goes through bpf_l4_csum_replace (it alone knows whether the
  * skb is CHECKSUM_PARTIAL or COMPLETE); the IPv4 header checksum is folded here,
  * and the new header fields are written straight into the packet, which the
- * checksum helpers have just made writable up to the L4 checksum.
+ * checksum helpers have just made writable up to the L4 checksum. Inlined
+ * into its callers: the BPF-to-BPF call and return cost ~4 ns a packet.
  */
-static __noinline int nat4_rewrite(struct __sk_buff *skb, const struct flow4 *f, bool src,
+static __always_inline int nat4_rewrite(struct __sk_buff *skb, const struct flow4 *f, bool src,
 				   const __be32 *new_addr_p, __be16 new_port)
 {
 	__be32 new_addr = *new_addr_p;

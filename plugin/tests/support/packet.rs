@@ -98,6 +98,24 @@ pub fn ipv4_frame(src: Ipv4Addr, dst: Ipv4Addr, proto: u8, frag: u16, l4: &[u8])
     ether(ETH_P_IP, &ip)
 }
 
+/// `frame` (an IPv4 frame from the builders here) with `opts` (a multiple of 4
+/// bytes) inserted as IP options: IHL, total length and header checksum follow.
+/// The L4 checksum stays as it was (options are not in the pseudo-header).
+pub fn with_ip_options(frame: &[u8], opts: &[u8]) -> Vec<u8> {
+    assert!(opts.len() % 4 == 0 && opts.len() <= 40, "IP options must be whole words, at most 40 bytes");
+    let mut f = frame.to_vec();
+    let ip = ETH_HLEN;
+    let ihl = (f[ip] & 0x0f) as usize * 4;
+    f.splice(ip + ihl..ip + ihl, opts.iter().copied());
+    f[ip] = 0x40 | ((ihl + opts.len()) / 4) as u8;
+    let total = u16::from_be_bytes([f[ip + 2], f[ip + 3]]) as usize + opts.len();
+    f[ip + 2..ip + 4].copy_from_slice(&(total as u16).to_be_bytes());
+    f[ip + 10..ip + 12].copy_from_slice(&[0, 0]);
+    let c = ipv4_csum(&f[ip..ip + ihl + opts.len()]);
+    f[ip + 10..ip + 12].copy_from_slice(&c.to_be_bytes());
+    f
+}
+
 pub fn tcp(src: Ipv4Addr, dst: Ipv4Addr, sport: u16, dport: u16, flags: u8) -> Vec<u8> {
     let mut seg = vec![0u8; 20];
     seg[0..2].copy_from_slice(&sport.to_be_bytes());
