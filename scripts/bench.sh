@@ -17,7 +17,8 @@
 #           bpf_stats, the stats' own floor per run
 #     ipt   node: iptables -t nat -A POSTROUTING -s 10.244.1.0/24 -o eth0 -j MASQUERADE
 #           (ext has no route back: replies only work if NAT worked)
-#     ebpf  conflist bridge + host-local + ebpf-masq (ext has no route back)
+#     ebpf  conflist bridge + host-local + ebpf-masq with its defaults, only
+#           egressInterfaces named (ext has no route back)
 #     fast  the same with "fastPath": true, its own pin path: the pod's veth
 #           program translates and bpf_redirect_neigh's to eth0, replies are
 #           bpf_redirect_peer'ed to the pod (the node's stack is bypassed);
@@ -70,7 +71,7 @@
 #         + stdin with the bridge's result as prevResult): wall time and its own
 #         logged duration_ms
 #   first the first ADD on a fresh node (new pin path, bare uplink each time),
-#         default natMaxEntries vs 65536 (LRU maps are preallocated), --first
+#         default natMaxEntries vs 65536 (bucket arrays: 16 MiB vs 1 MiB), --first
 #         times each, plus one trace-logged run each for a breakdown
 #   pods  uplink egress / veth ingress ns per packet (kernel.bpf_stats_enabled,
 #         saved and restored) for one UDP flow with 1, then 100, then 1 pod

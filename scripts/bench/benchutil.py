@@ -190,8 +190,8 @@ def cmd_conflist(name, data_dir, pin=None, fast=None):
                 "ipam": {"type": "host-local", "subnet": POD_SUBNET,
                          "routes": [{"dst": "0.0.0.0/0"}], "dataDir": data_dir}}]
     if pin:
-        plugins.append({"type": "ebpf-masq", "pinPath": pin, "natMaxEntries": 65536,
-                        "egressInterfaces": ["eth0"]})
+        # The defaults users get (natMaxEntries 1,048,576 included); only the uplink is named.
+        plugins.append({"type": "ebpf-masq", "pinPath": pin, "egressInterfaces": ["eth0"]})
         if fast == "fast":
             plugins[-1]["fastPath"] = True
     print(json.dumps({"cniVersion": "1.0.0", "name": name, "plugins": plugins}, indent=2))
