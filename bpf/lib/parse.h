@@ -169,20 +169,21 @@ static __always_inline void parse_l4(struct __sk_buff *skb, __u32 l4_off, __u8 p
 
 /*
  * parse_l4_direct - the common case of parse_l4 without a helper call (~4 ns a
- * packet): TCP or UDP behind an option-less IPv4 header, in the linear part.
- * Called for IHL 5 only, so @l4_off is one of two values (L3 or Ethernet
- * uplinks) and the verifier meets no new states (a direct read behind a
- * variable IHL is what doubled verification, see load_hdr). False: not that
- * case, parse_l4 does it.
+ * packet): TCP or UDP right behind a fixed IP header (IPv4 without options,
+ * IPv6 without extension headers), in the linear part. @max_off (a constant:
+ * Ethernet + that header) bounds @l4_off, so the verifier sees one bounded
+ * offset rather than one per header length (a direct read behind a variable
+ * IHL is what doubled verification, see load_hdr). False: not that case,
+ * parse_l4 does it.
  */
-static __always_inline bool parse_l4_direct(struct __sk_buff *skb, __u32 l4_off, __u8 proto,
+static __always_inline bool parse_l4_direct(struct __sk_buff *skb, __u32 l4_off, __u32 max_off, __u8 proto,
 					    __be16 *sport, __be16 *dport, __u8 *tcp_flags, __u8 *l4)
 {
 	void *data = (void *)(long)skb->data;
 	void *data_end = (void *)(long)skb->data_end;
 	__u8 *p;
 
-	if (l4_off > ETH_HLEN + sizeof(struct iphdr))
+	if (l4_off > max_off)
 		return false;
 	p = data + (l4_off & LOAD_HDR_DIRECT_MAX);
 	switch (proto) {
@@ -243,7 +244,8 @@ static __always_inline int parse_flow4(struct __sk_buff *skb, __u32 l3_off, stru
 		return 0;
 	}
 	f->icmp_type = 0;
-	if (ip.ihl == 5 && parse_l4_direct(skb, f->l4_off, f->proto, &f->sport, &f->dport, &f->tcp_flags, &f->l4))
+	if (ip.ihl == 5 && parse_l4_direct(skb, f->l4_off, ETH_HLEN + sizeof(struct iphdr), f->proto,
+					   &f->sport, &f->dport, &f->tcp_flags, &f->l4))
 		return 0;
 	parse_l4(skb, f->l4_off, f->proto, false, &f->sport, &f->dport, &f->tcp_flags, &f->icmp_type, &f->l4);
 	return 0;
@@ -347,6 +349,12 @@ static __noinline int parse_flow6(struct __sk_buff *skb, __u32 l3_off, struct fl
 		f->l4 = L4_UNSUPPORTED; /* more extension headers than we walk */
 		return 0;
 	}
+	/* No extension headers: the offset from l3_off, not from the walk, so the
+	 * verifier does not carry the walk's offsets into the direct read. */
+	if (w.nexthdr == ip6.nexthdr &&
+	    parse_l4_direct(skb, l3_off + sizeof(ip6), ETH_HLEN + sizeof(struct ipv6hdr), w.nexthdr,
+			    &f->sport, &f->dport, &f->tcp_flags, &f->l4))
+		return 0;
 	parse_l4(skb, w.off, w.nexthdr, true, &f->sport, &f->dport, &f->tcp_flags, &f->icmp_type, &f->l4);
 	return 0;
 }

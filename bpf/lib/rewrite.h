@@ -155,27 +155,70 @@ static __always_inline int nat6_rewrite_addr(struct __sk_buff *skb, const struct
 	return bpf_skb_store_bytes(skb, addr_off, &a, sizeof(a), 0);
 }
 
+/*
+ * csum_diff6_inline - what bpf_csum_diff(old, 16, new, 16, 0) returns, up to
+ * one's-complement equivalence (all bpf_l4_csum_replace needs): the sum of
+ * the new address's 32-bit words and the complements of the old one's,
+ * without the helper call.
+ */
+static __always_inline __u32 csum_diff6_inline(const struct in6_addr *from, const struct in6_addr *to)
+{
+	__u64 s = 0;
+	int i;
+
+#pragma unroll
+	for (i = 0; i < 4; i++)
+		s += (__u32)~from->in6_u.u6_addr32[i] + (__u64)to->in6_u.u6_addr32[i];
+	s = (s & 0xffffffff) + (s >> 32);
+	s = (s & 0xffffffff) + (s >> 32);
+	return (__u32)s;
+}
+
+/*
+ * nat6_rewrite - the IPv6 counterpart of nat4_rewrite: the L4 checksum through
+ * bpf_l4_csum_replace (pseudo-header address change, then the port), the new
+ * address and port written straight into the packet, which the checksum
+ * helpers have just made writable; helpers only when the headers are not in
+ * the linear part.
+ */
 static __noinline int nat6_rewrite(struct __sk_buff *skb, const struct flow6 *f, bool src,
 				   const struct in6_addr *new_addr, __be16 new_port)
 {
 	const struct in6_addr *old_addr = src ? &f->saddr : &f->daddr;
 	__be16 old_port = src ? f->sport : f->dport;
+	__u32 l3_off = f->l3_off, port_off;
 	struct l4_offsets o;
-	__s64 diff;
+	void *data, *data_end;
+	struct ipv6hdr *ip6;
 
 	l4_offsets(f->proto, f->l4_off, src, &o);
-	diff = csum_diff6(old_addr, new_addr);
-	if (diff < 0)
-		return -1;
 	/* Every IPv6 L4 checksum, ICMPv6's included, covers the pseudo-header. */
-	if (bpf_l4_csum_replace(skb, o.csum, 0, diff, BPF_F_PSEUDO_HDR | o.flags))
+	if (bpf_l4_csum_replace(skb, o.csum, 0, csum_diff6_inline(old_addr, new_addr), BPF_F_PSEUDO_HDR | o.flags))
 		return -1;
-	if (old_port != new_port) {
-		if (bpf_l4_csum_replace(skb, o.csum, old_port, new_port, o.flags | sizeof(new_port)))
-			return -1;
-		if (bpf_skb_store_bytes(skb, o.port, &new_port, sizeof(new_port), 0))
-			return -1;
+	if (old_port != new_port &&
+	    bpf_l4_csum_replace(skb, o.csum, old_port, new_port, o.flags | sizeof(new_port)))
+		return -1;
+
+	/* The helpers may have moved the packet: fresh pointers, bounds checked again. */
+	data = (void *)(long)skb->data;
+	data_end = (void *)(long)skb->data_end;
+	port_off = o.port;
+	if (l3_off <= ETH_HLEN && port_off <= LOAD_HDR_DIRECT_MAX) {
+		void *port = data + (port_off & LOAD_HDR_DIRECT_MAX); /* mask: see load_hdr */
+
+		ip6 = data + (l3_off & 0xf);
+		if ((void *)(ip6 + 1) <= data_end && port + sizeof(__be16) <= data_end) {
+			if (src)
+				ip6->saddr = *new_addr;
+			else
+				ip6->daddr = *new_addr;
+			if (old_port != new_port)
+				*(__be16 *)port = new_port;
+			return 0;
+		}
 	}
+	if (old_port != new_port && bpf_skb_store_bytes(skb, port_off, &new_port, sizeof(new_port), 0))
+		return -1;
 	return nat6_rewrite_addr(skb, f, src, new_addr);
 }
 

@@ -80,6 +80,40 @@ fn per_packet_cost() {
     println!("{:<52} {ns:>10.1}", "uplink egress: new UDP flow (allocate, insert pair)");
 }
 
+/// The same paths for IPv6 (dual-stack pod, uplink with both families).
+#[test]
+#[ignore = "benchmark: scripts/bench.sh --micro"]
+fn per_packet_cost_v6() {
+    use std::net::Ipv6Addr;
+    use support::packet6::*;
+
+    let a = |s: &str| s.parse::<Ipv6Addr>().unwrap();
+    let (masq6, pod6, remote6) = (a("2001:db8:1::1"), a("fd00:1::5"), a("2001:db8:99::10"));
+    let dp = node();
+    dp.add_uplink6(LO, Some(MASQ), masq6);
+    dp.add_pod6(pod6, VETH, true);
+    dp.egress(&tcp6(pod6, remote6, 40000, 443, SYN)).passed();
+    dp.egress(&udp6(pod6, remote6, 40001, 53)).passed();
+    let port_of = |proto: u8| {
+        dp.fwd6().iter().find(|(k, _)| k.proto == proto).map(|(_, e)| u16::from_be_bytes(e.port)).unwrap()
+    };
+    let (tcp_port, udp_port) = (port_of(TCP), port_of(UDP));
+
+    let cases: Vec<(&str, &str, Vec<u8>)> = vec![
+        ("uplink egress v6: established TCP ACK (SNAT)", "egress", tcp6(pod6, remote6, 40000, 443, ACK)),
+        ("uplink egress v6: established UDP (SNAT)", "egress", udp6(pod6, remote6, 40001, 53)),
+        ("uplink ingress v6: TCP ACK reply (reverse NAT)", "ingress", tcp6(remote6, masq6, 443, tcp_port, ACK)),
+        ("uplink ingress v6: UDP reply (reverse NAT)", "ingress", udp6(remote6, masq6, 53, udp_port)),
+        ("uplink egress v6: host's own TCP (pass)", "egress", tcp6(masq6, remote6, 50000, 443, ACK)),
+        ("pod veth v6: source check (pass)", "veth", tcp6(pod6, remote6, 40000, 443, ACK)),
+    ];
+    println!("{:<52} {:>10}", "path (IPv6)", "ns/packet");
+    for (name, prog, frame) in &cases {
+        let ns = measure(|_| dp.timed(prog, frame).1);
+        println!("{name:<52} {ns:>10.1}");
+    }
+}
+
 /// The fast path (fastPath: true) in a private netns where bpf_fib_lookup finds
 /// a route: the pod's veth program (SNAT, route, redirect) and the reply's
 /// (reverse NAT, MACs, redirect to the pod).
