@@ -208,13 +208,16 @@ class CniNet:
         self.dir.mkdir()
         (self.dir / f"{name}.conflist").write_text(json.dumps(self.conf, indent=2))
         self.env = {**os.environ, "CNI_PATH": cni_path, "NETCONFPATH": str(self.dir)}
+        # Run in the cnitool child before it executes (e.g. oldkernel.without_tcx).
+        self.preexec = None
         self.pods = []
         # cleanups run last-in first-out: cnitool del first, then drop what it left in its cache
         lab.on_close(lambda: [p.unlink() for p in Path("/var/lib/cni/results").glob(f"{name}-*")])
         lab.on_close(self._teardown)
 
     def cnitool(self, verb, pod_ns, check=True):
-        return self.node.enter(["cnitool", verb, self.name, pod_ns.path], env=self.env, check=check)
+        return self.node.enter(["cnitool", verb, self.name, pod_ns.path], env=self.env, check=check,
+                               preexec_fn=self.preexec)
 
     def add(self, pod_ns):
         self.pods.append(pod_ns)
@@ -343,16 +346,18 @@ class Topo:
         self.link_plugin(binary)
         return self.network([self.bridge_plugin(), self.masq_entry(**keys)])
 
-    def run_plugin(self, binary, command, conf, pod_ns, ifname="eth0", cwd=None, container_id=None):
+    def run_plugin(self, binary, command, conf, pod_ns, ifname="eth0", cwd=None, container_id=None,
+                   preexec=None):
         """Invoke the plugin directly in the node netns as a runtime would.
         container_id defaults to the one cnitool derives for pod_ns, so a direct
-        call addresses the same attachment cnitool made.
+        call addresses the same attachment cnitool made; preexec runs in the
+        child before it executes (e.g. oldkernel.without_tcx).
         Returns (returncode, parsed stdout JSON or None, stderr)."""
         if container_id is None:
             container_id = cnitool_container_id(pod_ns.path)
         env = {**os.environ, "CNI_COMMAND": command, "CNI_CONTAINERID": container_id,
                "CNI_NETNS": pod_ns.path, "CNI_IFNAME": ifname, "CNI_PATH": f"{CNI_BIN_DIR}:{self.cni_bin}"}
-        p = self.node.enter([binary], env=env, input=json.dumps(conf), check=False, cwd=cwd)
+        p = self.node.enter([binary], env=env, input=json.dumps(conf), check=False, cwd=cwd, preexec_fn=preexec)
         try:
             out = json.loads(p.stdout) if p.stdout.strip() else None
         except json.JSONDecodeError:

@@ -1,6 +1,7 @@
 """Core behaviour of the ebpf-masq chained plugin (see README.md for the topology)."""
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -197,6 +198,42 @@ def test_tc_attach_mode_and_takeover_by_tcx(topo, plugin):
         rc, _, log = topo.run_plugin(plugin, "DEL", net.plugin_conf(1, pod.result), pod.ns)
         assert rc == 0, log
     assert hooks_of(topo, [a, b]) == want_hooks([a, b], "tcx", [None, None])
+
+
+def test_kernel_without_tcx_gets_tc_filters_then_tcx_after_an_upgrade(topo, plugin):
+    """A kernel without TCX (before 6.6: Debian 12, RHEL 9), simulated by a
+    seccomp filter that answers BPF_LINK_CREATE and BPF_PROG_QUERY with EINVAL
+    as those kernels do (oldkernel.py): the first load, a warm ADD, CHECK and
+    status all find out by themselves and use tc filters, traffic is
+    masqueraded, no link is pinned. After an "upgrade" (no filter) the next ADD
+    moves the uplinks to TCX with one program per hook, and DEL leaves nothing."""
+    import oldkernel
+
+    net = topo.masq_network(plugin)
+    net.preexec = oldkernel.without_tcx
+    a = net.add(topo.pod_ns("a"))  # the node's first load
+    b = net.add(topo.pod_ns("b"))  # warm: attach from the pins
+    assert hooks_of(topo, [a, b]) == want_hooks([a, b], "tc", ["tc", "tc"])
+    pinned_links = sorted(p.name for p in Path(topo.lab.pin_path).rglob("*") if p.parent.name == "links")
+    assert pinned_links == [], pinned_links
+    assert_masqueraded(topo, [a, b], 5003)
+    for pod in (a, b):
+        rc, _, log = topo.run_plugin(plugin, "CHECK", net.plugin_conf(1, pod.result), pod.ns,
+                                     preexec=oldkernel.without_tcx)
+        assert rc == 0, log
+    st = json.loads(topo.node.enter([plugin, "status", "--json", "--pin-path", topo.lab.pin_path],
+                                    preexec_fn=oldkernel.without_tcx).stdout)
+    assert [(u["egress_attach_mode"], u["ingress_attach_mode"]) for u in st["uplinks"]] == [("tc", "tc")], st
+    assert {p["veth_attach_mode"] for p in st["pods"]} == {"tc"}, st["pods"]
+
+    net.preexec = None  # the kernel now has TCX
+    c = net.add(topo.pod_ns("c"))
+    assert hooks_of(topo, [a, b, c]) == want_hooks([a, b, c], "tcx", ["tc", "tc", "tc"])
+    assert_masqueraded(topo, [a, b, c], 5004)
+    for pod in (a, b, c):
+        rc, _, log = topo.run_plugin(plugin, "DEL", net.plugin_conf(1, pod.result), pod.ns)
+        assert rc == 0, log
+    assert hooks_of(topo, [a, b, c]) == want_hooks([a, b, c], "tcx", [None, None, None])
 
 
 def test_tc_mode_after_tcx_leaves_one_program_per_hook(topo, plugin):

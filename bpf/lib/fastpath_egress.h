@@ -70,6 +70,8 @@ static __noinline int fp_route_v4(struct __sk_buff *skb, const struct flow4 *f, 
 	p.ifindex = r->ifindex;
 	/* No neighbour lookup here: bpf_redirect_neigh() resolves the next hop itself. */
 	rc = bpf_fib_lookup(skb, &p, sizeof(p), BPF_FIB_LOOKUP_SKIP_NEIGH);
+	if (rc < 0) /* a kernel before 6.3 refuses the flag (EINVAL) and touches nothing */
+		rc = bpf_fib_lookup(skb, &p, sizeof(p), 0);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
 		return -1;
 	r->ifindex = p.ifindex;
@@ -118,6 +120,8 @@ static __noinline int fp_route_v6(struct __sk_buff *skb, const struct flow6 *f, 
 	__builtin_memcpy(p.ipv6_dst, &f->daddr, sizeof(p.ipv6_dst));
 	p.ifindex = r->ifindex;
 	rc = bpf_fib_lookup(skb, &p, sizeof(p), BPF_FIB_LOOKUP_SKIP_NEIGH);
+	if (rc < 0) /* a kernel before 6.3 refuses the flag (EINVAL) and touches nothing */
+		rc = bpf_fib_lookup(skb, &p, sizeof(p), 0);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
 		return -1;
 	r->ifindex = p.ifindex;
