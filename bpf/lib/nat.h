@@ -155,6 +155,12 @@ static __noinline void decide6(__u32 ifindex, const struct uplink_info *up, cons
  * nat_gc_run - the expiry sweep (the node's one bpf_timer, in nat_gc): walk both
  * forward maps, remove idle pairs (both halves, gc_pair), record the run and
  * come back after an interval that grows with the table.
+ *
+ * A walk visits every bucket, used or not: with the default natMaxEntries that
+ * is two million buckets and ~10 ms of one CPU (softirq) even for an empty
+ * table. So a sweep that found no pair at all stops: armed goes to 0 before the
+ * walk, and a pair created from then on (nat_gc_ensure) starts the timer again,
+ * also while this walk runs (a pair it may not have seen).
  */
 static int nat_gc_run(void *map, __u32 *key, struct nat_gc *gc)
 {
@@ -162,6 +168,7 @@ static int nat_gc_run(void *map, __u32 *key, struct nat_gc *gc)
 	__u32 zero = 0;
 
 	gc->last_checked = 0;
+	gc->armed = 0;
 	w.cfg = bpf_map_lookup_elem(&masq_config, &zero);
 	if (w.cfg) {
 		bpf_for_each_map_elem(&nat4_fwd, gc_pair_v4, &w, 0);
@@ -169,13 +176,17 @@ static int nat_gc_run(void *map, __u32 *key, struct nat_gc *gc)
 	}
 	gc->last_run_ns = w.now;
 	gc->runs++;
+	if (gc->last_checked == 0 && w.cfg)
+		return 0; /* nothing left to expire: idle until the next new pair */
+	gc->armed = 1;
 	bpf_timer_start(&gc->timer, NAT_GC_MIN_NS + gc->last_checked * NAT_GC_NS_PER_PAIR, 0);
 	return 0;
 }
 
 /*
- * nat_gc_ensure - arm the sweep once per node (after a new pair, so the timer
- * runs whenever there is something to expire). Cheap when armed: one lookup.
+ * nat_gc_ensure - arm the sweep after a new pair, so the timer runs whenever
+ * there is something to expire (the first pair of a node, or the first after a
+ * sweep found the table empty and stopped). Cheap when armed: one lookup.
  * Racing CPUs are harmless: the second init says EBUSY and starting twice re-arms.
  */
 static __always_inline void nat_gc_ensure(void)

@@ -455,6 +455,31 @@ fn idle_pair_expires_with_both_halves_together() {
     expect_snat(&dp, &udp(POD2, REMOTE, 40001, 53), MASQ, |p| udp(MASQ, REMOTE, p, 53));
 }
 
+/// A sweep walks every bucket of both forward maps, used or not (~10 ms of a CPU
+/// at the default natMaxEntries): once a sweep finds the table empty the timer
+/// stops, and the next new pair starts it again (and is expired in turn).
+#[test]
+fn the_sweep_stops_on_an_empty_table_and_the_next_pair_restarts_it() {
+    let dp = node();
+    dp.set_timeouts(20000, 20099, 3600, 3600, 1);
+    assert_eq!(dp.nat_gc().armed, 0, "armed before any pair");
+    expect_snat(&dp, &udp(POD, REMOTE, 40000, 53), MASQ, |p| udp(MASQ, REMOTE, p, 53));
+    assert_eq!(dp.nat_gc().armed, 1, "the first pair arms the sweep");
+    assert!(eventually(5, || dp.nat_is_empty()), "pair still there: {:?}", dp.fwd());
+    // The sweep after the one that removed it finds nothing and stops.
+    assert!(eventually(5, || dp.nat_gc().armed == 0), "sweep still armed on an empty table: {:?}", dp.nat_gc());
+    let stopped = dp.nat_gc();
+    assert_eq!(stopped.last_checked, 0, "{stopped:?}");
+    sleep_ms(2500); // more than two intervals: no run happens while idle
+    assert_eq!(dp.nat_gc().runs, stopped.runs, "the sweep ran although stopped");
+
+    expect_snat(&dp, &udp(POD, REMOTE, 40001, 53), MASQ, |p| udp(MASQ, REMOTE, p, 53));
+    assert_eq!(dp.nat_gc().armed, 1, "a new pair restarts the sweep");
+    assert!(eventually(5, || dp.nat_is_empty()), "second pair not expired: {:?}", dp.fwd());
+    assert!(dp.nat_gc().runs > stopped.runs);
+    assert_eq!(dp.counter(counter::NAT_EXPIRED), 2);
+}
+
 #[test]
 fn pair_in_use_outlives_its_timeout_from_either_direction() {
     let dp = node();

@@ -230,7 +230,13 @@ pub fn run(pins: &Pins, json_out: bool) -> Result<()> {
     );
     let x = &s["nat_expiry"];
     match x["last_run_s_ago"].as_f64() {
-        Some(ago) => println!("nat expiry sweep: {} runs, last {ago:.1} s ago checked {} pairs", x["runs"], x["last_checked"]),
+        Some(ago) if x["armed"] == true => {
+            println!("nat expiry sweep: {} runs, last {ago:.1} s ago checked {} pairs", x["runs"], x["last_checked"])
+        }
+        Some(ago) => println!(
+            "nat expiry sweep: {} runs, idle since the last ({ago:.1} s ago) found no pair; the next new pair restarts it",
+            x["runs"]
+        ),
         None if x["armed"] == true => println!("nat expiry sweep: armed, not run yet"),
         None if s["counters"]["nat_created"].as_u64().unwrap_or(0) == 0 => {
             println!("nat expiry sweep: not armed (no pair created yet)")

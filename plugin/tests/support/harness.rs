@@ -283,6 +283,11 @@ impl Dataplane {
     pub fn counter(&self, idx: u32) -> u64 {
         self.sum_percpu(abi::MAP_COUNTERS, idx)
     }
+    /// The expiry sweep's state (`nat_gc`).
+    pub fn nat_gc(&self) -> NatGc {
+        let m: Array<MapData, NatGc> = self.map(abi::MAP_NAT_GC);
+        m.get(&0, 0).unwrap()
+    }
     /// A `drops` entry (drop::*), summed over CPUs.
     pub fn drops(&self, reason: u32) -> u64 {
         self.sum_percpu(abi::MAP_DROPS, reason)
