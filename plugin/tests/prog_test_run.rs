@@ -271,31 +271,28 @@ fn non_first_fragment_without_first_is_dropped() {
 fn ip_options_move_the_ports_and_both_directions_still_translate() {
     // Record Route (type 7, 11 bytes, pointer 4, two empty slots) + EOL: 12 bytes.
     let rr = [7u8, 11, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+    // The packet without options: a SYN (reply: SYN-ACK) for TCP, a datagram for UDP.
+    fn seg(proto: u8, src: Ipv4Addr, dst: Ipv4Addr, sport: u16, dport: u16, reply: bool) -> Vec<u8> {
+        match proto {
+            TCP => tcp(src, dst, sport, dport, if reply { SYN | ACK } else { SYN }),
+            _ => udp(src, dst, sport, dport),
+        }
+    }
     for proto in [TCP, UDP] {
         let dp = node();
-        let (out_frame, reply_of): (Vec<u8>, Box<dyn Fn(Ipv4Addr, Ipv4Addr, u16, u16) -> Vec<u8>>) = match proto {
-            TCP => (tcp(POD, REMOTE, 40000, 443, SYN), Box::new(|s, d, sp, dp| tcp(s, d, sp, dp, SYN | ACK))),
-            _ => (udp(POD, REMOTE, 40000, 443), Box::new(|s, d, sp, dp| udp(s, d, sp, dp))),
-        };
-        let frame = with_ip_options(&out_frame, &rr);
+        let frame = with_ip_options(&seg(proto, POD, REMOTE, 40000, 443, false), &rr);
         let out = dp.egress(&frame).passed();
         assert_checksums(&out);
         let s = summary(&out);
         assert_eq!((s.src, s.dst, s.dport), (MASQ, REMOTE, 443), "proto {proto}");
         assert!(PORTS.contains(&s.sport), "NAT port {} outside {PORTS:?}", s.sport);
-        let expected = with_ip_options(
-            &match proto {
-                TCP => tcp(MASQ, REMOTE, s.sport, 443, SYN),
-                _ => udp(MASQ, REMOTE, s.sport, 443),
-            },
-            &rr,
-        );
+        let expected = with_ip_options(&seg(proto, MASQ, REMOTE, s.sport, 443, false), &rr);
         assert_eq!(out, expected, "proto {proto}: only address, port and checksums change");
         dp.assert_single_pair(nat_key(POD, REMOTE, 40000, 443, proto), MASQ, s.sport);
 
-        let back = dp.ingress(&with_ip_options(&reply_of(REMOTE, MASQ, 443, s.sport), &rr)).passed();
+        let back = dp.ingress(&with_ip_options(&seg(proto, REMOTE, MASQ, 443, s.sport, true), &rr)).passed();
         assert_checksums(&back);
-        assert_eq!(back, with_ip_options(&reply_of(REMOTE, POD, 443, 40000), &rr), "proto {proto}");
+        assert_eq!(back, with_ip_options(&seg(proto, REMOTE, POD, 443, 40000, true), &rr), "proto {proto}");
     }
 }
 

@@ -102,7 +102,7 @@ pub fn ipv4_frame(src: Ipv4Addr, dst: Ipv4Addr, proto: u8, frag: u16, l4: &[u8])
 /// bytes) inserted as IP options: IHL, total length and header checksum follow.
 /// The L4 checksum stays as it was (options are not in the pseudo-header).
 pub fn with_ip_options(frame: &[u8], opts: &[u8]) -> Vec<u8> {
-    assert!(opts.len() % 4 == 0 && opts.len() <= 40, "IP options must be whole words, at most 40 bytes");
+    assert!(opts.len().is_multiple_of(4) && opts.len() <= 40, "IP options must be whole words, at most 40 bytes");
     let mut f = frame.to_vec();
     let ip = ETH_HLEN;
     let ihl = (f[ip] & 0x0f) as usize * 4;
