@@ -181,11 +181,15 @@ struct nat6_entry {
 
 /* ---- nat_gc (ARRAY, 1 entry): the expiry sweep's timer and its last run ----
  * One bpf_timer for the node, armed by the first NAT pair created; every run
- * walks both forward maps, removes idle pairs and re-arms itself.
+ * walks the forward maps (nat6_fwd only while IPv6 pairs may exist), removes
+ * idle pairs and re-arms itself, or stops when it found no pair at all.
  */
+#define NAT_GC_ARMED 1ULL   /* armed: the timer is running (a sweep that finds no pair stops it) */
+#define NAT_GC_V6    2ULL   /* armed: an IPv6 pair may exist (set by each new one, cleared by a
+			     * sweep that finds none), so an IPv4-only node never walks nat6_fwd */
 struct nat_gc {
 	struct bpf_timer timer;
-	__u64 armed;               /* 1 once the timer runs */
+	__u64 armed;               /* NAT_GC_ARMED: the timer runs; NAT_GC_V6: walk nat6_fwd too */
 	__u64 last_run_ns;         /* bpf_ktime_get_ns() of the last sweep */
 	__u64 last_checked;        /* pairs the last (or running) sweep looked at */
 	__u64 runs;

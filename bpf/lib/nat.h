@@ -44,7 +44,7 @@ struct nat_gc_walk {
 	__u64 now;
 };
 
-static __always_inline void nat_gc_ensure(void);
+static __always_inline void nat_gc_ensure(bool v6);
 
 #ifndef E2BIG
 #define E2BIG 7               /* a hash map at max_entries refuses a new key */
@@ -119,6 +119,7 @@ static __noinline void decide6(__u32 ifindex, const struct uplink_info *up, cons
 #define CNT_RNAT_PKTS CNT_RNAT_PKTS_V4
 #define CNT_RNAT_BYTES CNT_RNAT_BYTES_V4
 #define FP_REPLY fp_reply_v4
+#define NAT_IS_V6 false
 #include "nat_tmpl.h"
 
 /* ---- IPv6 ---- */
@@ -149,54 +150,67 @@ static __noinline void decide6(__u32 ifindex, const struct uplink_info *up, cons
 #define CNT_RNAT_PKTS CNT_RNAT_PKTS_V6
 #define CNT_RNAT_BYTES CNT_RNAT_BYTES_V6
 #define FP_REPLY(skb, up, f, addr) fp_reply_v6(skb, up, f, &(addr))
+#define NAT_IS_V6 true
 #include "nat_tmpl.h"
 
 /*
- * nat_gc_run - the expiry sweep (the node's one bpf_timer, in nat_gc): walk both
+ * nat_gc_run - the expiry sweep (the node's one bpf_timer, in nat_gc): walk the
  * forward maps, remove idle pairs (both halves, gc_pair), record the run and
  * come back after an interval that grows with the table.
  *
- * A walk visits every bucket, used or not: with the default natMaxEntries that
- * is two million buckets and ~10 ms of one CPU (softirq) even for an empty
- * table. So a sweep that found no pair at all stops: armed goes to 0 before the
- * walk, and a pair created from then on (nat_gc_ensure) starts the timer again,
- * also while this walk runs (a pair it may not have seen).
+ * A walk visits every bucket of a map, used or not: with the default
+ * natMaxEntries that is a million buckets and ~5 ms of one CPU (softirq) per
+ * map, even for an empty table. So nat6_fwd is walked only while an IPv6 pair
+ * may exist (NAT_GC_V6), and a sweep that finds no pair at all stops. Both bits
+ * are cleared before the walk; a pair created from then on (nat_gc_ensure) sets
+ * them again and restarts the timer, also while this walk runs (a pair it may
+ * not have seen).
  */
 static int nat_gc_run(void *map, __u32 *key, struct nat_gc *gc)
 {
 	struct nat_gc_walk w = { .gc = gc, .now = bpf_ktime_get_ns() };
+	__u64 was = __sync_fetch_and_and(&gc->armed, 0);
+	__u64 v4;
 	__u32 zero = 0;
 
 	gc->last_checked = 0;
-	gc->armed = 0;
 	w.cfg = bpf_map_lookup_elem(&masq_config, &zero);
 	if (w.cfg) {
 		bpf_for_each_map_elem(&nat4_fwd, gc_pair_v4, &w, 0);
-		bpf_for_each_map_elem(&nat6_fwd, gc_pair_v6, &w, 0);
+		v4 = gc->last_checked;
+		if (was & NAT_GC_V6) {
+			bpf_for_each_map_elem(&nat6_fwd, gc_pair_v6, &w, 0);
+			if (gc->last_checked > v4)
+				__sync_fetch_and_or(&gc->armed, NAT_GC_V6);
+		}
 	}
 	gc->last_run_ns = w.now;
 	gc->runs++;
 	if (gc->last_checked == 0 && w.cfg)
 		return 0; /* nothing left to expire: idle until the next new pair */
-	gc->armed = 1;
+	__sync_fetch_and_or(&gc->armed, NAT_GC_ARMED);
 	bpf_timer_start(&gc->timer, NAT_GC_MIN_NS + gc->last_checked * NAT_GC_NS_PER_PAIR, 0);
 	return 0;
 }
 
 /*
- * nat_gc_ensure - arm the sweep after a new pair, so the timer runs whenever
- * there is something to expire (the first pair of a node, or the first after a
+ * nat_gc_ensure - after a new pair: mark IPv6 pairs for the walk (@v6) and arm
+ * the sweep if it is not running (the node's first pair, or the first after a
  * sweep found the table empty and stopped). Cheap when armed: one lookup.
  * Racing CPUs are harmless: the second init says EBUSY and starting twice re-arms.
  */
-static __always_inline void nat_gc_ensure(void)
+static __always_inline void nat_gc_ensure(bool v6)
 {
 	struct nat_gc *gc;
 	__u32 zero = 0;
 	long err;
 
 	gc = bpf_map_lookup_elem(&nat_gc, &zero);
-	if (!gc || gc->armed)
+	if (!gc)
+		return;
+	if (v6 && !(gc->armed & NAT_GC_V6))
+		__sync_fetch_and_or(&gc->armed, NAT_GC_V6);
+	if (gc->armed & NAT_GC_ARMED)
 		return;
 	err = bpf_timer_init(&gc->timer, &nat_gc, CLOCK_MONOTONIC);
 	if (err && err != -EBUSY)
@@ -204,7 +218,7 @@ static __always_inline void nat_gc_ensure(void)
 	if (bpf_timer_set_callback(&gc->timer, nat_gc_run) ||
 	    bpf_timer_start(&gc->timer, NAT_GC_MIN_NS, 0))
 		return;
-	gc->armed = 1;
+	__sync_fetch_and_or(&gc->armed, NAT_GC_ARMED);
 }
 
 #endif /* MASQ_NAT_H */

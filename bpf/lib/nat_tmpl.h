@@ -267,7 +267,7 @@ static __noinline ENTRY_T *NAT_FN(snat_create)(const FLOW_T *f, const struct mas
 		return bpf_map_lookup_elem(&MAP_FWD, &p.fk);
 	}
 	count_add(CNT_NAT_CREATED, 1);
-	nat_gc_ensure();
+	nat_gc_ensure(NAT_IS_V6);
 	return bpf_map_lookup_elem(&MAP_FWD, &p.fk);
 }
 
@@ -569,3 +569,4 @@ static __noinline int NAT_FN(rnat_ingress)(struct __sk_buff *skb, const struct u
 #undef CNT_RNAT_BYTES
 #undef NAT_NOT_OURS
 #undef FP_REPLY
+#undef NAT_IS_V6

@@ -218,6 +218,10 @@ pub struct PortRange {
     pub hi: u16,
 }
 
+/// `nat_gc.armed` bits: the sweep's timer runs; IPv6 pairs may exist (nat6_fwd is walked).
+pub const NAT_GC_ARMED: u64 = 1;
+pub const NAT_GC_V6: u64 = 2;
+
 /// `struct nat_gc`: the expiry sweep's timer (opaque, reads as zeros) and its last run.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

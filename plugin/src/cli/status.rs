@@ -156,7 +156,8 @@ pub fn collect(pins: &Pins) -> Result<Value> {
         "nat_flows_v6": nat_v6,
         "nat_pairs_incomplete": incomplete,
         "nat_expiry": {
-            "armed": gc.armed != 0,
+            "armed": gc.armed & abi::NAT_GC_ARMED != 0,
+            "walks_ipv6": gc.armed & abi::NAT_GC_V6 != 0,
             "runs": gc.runs,
             "last_run_s_ago": (gc.runs > 0).then(|| now.saturating_sub(gc.last_run_ns) as f64 / 1e9),
             "last_checked": gc.last_checked,
