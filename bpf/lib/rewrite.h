@@ -69,6 +69,33 @@ static __always_inline __sum16 csum2_replace(__sum16 check, __be16 from, __be16 
 }
 
 /*
+ * rewrite_window - where the rewrite can write straight into the packet, after
+ * the checksum helpers (which may have moved it, and made it writable up to the
+ * L4 checksum): the IP header at @l3_off (@hdr_len bytes, a constant) and the
+ * 16-bit port at @port_off, both in the linear part. NULL when they are not
+ * (rare): the caller writes through helpers.
+ */
+static __always_inline void *rewrite_window(struct __sk_buff *skb, __u32 l3_off, __u32 hdr_len, __u32 port_off,
+					    __be16 **port)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	void *ip, *p;
+
+	if (l3_off > ETH_HLEN || port_off > LOAD_HDR_DIRECT_MAX)
+		return NULL;
+	/* The masks bound the very registers the verifier sees (see load_hdr); the
+	 * empty asm keeps the compiler from dropping them as redundant after the test. */
+	asm volatile("" : "+r"(port_off), "+r"(l3_off));
+	p = data + (port_off & LOAD_HDR_DIRECT_MAX);
+	ip = data + (l3_off & 0xf);
+	if (ip + hdr_len > data_end || p + sizeof(__be16) > data_end)
+		return NULL;
+	*port = p;
+	return ip;
+}
+
+/*
  * nat4_rewrite - replace the source (@src) or destination address and port.
  * The L4 checksum goes through bpf_l4_csum_replace (it alone knows whether the
  * skb is CHECKSUM_PARTIAL or COMPLETE); the IPv4 header checksum is folded here,
@@ -83,10 +110,10 @@ static __always_inline int nat4_rewrite(struct __sk_buff *skb, const struct flow
 	__be32 old_addr = src ? f->saddr : f->daddr;
 	__be16 old_port = src ? f->sport : f->dport;
 	__sum16 check = csum4_replace(f->ip_check, old_addr, new_addr);
-	__u32 l3_off = f->l3_off, port_off;
+	__u32 l3_off = f->l3_off;
 	struct l4_offsets o;
-	void *data, *data_end;
 	struct iphdr *ip;
+	__be16 *port;
 
 	l4_offsets(f->proto, f->l4_off, src, &o);
 	if (f->proto != IPPROTO_ICMP &&
@@ -96,27 +123,19 @@ static __always_inline int nat4_rewrite(struct __sk_buff *skb, const struct flow
 	    bpf_l4_csum_replace(skb, o.csum, old_port, new_port, o.flags | sizeof(new_port)))
 		return -1;
 
-	/* The helpers may have moved the packet: fresh pointers, bounds checked again. */
-	data = (void *)(long)skb->data;
-	data_end = (void *)(long)skb->data_end;
-	port_off = o.port;
-	if (l3_off <= ETH_HLEN && port_off <= LOAD_HDR_DIRECT_MAX) {
-		void *port = data + (port_off & LOAD_HDR_DIRECT_MAX); /* mask: see load_hdr */
-
-		ip = data + (l3_off & 0xf);
-		if ((void *)(ip + 1) <= data_end && port + sizeof(__be16) <= data_end) {
-			ip->check = check;
-			if (src)
-				ip->saddr = new_addr;
-			else
-				ip->daddr = new_addr;
-			if (old_port != new_port)
-				*(__be16 *)port = new_port;
-			return 0;
-		}
+	ip = rewrite_window(skb, l3_off, sizeof(*ip), o.port, &port);
+	if (ip) {
+		ip->check = check;
+		if (src)
+			ip->saddr = new_addr;
+		else
+			ip->daddr = new_addr;
+		if (old_port != new_port)
+			*port = new_port;
+		return 0;
 	}
 	/* Headers not in the linear part (rare): the same writes through helpers. */
-	if (old_port != new_port && bpf_skb_store_bytes(skb, port_off, &new_port, sizeof(new_port), 0))
+	if (old_port != new_port && bpf_skb_store_bytes(skb, o.port, &new_port, sizeof(new_port), 0))
 		return -1;
 	if (bpf_skb_store_bytes(skb, l3_off + offsetof(struct iphdr, check), &check, sizeof(check), 0))
 		return -1;
@@ -186,10 +205,9 @@ static __noinline int nat6_rewrite(struct __sk_buff *skb, const struct flow6 *f,
 {
 	const struct in6_addr *old_addr = src ? &f->saddr : &f->daddr;
 	__be16 old_port = src ? f->sport : f->dport;
-	__u32 l3_off = f->l3_off, port_off;
 	struct l4_offsets o;
-	void *data, *data_end;
 	struct ipv6hdr *ip6;
+	__be16 *port;
 
 	l4_offsets(f->proto, f->l4_off, src, &o);
 	/* Every IPv6 L4 checksum, ICMPv6's included, covers the pseudo-header. */
@@ -199,25 +217,17 @@ static __noinline int nat6_rewrite(struct __sk_buff *skb, const struct flow6 *f,
 	    bpf_l4_csum_replace(skb, o.csum, old_port, new_port, o.flags | sizeof(new_port)))
 		return -1;
 
-	/* The helpers may have moved the packet: fresh pointers, bounds checked again. */
-	data = (void *)(long)skb->data;
-	data_end = (void *)(long)skb->data_end;
-	port_off = o.port;
-	if (l3_off <= ETH_HLEN && port_off <= LOAD_HDR_DIRECT_MAX) {
-		void *port = data + (port_off & LOAD_HDR_DIRECT_MAX); /* mask: see load_hdr */
-
-		ip6 = data + (l3_off & 0xf);
-		if ((void *)(ip6 + 1) <= data_end && port + sizeof(__be16) <= data_end) {
-			if (src)
-				ip6->saddr = *new_addr;
-			else
-				ip6->daddr = *new_addr;
-			if (old_port != new_port)
-				*(__be16 *)port = new_port;
-			return 0;
-		}
+	ip6 = rewrite_window(skb, f->l3_off, sizeof(*ip6), o.port, &port);
+	if (ip6) {
+		if (src)
+			ip6->saddr = *new_addr;
+		else
+			ip6->daddr = *new_addr;
+		if (old_port != new_port)
+			*port = new_port;
+		return 0;
 	}
-	if (old_port != new_port && bpf_skb_store_bytes(skb, port_off, &new_port, sizeof(new_port), 0))
+	if (old_port != new_port && bpf_skb_store_bytes(skb, o.port, &new_port, sizeof(new_port), 0))
 		return -1;
 	return nat6_rewrite_addr(skb, f, src, new_addr);
 }

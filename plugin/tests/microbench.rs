@@ -42,6 +42,15 @@ fn measure(mut one: impl FnMut(usize) -> u64) -> f64 {
     batches[2]
 }
 
+/// One line per (name, program, frame): the frame's cost on that program.
+fn report(dp: &Dataplane, title: &str, cases: &[(&str, &str, Vec<u8>)]) {
+    println!("{title:<52} {:>10}", "ns/packet");
+    for (name, prog, frame) in cases {
+        let ns = measure(|_| dp.timed(prog, frame).1);
+        println!("{name:<52} {ns:>10.1}");
+    }
+}
+
 #[test]
 #[ignore = "benchmark: scripts/bench.sh --micro"]
 fn per_packet_cost() {
@@ -70,11 +79,7 @@ fn per_packet_cost() {
         ("uplink egress: pod to nativeRoutingCIDR (pass)", "egress", tcp(POD, NATIVE_DST, 40000, 443, ACK)),
         ("pod veth: source check (pass)", "veth", tcp(POD, REMOTE, 40000, 443, ACK)),
     ];
-    println!("{:<52} {:>10}", "path (IPv4)", "ns/packet");
-    for (name, prog, frame) in &cases {
-        let ns = measure(|_| dp.timed(prog, frame).1);
-        println!("{name:<52} {ns:>10.1}");
-    }
+    report(&dp, "path (IPv4)", &cases);
     // A new flow each run: port allocation and both halves inserted.
     let ns = measure(|i| dp.timed("egress", &udp(POD, REMOTE, 1024 + (i % 60000) as u16, 1000 + (i / 60000) as u16)).1);
     println!("{:<52} {ns:>10.1}", "uplink egress: new UDP flow (allocate, insert pair)");
@@ -107,11 +112,7 @@ fn per_packet_cost_v6() {
         ("uplink egress v6: host's own TCP (pass)", "egress", tcp6(masq6, remote6, 50000, 443, ACK)),
         ("pod veth v6: source check (pass)", "veth", tcp6(pod6, remote6, 40000, 443, ACK)),
     ];
-    println!("{:<52} {:>10}", "path (IPv6)", "ns/packet");
-    for (name, prog, frame) in &cases {
-        let ns = measure(|_| dp.timed(prog, frame).1);
-        println!("{name:<52} {ns:>10.1}");
-    }
+    report(&dp, "path (IPv6)", &cases);
 }
 
 /// The fast path (fastPath: true) in a private netns where bpf_fib_lookup finds
