@@ -84,9 +84,18 @@
 # and no scheduler noise, so two builds compare to a few ns. Each figure
 # includes the test-run frame's fixed cost, printed as "baseline".
 #
+# --sweep: what the NAT expiry sweep (one bpf_timer per node, nat.h) takes from
+# a CPU. One ebpf node with the defaults; a busy-looping probe
+# (scripts/bench/gap.py) pinned to each CPU in turn counts the times it lost
+# the CPU for more than 1 ms, --duration s per CPU (default here 5), in three
+# states: no pair yet (sweep not armed), one IPv4 pair (the sweep walks
+# nat4_fwd once a second), IPv4 + IPv6 pairs (both maps). A walk visits every
+# bucket, so its length follows natMaxEntries, not the pairs.
+#
 # Usage: scripts/bench.sh [options]
 #   --add-latency  the ADD-latency mode above instead of the data-path benchmark
 #   --micro        the per-path micro-benchmark above instead
+#   --sweep        the expiry-sweep stall probe above instead
 #   --reps N       add-latency: warm-node repetitions (default 100)
 #   --first N      add-latency: fresh-node first ADDs per map size (default 5)
 #   --rounds N     rounds (default 5)
@@ -126,7 +135,7 @@ IPERF_PORT=5201 UDP_PORT=5300 CPS_PORT=5301
 
 # ---------------------------------------------------------------- options
 ROUNDS=5 DURATION=2 PINGS=50 UDP_LEN=64 STATS_SECS=1 JSON_OUT="" BUILD=0 QUICK=0
-ADDLAT=0 REPS=100 FIRST=5
+ADDLAT=0 REPS=100 FIRST=5 DURATION_SET=0
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
 
@@ -137,13 +146,14 @@ while [ $# -gt 0 ]; do
   esac
   case $1 in
     --rounds)   ROUNDS=$2; shift 2 ;;
-    --duration) DURATION=$2; shift 2 ;;
+    --duration) DURATION=$2; DURATION_SET=1; shift 2 ;;
     --pings)    PINGS=$2; shift 2 ;;
     --json)     JSON_OUT=$2; shift 2 ;;
     --reps)     REPS=$2; shift 2 ;;
     --first)    FIRST=$2; shift 2 ;;
     --add-latency) ADDLAT=1; shift ;;
     --micro)    MICRO=1; shift ;;
+    --sweep)    SWEEP=1; shift ;;
     --quick)    QUICK=1; shift ;;
     --build)    BUILD=1; shift ;;
     -h|--help)  usage 0 ;;
@@ -259,8 +269,8 @@ wait_listen() {   # wait_listen MODE PROTO(t|u) PORT
 }
 
 # ---------------------------------------------------------------- topology
-setup_mode() {
-  local mode=$1 role
+setup_mode() {   # setup_mode MODE [dual]: dual = IPv6 on the node, ext and pod too (--sweep)
+  local mode=$1 variant=${2:-} role
   for role in node ext pod; do
     ip netns add "$(ns "$mode" "$role")"
     NAMESPACES+=("$(ns "$mode" "$role")")
@@ -273,11 +283,17 @@ setup_mode() {
   ip -n "$(ns "$mode" ext)" link set eth0 up
   ip -n "$(ns "$mode" node)" route add default via "$EXT_IP" dev eth0
   nx "$mode" node sysctl -qw net.ipv4.ip_forward=1
+  if [ "$variant" = dual ]; then   # before the ADD: the plugin takes the uplink's IPv6 address then
+    ip -n "$(ns "$mode" node)" -6 addr add fd00:e::5/64 dev eth0 nodad
+    ip -n "$(ns "$mode" ext)" -6 addr add fd00:e::2/64 dev eth0 nodad
+    ip -n "$(ns "$mode" node)" -6 route add default via fd00:e::2 dev eth0
+    nx "$mode" node sysctl -qw net.ipv6.conf.all.forwarding=1
+  fi
 
   mkdir -p "$WORK/$mode/netconf"
   local conf=()
   case $mode in
-    ebpf) conf=("$PIN") ;;
+    ebpf) conf=("$PIN" $variant) ;;
     fast) conf=("$PIN_FAST" fast) ;;
   esac
   "$PY" "$UTIL" conflist "$PFX-$mode" "$WORK/$mode/ipam" "${conf[@]}" >"$WORK/$mode/netconf/$PFX-$mode.conflist"
@@ -528,4 +544,43 @@ EOF
   fi
 }
 
-if [ "$ADDLAT" = 1 ]; then main_add_latency; else main; fi
+# ---------------------------------------------------------------- sweep mode
+sweep_probe() {   # sweep_probe LABEL: the gap probe on each CPU, one line per CPU
+  local label=$1 cpu
+  for cpu in $(seq 0 $(($(nproc) - 1))); do
+    "$PY" "$UTIL" sweepline "$label" "$cpu" "$(taskset -c "$cpu" "$PY" "$HERE/bench/gap.py" "$SWEEP_SECS")"
+  done
+}
+
+sweep_status() {
+  ne ebpf node "$PLUGIN" status --json --pin-path "$PIN" >"$WORK/status.json"
+  "$PY" "$UTIL" sweepstatus "$WORK/status.json"
+}
+
+main_sweep() {
+  check_prereqs
+  WORK=$(mktemp -d /tmp/ebpf-masq-bench.XXXXXX)
+  mkdir -p "$WORK/log" "$WORK/cni-bin"
+  ln -s "$(readlink -f "$PLUGIN")" "$WORK/cni-bin/ebpf-masq"
+  TOOL=$WORK/benchtool
+  gcc -O2 -Wall -o "$TOOL" "$TOOL_SRC"
+  SWEEP_SECS=$DURATION
+  [ "$DURATION_SET" = 1 ] || SWEEP_SECS=5
+  log "bench: id $ID, plugin $PLUGIN, sweep probe ${SWEEP_SECS}s per CPU and state, work dir $WORK"
+  setup_mode ebpf dual
+  echo "expiry sweep stall probe (natMaxEntries default, $(nproc) CPUs, kernel $(uname -r))"
+  sweep_probe "no pair (sweep not armed)"
+  sweep_status
+  nx ebpf pod ping -c 1 -W 1 "$EXT_IP" >/dev/null || die "ebpf: ping through the node failed"
+  sleep 1
+  sweep_probe "one IPv4 pair (nat4_fwd walked)"
+  sweep_status
+  nx ebpf pod ping -6 -c 1 -W 1 fd00:e::2 >/dev/null || die "ebpf: IPv6 ping through the node failed"
+  sleep 1
+  sweep_probe "IPv4 + IPv6 pairs (both walked)"
+  sweep_status
+}
+
+if [ "${SWEEP:-0}" = 1 ]; then main_sweep
+elif [ "$ADDLAT" = 1 ]; then main_add_latency
+else main; fi

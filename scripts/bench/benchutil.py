@@ -36,6 +36,7 @@ import sys
 from pathlib import Path
 
 POD_SUBNET = "10.244.1.0/24"
+POD_SUBNET6 = "fd00:a::/64"   # the --sweep mode's dual-stack pod
 MODES = ["none", "ipt", "hooks", "ebpf", "fast"]
 MODE_LABEL = {"none": "no-NAT", "ipt": "iptables", "hooks": "empty-hooks", "ebpf": "ebpf-masq", "fast": "ebpf-fast"}
 # (summary key, numerator, denominator); TABLE_RATIOS are the table's columns,
@@ -185,14 +186,17 @@ def cmd_health(status_path, fast_status_path, ct_path):
     print(json.dumps(health))
 
 
-def cmd_conflist(name, data_dir, pin=None, fast=None):
-    plugins = [{"type": "bridge", "bridge": "cni0", "isGateway": True, "ipMasq": False,
-                "ipam": {"type": "host-local", "subnet": POD_SUBNET,
-                         "routes": [{"dst": "0.0.0.0/0"}], "dataDir": data_dir}}]
+def cmd_conflist(name, data_dir, pin=None, variant=None):
+    """variant: "fast" (fastPath on) or "dual" (the pod gets an IPv6 address too)."""
+    ipam = {"type": "host-local", "subnet": POD_SUBNET, "routes": [{"dst": "0.0.0.0/0"}], "dataDir": data_dir}
+    if variant == "dual":
+        ipam = {"type": "host-local", "ranges": [[{"subnet": POD_SUBNET}], [{"subnet": POD_SUBNET6}]],
+                "routes": [{"dst": "0.0.0.0/0"}, {"dst": "::/0"}], "dataDir": data_dir}
+    plugins = [{"type": "bridge", "bridge": "cni0", "isGateway": True, "ipMasq": False, "ipam": ipam}]
     if pin:
         # The defaults users get (natMaxEntries 1,048,576 included); only the uplink is named.
         plugins.append({"type": "ebpf-masq", "pinPath": pin, "egressInterfaces": ["eth0"]})
-        if fast == "fast":
+        if variant == "fast":
             plugins[-1]["fastPath"] = True
     print(json.dumps({"cniVersion": "1.0.0", "name": name, "plugins": plugins}, indent=2))
 
@@ -370,11 +374,25 @@ def cmd_report(results, meta_path, *rest):
             print(f"\nJSON written to {json_to}")
 
 
+def cmd_sweepline(label, cpu, probe_json):
+    """One line of bench.sh --sweep from gap.py's JSON."""
+    g = json.loads(probe_json)
+    print(f"{label:<34} cpu{cpu}  {g['gaps'] / g['secs']:5.2f} gaps>1ms/s  max {g['max_ms']:6.2f} ms"
+          f"  total {g['sum_ms']:7.1f} ms in {g['secs']:.0f} s")
+
+
+def cmd_sweepstatus(status_json_file):
+    """The pairs and the sweep's state from `ebpf-masq status --json`."""
+    d = json.loads(Path(status_json_file).read_text())
+    print(f"  status: {d['nat_flows_v4']} IPv4 + {d['nat_flows_v6']} IPv6 pairs, sweep {d['nat_expiry']}")
+
+
 def main(argv):
     cmds = {"iperf": cmd_iperf, "ping": cmd_ping, "get": cmd_get, "progstats": cmd_progstats,
             "bpfdelta": cmd_bpfdelta, "bpfshow": cmd_bpfshow, "counter": cmd_counter,
             "health": cmd_health,
-            "conflist": cmd_conflist, "report": cmd_report}
+            "conflist": cmd_conflist, "report": cmd_report,
+            "sweepline": cmd_sweepline, "sweepstatus": cmd_sweepstatus}
     if len(argv) < 2 or argv[1] not in cmds:
         sys.exit(__doc__)
     cmds[argv[1]](*argv[2:])
