@@ -186,7 +186,9 @@ static int nat_gc_run(void *map, __u32 *key, struct nat_gc *gc)
 	}
 	gc->last_run_ns = w.now;
 	gc->runs++;
-	if (gc->last_checked == 0 && w.cfg)
+	if (!w.cfg) /* no config to judge by (never expected): nothing walked, keep what we knew */
+		__sync_fetch_and_or(&gc->armed, was & NAT_GC_V6);
+	else if (gc->last_checked == 0)
 		return 0; /* nothing left to expire: idle until the next new pair */
 	__sync_fetch_and_or(&gc->armed, NAT_GC_ARMED);
 	bpf_timer_start(&gc->timer, NAT_GC_MIN_NS + gc->last_checked * NAT_GC_NS_PER_PAIR, 0);
