@@ -130,6 +130,7 @@ def test_counters_move_with_traffic(topo, plugin, lab):
              >= (value(after, "ebpf_masq_nat_expiry_sweeps_total") or 0) + 2, timeout=10, what="two expiry sweeps")
     swept = parse(scrape(topo, plugin, lab.pin_path))
     assert value(swept, "ebpf_masq_nat_expiry_last_checked_pairs") >= 2
+    assert value(swept, "ebpf_masq_nat_expiry_running") == 1  # pairs exist: the sweep keeps running
 
     # A deleted pod's series go away with it.
     net.delete(pod.ns)

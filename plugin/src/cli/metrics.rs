@@ -28,10 +28,20 @@ pub struct Snapshot {
     pub drops: Vec<(String, u64)>,
     /// (family, entries, max entries) of each pinned NAT map (forward halves).
     pub nat: Vec<(&'static str, u64, u64)>,
-    /// The expiry sweep: (runs, pairs checked by the last run).
-    pub sweep: (u64, u64),
+    /// The expiry sweep: runs, pairs checked by the last run, running (not
+    /// idle on an empty table), walking the IPv6 map too.
+    pub sweep: Sweep,
     pub rules: Vec<RuleRow>,
     pub pods: Vec<PodRow>,
+}
+
+/// The expiry sweep's state, as `metrics` reports it.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Sweep {
+    pub runs: u64,
+    pub last_checked: u64,
+    pub armed: bool,
+    pub walks_ipv6: bool,
 }
 
 impl Snapshot {
@@ -56,7 +66,14 @@ pub fn collect(pins: &Pins) -> Result<Snapshot> {
             nat.push((family, n, max));
         }
     }
-    let sweep = readers::nat_gc(pins)?.map(|g| (g.runs, g.last_checked)).unwrap_or_default();
+    let sweep = readers::nat_gc(pins)?
+        .map(|g| Sweep {
+            runs: g.runs,
+            last_checked: g.last_checked,
+            armed: g.armed & abi::NAT_GC_ARMED != 0,
+            walks_ipv6: g.armed & abi::NAT_GC_V6 != 0,
+        })
+        .unwrap_or_default();
     let mut pods = readers::pods(pins)?;
     pods.sort_by(|a, b| (&a.container_id, &a.ifname).cmp(&(&b.container_id, &b.ifname)));
     Ok(Snapshot {
@@ -200,9 +217,15 @@ pub fn render(s: &Snapshot) -> String {
     }
 
     family(&mut out, "ebpf_masq_nat_expiry_sweeps_total", "counter", "Runs of the NAT expiry sweep (one bpf_timer per node).")
-        .sample(&[], s.sweep.0);
+        .sample(&[], s.sweep.runs);
     family(&mut out, "ebpf_masq_nat_expiry_last_checked_pairs", "gauge", "NAT pairs the last expiry sweep looked at.")
-        .sample(&[], s.sweep.1);
+        .sample(&[], s.sweep.last_checked);
+    family(&mut out, "ebpf_masq_nat_expiry_running", "gauge",
+           "1 while the NAT expiry sweep runs; 0 while it is idle (no pair, or none created yet).")
+        .sample(&[], u64::from(s.sweep.armed));
+    family(&mut out, "ebpf_masq_nat_expiry_walks_ipv6", "gauge",
+           "1 while the sweep walks the IPv6 NAT map too (IPv6 pairs may exist).")
+        .sample(&[], u64::from(s.sweep.walks_ipv6));
 
     let mut f = family(&mut out, "ebpf_masq_drops_total", "counter", "Packets dropped by the data plane, by reason.");
     for (reason, v) in &s.drops {
@@ -579,7 +602,7 @@ mod tests {
             counters: abi::counter::NAMES.iter().enumerate().map(|(i, n)| (n.to_string(), i as u64 * 3)).collect(),
             drops: abi::drop_reason::NAMES.iter().map(|n| (n.to_string(), 2)).collect(),
             nat: vec![("ipv4", 12, 1 << 20)],
-            sweep: (7, 12),
+            sweep: Sweep { runs: 7, last_checked: 12, armed: true, walks_ipv6: false },
             rules: vec![rule(0, Some("eth0")), rule(1, None)],
             // Hostile label values: quotes, backslashes, a newline.
             pods: vec![pod("abc", "eth0"), pod("abc", "net1"), pod("we\"ird\\id\nx", "eth0")],
@@ -606,6 +629,8 @@ mod tests {
             ("ebpf_masq_nat_entries", "gauge"),
             ("ebpf_masq_nat_expiry_sweeps_total", "counter"),
             ("ebpf_masq_nat_expiry_last_checked_pairs", "gauge"),
+            ("ebpf_masq_nat_expiry_running", "gauge"),
+            ("ebpf_masq_nat_expiry_walks_ipv6", "gauge"),
             ("ebpf_masq_drops_total", "counter"),
             ("ebpf_masq_rule_packets_total", "counter"),
             ("ebpf_masq_rule_bytes_total", "counter"),
@@ -624,6 +649,8 @@ mod tests {
         assert_eq!(value(&series, "ebpf_masq_nat_pairs_created_total", &[]), 24.0);
         assert_eq!(value(&series, "ebpf_masq_nat_expiry_sweeps_total", &[]), 7.0);
         assert_eq!(value(&series, "ebpf_masq_nat_expiry_last_checked_pairs", &[]), 12.0);
+        assert_eq!(value(&series, "ebpf_masq_nat_expiry_running", &[]), 1.0);
+        assert_eq!(value(&series, "ebpf_masq_nat_expiry_walks_ipv6", &[]), 0.0);
         assert_eq!(value(&series, "ebpf_masq_port_allocation_failures_total", &[]), 33.0);
         assert_eq!(value(&series, "ebpf_masq_nat_entries", &[("family", "ipv4")]), 12.0);
         assert_eq!(value(&series, "ebpf_masq_nat_entries", &[("family", "ipv6")]), 0.0);
