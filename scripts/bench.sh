@@ -89,7 +89,8 @@
 # (scripts/bench/gap.py) pinned to each CPU in turn counts the times it lost
 # the CPU for more than 1 ms, --duration s per CPU (default here 5), in three
 # states: no pair yet (sweep not armed), one IPv4 pair (the sweep walks
-# nat4_fwd once a second), IPv4 + IPv6 pairs (both maps). A walk visits every
+# nat4_fwd once a second), IPv4 + IPv6 pairs (the maps take turns, twice a
+# second). A walk visits every
 # bucket, so its length follows natMaxEntries, not the pairs.
 #
 # Usage: scripts/bench.sh [options]
@@ -577,7 +578,7 @@ main_sweep() {
   sweep_status
   nx ebpf pod ping -6 -c 1 -W 1 fd00:e::2 >/dev/null || die "ebpf: IPv6 ping through the node failed"
   sleep 1
-  sweep_probe "IPv4 + IPv6 pairs (both walked)"
+  sweep_probe "IPv4 + IPv6 pairs (turns)"
   sweep_status
 }
 

@@ -181,12 +181,13 @@ struct nat6_entry {
 
 /* ---- nat_gc (ARRAY, 1 entry): the expiry sweep's timer and its last run ----
  * One bpf_timer for the node, armed by the first NAT pair created; every run
- * walks the forward maps (nat6_fwd only while IPv6 pairs may exist), removes
- * idle pairs and re-arms itself, or stops when it found no pair at all.
+ * walks one forward map (nat6_fwd every other run while IPv6 pairs may exist),
+ * removes idle pairs and re-arms itself, or stops when it found no pair at all.
  */
 #define NAT_GC_ARMED 1ULL   /* armed: the timer is running (a sweep that finds no pair stops it) */
 #define NAT_GC_V6    2ULL   /* armed: an IPv6 pair may exist (set by each new one, cleared by a
 			     * sweep that finds none), so an IPv4-only node never walks nat6_fwd */
+#define NAT_GC_V6_NEXT 4ULL /* armed: the next run walks nat6_fwd (the maps take turns) */
 struct nat_gc {
 	struct bpf_timer timer;
 	__u64 armed;               /* NAT_GC_ARMED: the timer runs; NAT_GC_V6: walk nat6_fwd too */

@@ -154,44 +154,54 @@ static __noinline void decide6(__u32 ifindex, const struct uplink_info *up, cons
 #include "nat_tmpl.h"
 
 /*
- * nat_gc_run - the expiry sweep (the node's one bpf_timer, in nat_gc): walk the
- * forward maps, remove idle pairs (both halves, gc_pair), record the run and
+ * nat_gc_run - the expiry sweep (the node's one bpf_timer, in nat_gc): walk a
+ * forward map, remove idle pairs (both halves, gc_pair), record the run and
  * come back after an interval that grows with the table.
  *
  * A walk visits every bucket of a map, used or not: with the default
- * natMaxEntries that is a million buckets and ~5 ms of one CPU (softirq) per
- * map, even for an empty table. So nat6_fwd is walked only while an IPv6 pair
- * may exist (NAT_GC_V6), and a sweep that finds no pair at all stops. Both bits
- * are cleared before the walk; a pair created from then on (nat_gc_ensure) sets
- * them again and restarts the timer, also while this walk runs (a pair it may
- * not have seen).
+ * natMaxEntries that is a million buckets and ~5-8 ms of one CPU (softirq) per
+ * map, even for an empty table. So a run walks one map: nat4_fwd, or nat6_fwd
+ * every other run while an IPv6 pair may exist (NAT_GC_V6; NAT_GC_V6_NEXT says
+ * whose turn it is, and the interval halves so each map keeps its cadence). A
+ * nat4_fwd run that finds no pair while no IPv6 pair may exist stops the
+ * sweep. The bits are cleared before the walk; a pair created from then on
+ * (nat_gc_ensure) sets them again and restarts the timer, also while this walk
+ * runs (a pair it may not have seen).
  */
 static int nat_gc_run(void *map, __u32 *key, struct nat_gc *gc)
 {
 	struct nat_gc_walk w = { .gc = gc, .now = bpf_ktime_get_ns() };
 	__u64 was = __sync_fetch_and_and(&gc->armed, 0);
-	__u64 v4;
+	__u64 interval;
 	__u32 zero = 0;
 
 	gc->last_checked = 0;
-	w.cfg = bpf_map_lookup_elem(&masq_config, &zero);
-	if (w.cfg) {
-		bpf_for_each_map_elem(&nat4_fwd, gc_pair_v4, &w, 0);
-		v4 = gc->last_checked;
-		if (was & NAT_GC_V6) {
-			bpf_for_each_map_elem(&nat6_fwd, gc_pair_v6, &w, 0);
-			if (gc->last_checked > v4)
-				__sync_fetch_and_or(&gc->armed, NAT_GC_V6);
-		}
-	}
 	gc->last_run_ns = w.now;
 	gc->runs++;
-	if (!w.cfg) /* no config to judge by (never expected): nothing walked, keep what we knew */
-		__sync_fetch_and_or(&gc->armed, was & NAT_GC_V6);
-	else if (gc->last_checked == 0)
-		return 0; /* nothing left to expire: idle until the next new pair */
+	w.cfg = bpf_map_lookup_elem(&masq_config, &zero);
+	if (!w.cfg) {
+		/* No config to judge by (never expected): nothing walked, keep what we knew. */
+		__sync_fetch_and_or(&gc->armed, (was & (NAT_GC_V6 | NAT_GC_V6_NEXT)) | NAT_GC_ARMED);
+		bpf_timer_start(&gc->timer, NAT_GC_MIN_NS, 0);
+		return 0;
+	}
+	if ((was & NAT_GC_V6) && (was & NAT_GC_V6_NEXT)) {
+		bpf_for_each_map_elem(&nat6_fwd, gc_pair_v6, &w, 0);
+		if (gc->last_checked)
+			__sync_fetch_and_or(&gc->armed, NAT_GC_V6);
+		/* nat4_fwd's turn next: it alone may stop the sweep. */
+	} else {
+		bpf_for_each_map_elem(&nat4_fwd, gc_pair_v4, &w, 0);
+		if (was & NAT_GC_V6)
+			__sync_fetch_and_or(&gc->armed, NAT_GC_V6 | NAT_GC_V6_NEXT);
+		else if (gc->last_checked == 0)
+			return 0; /* nothing left to expire: idle until the next new pair */
+	}
+	interval = NAT_GC_MIN_NS + gc->last_checked * NAT_GC_NS_PER_PAIR;
+	if (was & NAT_GC_V6)
+		interval /= 2; /* two maps take turns */
 	__sync_fetch_and_or(&gc->armed, NAT_GC_ARMED);
-	bpf_timer_start(&gc->timer, NAT_GC_MIN_NS + gc->last_checked * NAT_GC_NS_PER_PAIR, 0);
+	bpf_timer_start(&gc->timer, interval, 0);
 	return 0;
 }
 

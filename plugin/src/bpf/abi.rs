@@ -218,9 +218,11 @@ pub struct PortRange {
     pub hi: u16,
 }
 
-/// `nat_gc.armed` bits: the sweep's timer runs; IPv6 pairs may exist (nat6_fwd is walked).
+/// `nat_gc.armed` bits: the sweep's timer runs; IPv6 pairs may exist (nat6_fwd
+/// is walked every other run); the next run walks nat6_fwd.
 pub const NAT_GC_ARMED: u64 = 1;
 pub const NAT_GC_V6: u64 = 2;
+pub const NAT_GC_V6_NEXT: u64 = 4;
 
 /// `struct nat_gc`: the expiry sweep's timer (opaque, reads as zeros) and its last run.
 #[repr(C)]
