@@ -409,12 +409,29 @@ def test_map_pressure_every_entry_has_both_halves(topo, masq_pod, plugin):
     assert st["nat_pairs_incomplete"] == 0, st["nat_pairs_incomplete"]
 
 
+def bpftool_entries(topo, how):
+    """bpftool's JSON dump of one map (`how`: ["pinned", path] or ["id", n]); the
+    entries of every shard when it is an array of maps (nat4_fwd)."""
+    p = topo.node.enter(["bpftool", "-j", "map", "dump", *how])
+    entries = json.loads(p.stdout)
+    info = json.loads(topo.node.enter(["bpftool", "-j", "map", "show", *how]).stdout)
+    if info["type"] != "array_of_maps":
+        return entries
+    out = []
+    for e in entries:
+        inner = e.get("inner_map_id")
+        if inner is None:
+            inner = int.from_bytes(bytes(int(b, 16) for b in e["value"]), "little")
+        out += bpftool_entries(topo, ["id", str(inner)])
+    return out
+
+
 def bpftool_nat4(topo, pin):
     """{(saddr, daddr, sport, dport, proto): {addr, port, created_ns}} of a pinned
-    IPv4 NAT map, decoded from bpftool's raw bytes (struct nat4_key / nat4_entry)."""
-    p = topo.node.enter(["bpftool", "-j", "map", "dump", "pinned", pin])
+    IPv4 NAT map (or the shards of one), decoded from bpftool's raw bytes
+    (struct nat4_key / nat4_entry)."""
     out = {}
-    for e in json.loads(p.stdout):
+    for e in bpftool_entries(topo, ["pinned", pin]):
         k = bytes(int(b, 16) for b in e["key"])
         v = bytes(int(b, 16) for b in e["value"])
         key = (".".join(map(str, k[0:4])), ".".join(map(str, k[4:8])),

@@ -125,9 +125,10 @@ def test_counters_move_with_traffic(topo, plugin, lab):
     assert value(after, "ebpf_masq_pod_spoofed_packets_total", **pod_labels) == 3
     assert delta("ebpf_masq_drops_total", reason="spoofed_source") == 3
     assert value(after, "ebpf_masq_drops_total", reason="no_port") == 0
-    # The expiry sweep runs once a second from the first pair on, and sees the pairs.
-    wait_for(lambda: (value(parse(scrape(topo, plugin, lab.pin_path)), "ebpf_masq_nat_expiry_sweeps_total") or 0)
-             >= (value(after, "ebpf_masq_nat_expiry_sweeps_total") or 0) + 2, timeout=10, what="two expiry sweeps")
+    # The expiry sweep runs from the first pair on (a cycle of one run per shard
+    # a second), and a complete cycle sees the pairs.
+    wait_for(lambda: (value(parse(scrape(topo, plugin, lab.pin_path)), "ebpf_masq_nat_expiry_cycles_total") or 0)
+             >= (value(after, "ebpf_masq_nat_expiry_cycles_total") or 0) + 2, timeout=10, what="two expiry cycles")
     swept = parse(scrape(topo, plugin, lab.pin_path))
     assert value(swept, "ebpf_masq_nat_expiry_last_checked_pairs") >= 2
     assert value(swept, "ebpf_masq_nat_expiry_running") == 1  # pairs exist: the sweep keeps running

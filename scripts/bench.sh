@@ -87,11 +87,11 @@
 # --sweep: what the NAT expiry sweep (one bpf_timer per node, nat.h) takes from
 # a CPU. One ebpf node with the defaults; a busy-looping probe
 # (scripts/bench/gap.py) pinned to each CPU in turn counts the times it lost
-# the CPU for more than 1 ms, --duration s per CPU (default here 5), in three
-# states: no pair yet (sweep not armed), one IPv4 pair (the sweep walks
-# nat4_fwd once a second), IPv4 + IPv6 pairs (the maps take turns, twice a
-# second). A walk visits every
-# bucket, so its length follows natMaxEntries, not the pairs.
+# the CPU for more than 0.25 ms (and 1 ms), --duration s per CPU (default here
+# 5), in three states: no pair yet (sweep not armed), one IPv4 pair (each run
+# walks one of nat4_fwd's 16 shards, 16 runs a second), IPv4 + IPv6 pairs
+# (nat6_fwd's shards join the cycle: 32 runs a second). A walk visits every
+# bucket of its shard, so its length follows natMaxEntries / 16, not the pairs.
 #
 # Usage: scripts/bench.sh [options]
 #   --add-latency  the ADD-latency mode above instead of the data-path benchmark
@@ -574,11 +574,11 @@ main_sweep() {
   sweep_status
   nx ebpf pod ping -c 1 -W 1 "$EXT_IP" >/dev/null || die "ebpf: ping through the node failed"
   sleep 1
-  sweep_probe "one IPv4 pair (nat4_fwd walked)"
+  sweep_probe "one IPv4 pair (nat4_fwd shards)"
   sweep_status
   nx ebpf pod ping -6 -c 1 -W 1 fd00:e::2 >/dev/null || die "ebpf: IPv6 ping through the node failed"
   sleep 1
-  sweep_probe "IPv4 + IPv6 pairs (turns)"
+  sweep_probe "IPv4 + IPv6 pairs (both maps)"
   sweep_status
 }
 

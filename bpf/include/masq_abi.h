@@ -15,7 +15,7 @@
 #include <linux/in6.h>
 #include <linux/bpf.h>   /* struct bpf_timer */
 
-#define MASQ_LAYOUT_VERSION 4
+#define MASQ_LAYOUT_VERSION 5
 
 /* ---- config (ARRAY, 1 entry): node-wide knobs written by the plugin ---- */
 struct masq_config {
@@ -26,6 +26,9 @@ struct masq_config {
 	__u32 tcp_closing_timeout_s; /* after FIN or RST was seen */
 	__u32 udp_timeout_s;
 	__u32 icmp_timeout_s;
+	__u32 nat_seed;            /* keys the NAT shard hash (nat_shard4/6); random per node,
+				    * written once and kept: pairs are found by it */
+	__u32 pad;
 };
 
 #define MASQ_F_FAST_PATH 0x1      /* fastPath: route, translate and redirect pod flows in BPF */
@@ -106,15 +109,21 @@ struct rule_stats {
 	__u64 bytes;
 };
 
-/* ---- nat4_fwd / nat4_rev (HASH, not preallocated): the two halves of every NAT pair ----
+/* ---- nat4_fwd / nat4_rev: the two halves of every NAT pair ----
+ * nat4_rev is one HASH map (not preallocated) of natMaxEntries entries.
+ * nat4_fwd is an ARRAY_OF_MAPS of NAT_SHARDS such hash maps of
+ * natMaxEntries / NAT_SHARDS entries each; a forward key lives in the shard its
+ * keyed hash picks (nat_shard4: masq_config.nat_seed). The expiry sweep walks one
+ * shard per run, so a run stalls its CPU for 1/NAT_SHARDS of a whole-table walk.
  * A pair is inserted and removed as one: the expiry sweep (nat_gc) removes both
  * halves of a pair idle for its timeout, and nothing evicts a half on its own.
- * A full table refuses new flows (DROP_NAT_FULL). Both halves carry the pair's
- * created_ns, which tells a pair from a later one with the same key.
+ * A full shard (or reverse map) refuses new flows (DROP_NAT_FULL). Both halves
+ * carry the pair's created_ns, which tells a pair from a later one with the same key.
  * fwd key: the pod's tuple as it leaves   {pod, remote, pod port, remote port}
  * rev key: the reply's tuple as it enters {remote, nat addr, remote port, nat port}
  * ICMP echo uses the identifier as the pod/nat "port" and 0 as the remote port.
  */
+#define NAT_SHARDS 16
 struct nat4_key {
 	__be32 saddr;
 	__be32 daddr;
@@ -156,7 +165,7 @@ struct rule_except6_key {
 	struct in6_addr daddr;
 };
 
-/* ---- nat6_fwd / nat6_rev (LRU_HASH): IPv6 NAT pairs, same scheme as IPv4 ---- */
+/* ---- nat6_fwd (ARRAY_OF_MAPS of HASH) / nat6_rev (HASH): IPv6 NAT pairs, same scheme as IPv4 ---- */
 struct nat6_key {
 	struct in6_addr saddr;
 	struct in6_addr daddr;
@@ -179,21 +188,29 @@ struct nat6_entry {
 	__u64 bytes;
 };
 
-/* ---- nat_gc (ARRAY, 1 entry): the expiry sweep's timer and its last run ----
- * One bpf_timer for the node, armed by the first NAT pair created; every run
- * walks one forward map (nat6_fwd every other run while IPv6 pairs may exist),
- * removes idle pairs and re-arms itself, or stops when it found no pair at all.
+/* ---- nat_gc (ARRAY, 1 entry): the expiry sweep's timer and its progress ----
+ * One bpf_timer for the node, armed by the first NAT pair created. Every run
+ * walks one forward shard: a cycle is nat4_fwd's NAT_SHARDS shards, then
+ * nat6_fwd's while IPv6 pairs may exist. A cycle that found no pair, with no
+ * pair created meanwhile, stops the timer; the next new pair restarts it.
  */
-#define NAT_GC_ARMED 1ULL   /* armed: the timer is running (a sweep that finds no pair stops it) */
-#define NAT_GC_V6    2ULL   /* armed: an IPv6 pair may exist (set by each new one, cleared by a
-			     * sweep that finds none), so an IPv4-only node never walks nat6_fwd */
-#define NAT_GC_V6_NEXT 4ULL /* armed: the next run walks nat6_fwd (the maps take turns) */
+#define NAT_GC_ARMED 1ULL   /* armed: the timer is running */
+#define NAT_GC_NEW4  2ULL   /* armed: an IPv4 pair was created since the last run */
+#define NAT_GC_NEW6  4ULL   /* armed: an IPv6 pair was created since the last run */
+#define NAT_GC_WALK6 1U     /* walk: this cycle walks nat6_fwd's shards too */
 struct nat_gc {
 	struct bpf_timer timer;
-	__u64 armed;               /* NAT_GC_ARMED: the timer runs; NAT_GC_V6: walk nat6_fwd too */
-	__u64 last_run_ns;         /* bpf_ktime_get_ns() of the last sweep */
-	__u64 last_checked;        /* pairs the last (or running) sweep looked at */
+	__u64 armed;               /* NAT_GC_*: set by new pairs, taken by each run */
+	__u64 last_run_ns;         /* bpf_ktime_get_ns() of the last run */
+	__u64 last_checked;        /* pairs the last (or running) run looked at (one shard) */
 	__u64 runs;
+	__u64 cycle_checked;       /* pairs looked at so far in this cycle (both families) */
+	__u64 cycle6_checked;      /* ... of them IPv6 */
+	__u64 last_cycle_checked;  /* pairs the last whole cycle looked at */
+	__u64 cycles;              /* whole cycles completed */
+	__u32 pos;                 /* next shard: < NAT_SHARDS nat4_fwd, then nat6_fwd */
+	__u32 walk;                /* NAT_GC_WALK6 */
+	__u64 seen;                /* NAT_GC_NEW* taken during this cycle */
 };
 
 /* ---- reserved_ports (ARRAY, RESERVED_PORTS_MAX entries), plugin-only: the port
@@ -300,7 +317,7 @@ enum masq_drop_reason {
 	DROP_CSUM,                 /* checksum helper failed */
 	DROP_UNSUPPORTED_PROTO,    /* protocol we cannot masquerade (not TCP/UDP/ICMP echo) */
 	DROP_FRAG_NO_STATE,        /* later fragment seen before its first: ports unknown */
-	DROP_NAT_FULL,             /* uplink: NAT table full (natMaxEntries pairs): new flow refused */
+	DROP_NAT_FULL,             /* uplink: NAT table (the flow's shard) full: new flow refused */
 	DROP_MAX
 };
 

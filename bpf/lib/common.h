@@ -75,7 +75,7 @@ struct icmphdr {
 #endif
 
 /* ABI size checks: the Rust mirror asserts the same numbers. */
-_Static_assert(sizeof(struct masq_config) == 24, "masq_config size");
+_Static_assert(sizeof(struct masq_config) == 32, "masq_config size");
 _Static_assert(sizeof(struct pod_info) == 8, "pod_info size");
 _Static_assert(sizeof(struct pod_l2) == 20, "pod_l2 size");
 _Static_assert(sizeof(struct uplink_info) == 24, "uplink_info size");
@@ -88,7 +88,7 @@ _Static_assert(sizeof(struct rule_except4_key) == 12, "rule_except4_key size");
 _Static_assert(sizeof(struct rule_stats) == 16, "rule_stats size");
 _Static_assert(sizeof(struct nat4_key) == 16, "nat4_key size");
 _Static_assert(sizeof(struct nat4_entry) == 48, "nat4_entry size");
-_Static_assert(sizeof(struct nat_gc) == 48, "nat_gc size");
+_Static_assert(sizeof(struct nat_gc) == 96, "nat_gc size");
 _Static_assert(sizeof(struct port_range) == 4, "port_range size");
 _Static_assert(sizeof(struct pod_stats) == 24, "pod_stats size");
 _Static_assert(sizeof(struct rule6_key) == 24, "rule6_key size");

@@ -160,7 +160,7 @@ static __noinline int fp_egress_v4(struct __sk_buff *skb, const struct masq_conf
 			.sport = f.sport, .dport = f.dport, .proto = f.proto,
 		};
 
-		fwd = bpf_map_lookup_elem(&nat4_fwd, &fk);
+		fwd = fwd_get_v4(&fk);
 		if (fwd && !(fwd->flags & NAT_F_FAST))
 			goto fallback; /* began on the normal path: stays there */
 	}
@@ -192,7 +192,7 @@ static __noinline int fp_egress_v4(struct __sk_buff *skb, const struct masq_conf
 			.sport = f.sport, .dport = f.dport, .proto = f.proto,
 		};
 
-		bpf_map_delete_elem(&nat4_fwd, &fk);
+		fwd_del_v4(&fk);
 		fwd = NULL;
 	}
 	if (!fwd) {
@@ -257,7 +257,7 @@ static __noinline struct nat6_entry *fp_lookup_v6(const struct flow6 *f)
 	struct nat6_key fk = {};
 
 	fp_key_v6(f, &fk);
-	return bpf_map_lookup_elem(&nat6_fwd, &fk);
+	return fwd_get_v6(&fk);
 }
 
 /* Drop the flow's forward half (its pair is going, or its reply slot was taken over). */
@@ -266,7 +266,7 @@ static __noinline void fp_forget_v6(const struct flow6 *f)
 	struct nat6_key fk = {};
 
 	fp_key_v6(f, &fk);
-	bpf_map_delete_elem(&nat6_fwd, &fk);
+	fwd_del_v6(&fk);
 }
 
 /* Is the destination a ClusterIP (serviceCIDRs)? */

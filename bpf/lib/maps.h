@@ -2,7 +2,7 @@
 /*
  * Every map, pinned by name under <pinPath>/v<MASQ_LAYOUT_VERSION>/ so that the
  * veth and uplink objects, and every later plugin process, share one copy.
- * max_entries of the NAT maps is set by the loader from natMaxEntries.
+ * The NAT maps' sizes come from natMaxEntries (the loader).
  */
 #ifndef MASQ_MAPS_H
 #define MASQ_MAPS_H
@@ -123,13 +123,26 @@ struct {
  */
 #define NAT_MAP_FLAGS BPF_F_NO_PREALLOC
 
-struct {
+/*
+ * The forward halves: NAT_SHARDS hash maps behind an array (see masq_abi.h).
+ * The loader creates the shards (natMaxEntries / NAT_SHARDS entries each) and
+ * puts them in before any program is pinned; the definition here is only the
+ * template they must match (type, key, value, flags).
+ */
+struct nat4_shard {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
+	__uint(max_entries, 4096);
 	__type(key, struct nat4_key);
 	__type(value, struct nat4_entry);
 	__uint(map_flags, NAT_MAP_FLAGS);
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, NAT_SHARDS);
+	__type(key, __u32);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
+	__array(values, struct nat4_shard);
 } nat4_fwd SEC(".maps");
 
 struct {
@@ -159,13 +172,20 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } rule_except6 SEC(".maps");
 
-struct {
+struct nat6_shard {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
+	__uint(max_entries, 4096);
 	__type(key, struct nat6_key);
 	__type(value, struct nat6_entry);
 	__uint(map_flags, NAT_MAP_FLAGS);
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, NAT_SHARDS);
+	__type(key, __u32);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
+	__array(values, struct nat6_shard);
 } nat6_fwd SEC(".maps");
 
 struct {

@@ -28,11 +28,11 @@
 #define NAT_SWEEP 1024
 
 /*
- * The expiry sweep runs every NAT_GC_MIN_NS, stretched by NAT_GC_NS_PER_PAIR
- * for every pair it checked last time: a walk costs some tens of ns per pair on
- * one CPU (softirq), so a million pairs are swept every ~5 s at well under 1 % of
- * a CPU, while a small table is swept every second (an idle pair lives at most
- * its timeout plus one interval).
+ * A sweep cycle (every shard once) takes NAT_GC_MIN_NS, stretched by
+ * NAT_GC_NS_PER_PAIR for every pair the last cycle checked: a walk costs some
+ * tens of ns per pair on one CPU (softirq), so a million pairs are swept every
+ * ~5 s at well under 1 % of a CPU, while a small table is swept every second (an
+ * idle pair lives at most its timeout plus one cycle).
  */
 #define NAT_GC_MIN_NS      NSEC_PER_SEC
 #define NAT_GC_NS_PER_PAIR 4000ULL
@@ -48,6 +48,9 @@ static __always_inline void nat_gc_ensure(bool v6);
 
 #ifndef E2BIG
 #define E2BIG 7               /* a hash map at max_entries refuses a new key */
+#endif
+#ifndef ENOENT
+#define ENOENT 2
 #endif
 #ifndef EBUSY
 #define EBUSY 16
@@ -78,6 +81,51 @@ static __always_inline __u32 uplink_l3_off(const struct uplink_info *up)
 {
 	return (up->flags & UPLINK_F_L3) ? 0 : ETH_HLEN;
 }
+
+/*
+ * nat_shard - the shard of a forward key: an NH hash (UMAC's: the sum of
+ * products of key-word pairs, each word offset by a key) over its 32-bit words,
+ * keyed by the node's masq_config.nat_seed, so a pod cannot aim its flows at one
+ * shard and fill it. The products are independent of each other, so the hash
+ * costs about one multiply's latency, not one per word. plugin/src/bpf/abi.rs
+ * nat_shard() computes the same.
+ */
+static const __u32 nat_shard_keys[10] = {
+	0xc2c063fe, 0x239eed24, 0x958507ad, 0xf768064f, 0x0e9a8df5,
+	0x55113dc3, 0xe0c67744, 0x5966eb44, 0xfcb042d9, 0x4ca82984,
+};
+
+static __always_inline __u32 nat_shard(const __u32 *w, int words, __u32 seed)
+{
+	__u64 sum = 0;
+	__u32 h;
+
+#pragma unroll
+	for (int i = 0; i + 1 < words; i += 2)
+		sum += (__u64)(__u32)(w[i] + (seed ^ nat_shard_keys[i])) *
+		       (__u32)(w[i + 1] + (seed ^ nat_shard_keys[i + 1]));
+	/* murmur3's finaliser: every bit reaches the bits the shard is taken from. */
+	h = (__u32)sum ^ (__u32)(sum >> 32);
+	h ^= h >> 16;
+	h *= 0x85ebca6b;
+	h ^= h >> 13;
+	h *= 0xc2b2ae35;
+	h ^= h >> 16;
+	return h % NAT_SHARDS;
+}
+
+/* The shard (inner hash map) of @outer that holds forward key @key, or NULL. */
+#define NAT_FWD_SHARD(outer, key)                                                          \
+	({                                                                                 \
+		__u32 __zero = 0, __i;                                                     \
+		const struct masq_config *__cfg = bpf_map_lookup_elem(&masq_config, &__zero); \
+		void *__m = NULL;                                                          \
+		if (__cfg) {                                                               \
+			__i = nat_shard((const __u32 *)(key), sizeof(*(key)) / 4, __cfg->nat_seed); \
+			__m = bpf_map_lookup_elem(outer, &__i);                            \
+		}                                                                          \
+		__m;                                                                       \
+	})
 
 static __noinline void decide4(__u32 ifindex, const struct uplink_info *up, const struct flow4 *f,
 				    struct masq_decision4 *d)
@@ -154,65 +202,97 @@ static __noinline void decide6(__u32 ifindex, const struct uplink_info *up, cons
 #include "nat_tmpl.h"
 
 /*
- * nat_gc_run - the expiry sweep (the node's one bpf_timer, in nat_gc): walk a
- * forward map, remove idle pairs (both halves, gc_pair), record the run and
- * come back after an interval that grows with the table.
- *
- * A walk visits every bucket of a map, used or not: with the default
- * natMaxEntries that is a million buckets and ~5-8 ms of one CPU (softirq) per
- * map, even for an empty table. So a run walks one map: nat4_fwd, or nat6_fwd
- * every other run while an IPv6 pair may exist (NAT_GC_V6; NAT_GC_V6_NEXT says
- * whose turn it is, and the interval halves so each map keeps its cadence). A
- * nat4_fwd run that finds no pair while no IPv6 pair may exist stops the
- * sweep. The bits are cleared before the walk; a pair created from then on
- * (nat_gc_ensure) sets them again and restarts the timer, also while this walk
- * runs (a pair it may not have seen).
+ * nat_gc_walk_shard - walk one forward shard (a bpf_for_each_map_elem over a
+ * hash map visits every bucket, used or not: natMaxEntries / NAT_SHARDS of them).
+ */
+static __always_inline void nat_gc_walk_shard(__u32 pos, struct nat_gc_walk *w)
+{
+	__u32 i = pos % NAT_SHARDS;
+	void *m;
+
+	if (pos < NAT_SHARDS) {
+		m = bpf_map_lookup_elem(&nat4_fwd, &i);
+		if (m)
+			bpf_for_each_map_elem(m, gc_pair_v4, w, 0);
+	} else {
+		m = bpf_map_lookup_elem(&nat6_fwd, &i);
+		if (m)
+			bpf_for_each_map_elem(m, gc_pair_v6, w, 0);
+	}
+}
+
+/*
+ * nat_gc_run - the expiry sweep (the node's one bpf_timer, in nat_gc): each run
+ * walks one forward shard, removes idle pairs (both halves, gc_pair) and comes
+ * back after 1/NAT_SHARDS of a cycle's interval. A cycle is nat4_fwd's shards,
+ * then nat6_fwd's while IPv6 pairs may exist (NAT_GC_WALK6: an IPv6 pair was
+ * created, or found, during the last cycle), so a run stalls its CPU for the
+ * walk of one shard, never of a whole table (~10 ms at the default size).
+ * New pairs set NAT_GC_NEW4/NEW6; each run takes them (they are cleared first,
+ * so a pair made while the walk runs is never missed) into the cycle's record.
+ * A cycle that found no pair, with none created meanwhile, stops the timer:
+ * an idle node does not walk at all, and the next new pair restarts it.
  */
 static int nat_gc_run(void *map, __u32 *key, struct nat_gc *gc)
 {
 	struct nat_gc_walk w = { .gc = gc, .now = bpf_ktime_get_ns() };
 	__u64 was = __sync_fetch_and_and(&gc->armed, 0);
+	__u32 pos = gc->pos, steps;
 	__u64 interval;
 	__u32 zero = 0;
 
+	gc->seen |= was & (NAT_GC_NEW4 | NAT_GC_NEW6);
 	gc->last_checked = 0;
 	gc->last_run_ns = w.now;
 	gc->runs++;
 	w.cfg = bpf_map_lookup_elem(&masq_config, &zero);
 	if (!w.cfg) {
-		/* No config to judge by (never expected): nothing walked, keep what we knew. */
-		__sync_fetch_and_or(&gc->armed, (was & (NAT_GC_V6 | NAT_GC_V6_NEXT)) | NAT_GC_ARMED);
+		/* No config to judge by (never expected): nothing walked, come back. */
+		__sync_fetch_and_or(&gc->armed, NAT_GC_ARMED);
 		bpf_timer_start(&gc->timer, NAT_GC_MIN_NS, 0);
 		return 0;
 	}
-	if ((was & NAT_GC_V6) && (was & NAT_GC_V6_NEXT)) {
-		bpf_for_each_map_elem(&nat6_fwd, gc_pair_v6, &w, 0);
-		if (gc->last_checked)
-			__sync_fetch_and_or(&gc->armed, NAT_GC_V6);
-		/* nat4_fwd's turn next: it alone may stop the sweep. */
-	} else {
-		bpf_for_each_map_elem(&nat4_fwd, gc_pair_v4, &w, 0);
-		if (was & NAT_GC_V6)
-			__sync_fetch_and_or(&gc->armed, NAT_GC_V6 | NAT_GC_V6_NEXT);
-		else if (gc->last_checked == 0)
+	if (pos >= 2 * NAT_SHARDS || (pos >= NAT_SHARDS && !(gc->walk & NAT_GC_WALK6)))
+		pos = 0; /* never expected: start a cycle */
+	nat_gc_walk_shard(pos, &w);
+	gc->cycle_checked += gc->last_checked;
+	if (pos >= NAT_SHARDS)
+		gc->cycle6_checked += gc->last_checked;
+	pos++;
+	steps = (gc->walk & NAT_GC_WALK6) ? 2 * NAT_SHARDS : NAT_SHARDS;
+	if (pos >= steps) {
+		/* The cycle is complete: what it found decides the next one. */
+		bool any = gc->cycle_checked || (gc->seen & (NAT_GC_NEW4 | NAT_GC_NEW6));
+
+		gc->walk = (gc->cycle6_checked || (gc->seen & NAT_GC_NEW6)) ? NAT_GC_WALK6 : 0;
+		gc->last_cycle_checked = gc->cycle_checked;
+		gc->cycle_checked = 0;
+		gc->cycle6_checked = 0;
+		gc->seen = 0;
+		gc->cycles++;
+		pos = 0;
+		gc->pos = 0;
+		if (!any)
 			return 0; /* nothing left to expire: idle until the next new pair */
+		steps = (gc->walk & NAT_GC_WALK6) ? 2 * NAT_SHARDS : NAT_SHARDS;
 	}
-	interval = NAT_GC_MIN_NS + gc->last_checked * NAT_GC_NS_PER_PAIR;
-	if (was & NAT_GC_V6)
-		interval /= 2; /* two maps take turns */
+	gc->pos = pos;
+	/* A cycle takes NAT_GC_MIN_NS, stretched by the pairs the last one saw. */
+	interval = (NAT_GC_MIN_NS + gc->last_cycle_checked * NAT_GC_NS_PER_PAIR) / steps;
 	__sync_fetch_and_or(&gc->armed, NAT_GC_ARMED);
 	bpf_timer_start(&gc->timer, interval, 0);
 	return 0;
 }
 
 /*
- * nat_gc_ensure - after a new pair: mark IPv6 pairs for the walk (@v6) and arm
- * the sweep if it is not running (the node's first pair, or the first after a
- * sweep found the table empty and stopped). Cheap when armed: one lookup.
+ * nat_gc_ensure - after a new pair: tell the sweep (NAT_GC_NEW4/NEW6) and arm it
+ * if it is not running (the node's first pair, or the first after a cycle found
+ * the table empty and stopped). Cheap when armed and told: one lookup, one read.
  * Racing CPUs are harmless: the second init says EBUSY and starting twice re-arms.
  */
 static __always_inline void nat_gc_ensure(bool v6)
 {
+	__u64 bit = v6 ? NAT_GC_NEW6 : NAT_GC_NEW4;
 	struct nat_gc *gc;
 	__u32 zero = 0;
 	long err;
@@ -220,8 +300,8 @@ static __always_inline void nat_gc_ensure(bool v6)
 	gc = bpf_map_lookup_elem(&nat_gc, &zero);
 	if (!gc)
 		return;
-	if (v6 && !(gc->armed & NAT_GC_V6))
-		__sync_fetch_and_or(&gc->armed, NAT_GC_V6);
+	if (!(gc->armed & bit))
+		__sync_fetch_and_or(&gc->armed, bit);
 	if (gc->armed & NAT_GC_ARMED)
 		return;
 	err = bpf_timer_init(&gc->timer, &nat_gc, CLOCK_MONOTONIC);

@@ -32,6 +32,29 @@
 
 #define NAT_NOT_OURS (-100)
 
+/* The forward half of a pair, in its key's shard of MAP_FWD. */
+static __always_inline ENTRY_T *NAT_FN(fwd_get)(const KEY_T *k)
+{
+	void *m = NAT_FWD_SHARD(&MAP_FWD, k);
+
+	return m ? bpf_map_lookup_elem(m, k) : NULL;
+}
+
+static __always_inline long NAT_FN(fwd_put)(const KEY_T *k, const ENTRY_T *e, __u64 flags)
+{
+	void *m = NAT_FWD_SHARD(&MAP_FWD, k);
+
+	return m ? bpf_map_update_elem(m, k, e, flags) : -ENOENT; /* no shard: never expected */
+}
+
+static __always_inline void NAT_FN(fwd_del)(const KEY_T *k)
+{
+	void *m = NAT_FWD_SHARD(&MAP_FWD, k);
+
+	if (m)
+		bpf_map_delete_elem(m, k);
+}
+
 static __always_inline bool NAT_FN(nat_expired)(const ENTRY_T *e, const struct masq_config *cfg,
 						__u8 proto, __u64 now)
 {
@@ -114,7 +137,7 @@ static __noinline void NAT_FN(rnat_sync_fwd)(const FLOW_T *f, const ENTRY_T *rev
 		.saddr = rev->addr, .daddr = f->saddr,
 		.sport = rev->port, .dport = f->sport, .proto = f->proto,
 	};
-	ENTRY_T *fwd = bpf_map_lookup_elem(&MAP_FWD, &fk);
+	ENTRY_T *fwd = NAT_FN(fwd_get)(&fk);
 
 	if (fwd && fwd->created_ns == rev->created_ns) {
 		fwd->last_seen_ns = now;
@@ -148,9 +171,9 @@ static long NAT_FN(gc_pair)(void *map, const KEY_T *key, ENTRY_T *fwd, struct na
 		bpf_map_delete_elem(&MAP_REV, &rk);
 	/* A packet of the flow may have found its reverse half gone just now and
 	 * made a new pair under the same key: that one stays. */
-	cur = bpf_map_lookup_elem(&MAP_FWD, &fk);
+	cur = NAT_FN(fwd_get)(&fk);
 	if (cur && cur->created_ns == gen)
-		bpf_map_delete_elem(&MAP_FWD, &fk);
+		NAT_FN(fwd_del)(&fk);
 	count_add(CNT_NAT_EXPIRED, 1);
 	return 0;
 }
@@ -206,7 +229,7 @@ static long NAT_FN(probe_port)(__u32 i, void *ctx)
 
 		p->fk.saddr = old->addr;
 		p->fk.sport = old->port;
-		bpf_map_delete_elem(&MAP_FWD, &p->fk);
+		NAT_FN(fwd_del)(&p->fk);
 		p->fk = mine;
 		if (bpf_map_update_elem(&MAP_REV, &p->rk, &p->e, BPF_ANY) == 0) {
 			count_add(CNT_NAT_RECLAIMED, 1);
@@ -258,17 +281,17 @@ static __noinline ENTRY_T *NAT_FN(snat_create)(const FLOW_T *f, const struct mas
 
 	p.e.addr = d->nat_addr;
 	p.e.port = p.rk.dport;
-	err = bpf_map_update_elem(&MAP_FWD, &p.fk, &p.e, BPF_NOEXIST);
+	err = NAT_FN(fwd_put)(&p.fk, &p.e, BPF_NOEXIST);
 	if (err) {
 		/* Give the port back. If another CPU created this flow meanwhile
 		 * (EEXIST), use its pair; otherwise the insert failed for real. */
 		bpf_map_delete_elem(&MAP_REV, &p.rk);
 		*reason = err == -E2BIG ? DROP_NAT_FULL : DROP_NAT_INSERT;
-		return bpf_map_lookup_elem(&MAP_FWD, &p.fk);
+		return NAT_FN(fwd_get)(&p.fk);
 	}
 	count_add(CNT_NAT_CREATED, 1);
 	nat_gc_ensure(NAT_IS_V6);
-	return bpf_map_lookup_elem(&MAP_FWD, &p.fk);
+	return NAT_FN(fwd_get)(&p.fk);
 }
 
 static __always_inline void NAT_FN(rule_account)(__u32 rule_id, __u32 len)
@@ -309,7 +332,7 @@ static __noinline int NAT_FN(snat_fragment)(struct __sk_buff *skb, const struct 
 			.saddr = f->saddr, .daddr = f->daddr,
 			.sport = p->sport, .dport = p->dport, .proto = p->proto,
 		};
-		ENTRY_T *fwd = bpf_map_lookup_elem(&MAP_FWD, &fk);
+		ENTRY_T *fwd = NAT_FN(fwd_get)(&fk);
 
 		if (fwd) {
 			if (REWRITE_ADDR(skb, f, true, &fwd->addr))
@@ -372,7 +395,7 @@ static __noinline int NAT_FN(icmp_err_egress)(struct __sk_buff *skb, const FLOW_
 		.saddr = in.daddr, .daddr = in.saddr,
 		.sport = in.dport, .dport = in.sport, .proto = in.proto,
 	};
-	fwd = bpf_map_lookup_elem(&MAP_FWD, &fk);
+	fwd = NAT_FN(fwd_get)(&fk);
 	if (!fwd)
 		return NAT_NOT_OURS;
 	if (ICMP_ERR_REWRITE(skb, f, &in, true, ADDR_EQ(&in.daddr, &f->saddr), &fwd->addr, fwd->port))
@@ -437,11 +460,11 @@ static __noinline int NAT_FN(snat_egress)(struct __sk_buff *skb, const struct up
 			.saddr = f.saddr, .daddr = f.daddr,
 			.sport = f.sport, .dport = f.dport, .proto = f.proto,
 		};
-		fwd = bpf_map_lookup_elem(&MAP_FWD, &fk);
+		fwd = NAT_FN(fwd_get)(&fk);
 		if (fwd) {
 			if (!NAT_FN(snat_refresh)(&f, fwd, now)) {
 				/* Our pair is going, or its reply slot was taken over: start afresh. */
-				bpf_map_delete_elem(&MAP_FWD, &fk);
+				NAT_FN(fwd_del)(&fk);
 				fwd = NULL;
 			} else {
 				goto rewrite;

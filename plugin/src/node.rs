@@ -168,6 +168,12 @@ pub fn reconcile_with(pins: &Pins, conf: &MasqConfig, uplinks: &[Uplink]) -> Res
 
 fn write_config(pins: &Pins, conf: &MasqConfig) -> Result<()> {
     let mut cfg: Array<MapData, AbiConfig> = maps::open(pins, abi::MAP_CONFIG)?;
+    // The shard seed is chosen once per node and kept: every forward half was
+    // put in the shard it picks.
+    let seed = match cfg.get(&0, 0) {
+        Ok(c) if c.nat_seed != 0 => c.nat_seed,
+        _ => random_seed(),
+    };
     let v = AbiConfig {
         port_min: conf.port_range.0,
         port_max: conf.port_range.1,
@@ -176,8 +182,18 @@ fn write_config(pins: &Pins, conf: &MasqConfig) -> Result<()> {
         tcp_closing_timeout_s: TCP_CLOSING_TIMEOUT_S,
         udp_timeout_s: UDP_TIMEOUT_S,
         icmp_timeout_s: ICMP_TIMEOUT_S,
+        nat_seed: seed,
+        pad: 0,
     };
     cfg.set(0, v, 0).map_err(|e| map_err("write masq_config", e))
+}
+
+/// A non-zero random 32-bit value (std's per-process hash keys come from the OS RNG).
+fn random_seed() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(crate::pod::monotonic_ns());
+    (h.finish() as u32).max(1)
 }
 
 /// Desired exclusions, in the order that decides the reported reason when the

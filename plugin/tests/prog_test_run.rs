@@ -9,7 +9,7 @@ mod support;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::ops::RangeInclusive;
 
-use ebpf_masq::bpf::abi::{counter, EXCL_LINK_LOCAL, EXCL_NATIVE_ROUTING, NAT_F_BY_RULE, NAT_GC_ARMED, NAT_GC_V6};
+use ebpf_masq::bpf::abi::{counter, EXCL_LINK_LOCAL, EXCL_NATIVE_ROUTING, NAT_F_BY_RULE, NAT_GC_ARMED, NAT_GC_NEW6, NAT_SHARDS};
 use support::{harness::*, packet::*};
 
 const MASQ: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
@@ -452,9 +452,9 @@ fn idle_pair_expires_with_both_halves_together() {
     expect_snat(&dp, &udp(POD2, REMOTE, 40001, 53), MASQ, |p| udp(MASQ, REMOTE, p, 53));
 }
 
-/// A sweep walks every bucket of both forward maps, used or not (~10 ms of a CPU
-/// at the default natMaxEntries): once a sweep finds the table empty the timer
-/// stops, and the next new pair starts it again (and is expired in turn).
+/// A walk visits every bucket of a map, used or not (~10 ms of a CPU for a whole
+/// table at the default natMaxEntries): once a sweep cycle finds the table empty
+/// the timer stops, and the next new pair starts it again (and is expired in turn).
 #[test]
 fn the_sweep_stops_on_an_empty_table_and_the_next_pair_restarts_it() {
     let dp = node();
@@ -463,13 +463,15 @@ fn the_sweep_stops_on_an_empty_table_and_the_next_pair_restarts_it() {
     assert!(!armed(&dp), "armed before any pair");
     expect_snat(&dp, &udp(POD, REMOTE, 40000, 53), MASQ, |p| udp(MASQ, REMOTE, p, 53));
     assert!(armed(&dp), "the first pair arms the sweep");
-    assert_eq!(dp.nat_gc().armed & NAT_GC_V6, 0, "an IPv4 pair does not make the sweep walk nat6_fwd");
+    assert_eq!(dp.nat_gc().armed & NAT_GC_NEW6, 0, "an IPv4 pair is not reported as IPv6");
     assert!(eventually(5, || dp.nat_is_empty()), "pair still there: {:?}", dp.fwd());
-    // The sweep after the one that removed it finds nothing and stops.
+    // The cycle after the one that removed it finds nothing and stops.
     assert!(eventually(5, || !armed(&dp)), "sweep still armed on an empty table: {:?}", dp.nat_gc());
     let stopped = dp.nat_gc();
-    assert_eq!(stopped.last_checked, 0, "{stopped:?}");
-    sleep_ms(2500); // more than two intervals: no run happens while idle
+    assert_eq!((stopped.last_cycle_checked, stopped.pos, stopped.walk), (0, 0, 0), "{stopped:?}");
+    // IPv4 only: every cycle was one run per nat4_fwd shard.
+    assert_eq!(stopped.runs, stopped.cycles * u64::from(NAT_SHARDS), "{stopped:?}");
+    sleep_ms(2500); // more than two cycles: no run happens while idle
     assert_eq!(dp.nat_gc().runs, stopped.runs, "the sweep ran although stopped");
 
     expect_snat(&dp, &udp(POD, REMOTE, 40001, 53), MASQ, |p| udp(MASQ, REMOTE, p, 53));
@@ -477,6 +479,40 @@ fn the_sweep_stops_on_an_empty_table_and_the_next_pair_restarts_it() {
     assert!(eventually(5, || dp.nat_is_empty()), "second pair not expired: {:?}", dp.fwd());
     assert!(dp.nat_gc().runs > stopped.runs);
     assert_eq!(dp.counter(counter::NAT_EXPIRED), 2);
+}
+
+/// The forward halves are spread over NAT_SHARDS hash maps by a keyed hash the
+/// plugin computes the same way (every pair the programs made is where
+/// `shard_of` says), and a sweep run walks exactly one shard: what it checked
+/// is that shard's pairs, and a cycle checks them all.
+#[test]
+fn the_sweep_walks_one_shard_per_run_and_every_shard_each_cycle() {
+    let dp = node();
+    dp.set_timeouts(20000, 29999, 3600, 3600, 3600);
+    for i in 0..96u16 {
+        dp.egress(&udp(POD, REMOTE, 30000 + i, 53)).passed();
+    }
+    let fwd = dp.fwd();
+    assert_eq!(dp.assert_pairs_complete(), 96);
+    let shards = dp.fwd_shards();
+    for (k, _) in &fwd {
+        assert!(shards.get(k).is_ok(), "{k:?} not in shard {}", dp.shard_of(k));
+    }
+    let lens = shards.shard_lens();
+    assert_eq!(lens.iter().sum::<usize>(), 96);
+    assert!(lens.iter().filter(|&&n| n > 0).count() >= 12, "pairs not spread over the shards: {lens:?}");
+    // A whole cycle checked every pair; each run only its shard's.
+    assert!(eventually(4, || dp.nat_gc().cycles >= 2), "no complete cycle: {:?}", dp.nat_gc());
+    assert_eq!(dp.nat_gc().last_cycle_checked, 96, "{:?}", dp.nat_gc());
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..40 {
+        let gc = dp.nat_gc();
+        let walked = (gc.pos + NAT_SHARDS - 1) % NAT_SHARDS;
+        assert_eq!(gc.last_checked, lens[walked as usize] as u64, "run before pos {}: {gc:?} {lens:?}", gc.pos);
+        seen.insert(walked);
+        sleep_ms(23);
+    }
+    assert!(seen.len() >= 8, "runs did not move across the shards: {seen:?}");
 }
 
 #[test]
@@ -515,34 +551,47 @@ fn fin_or_rst_shortens_the_expiry_from_either_direction() {
     assert_eq!(dp.counter(counter::NAT_EXPIRED), 2);
 }
 
+/// The table is full for a new flow when its forward shard is (natMaxEntries /
+/// NAT_SHARDS pairs): the flow is refused and counted, nothing is half-inserted,
+/// established flows keep working, flows of other shards are still made, and a
+/// pair leaving makes room for exactly one.
 #[test]
 fn full_table_refuses_new_flows_and_keeps_the_old_ones() {
     let dp = node();
-    let cap = NAT_MAX_ENTRIES_IN_TESTS as u16;
-    // Flow i: pod port 10000+i to remote port 1000+i/100, so the 100-port range
-    // never runs out before the table does.
-    let flow = |i: u16| udp(POD, REMOTE, 10000 + i, 1000 + i / 100);
-    for i in 0..cap {
-        dp.egress(&flow(i)).passed();
+    let cap = (NAT_MAX_ENTRIES_IN_TESTS / NAT_SHARDS) as usize;
+    // Flow i: pod port 10000+i to remote port 1000+i/64, so the 100-port range
+    // never runs out before the shard does. Fill the shard of flow 0.
+    let flow = |i: u16| udp(POD, REMOTE, 10000 + i, 1000 + i / 64);
+    let key = |i: u16| nat_key(POD, REMOTE, 10000 + i, 1000 + i / 64, UDP);
+    let full = dp.shard_of(&key(0));
+    let mut mine = (0..u16::MAX).filter(|&i| dp.shard_of(&key(i)) == full);
+    let other = (0..u16::MAX).find(|&i| dp.shard_of(&key(i)) != full).unwrap();
+    for _ in 0..cap {
+        dp.egress(&flow(mine.next().unwrap())).passed();
     }
-    assert_eq!(dp.assert_pairs_complete(), cap as usize);
-    // One more flow: refused, counted, nothing half-inserted.
-    dp.egress(&flow(cap)).dropped();
+    assert_eq!(dp.assert_pairs_complete(), cap);
+    assert_eq!(dp.fwd_shards().shard_lens()[full as usize], cap);
+    // One more flow of that shard: refused, counted, nothing half-inserted.
+    let refused = mine.next().unwrap();
+    dp.egress(&flow(refused)).dropped();
     assert_eq!((dp.drops(drop::NAT_FULL), dp.drops(drop::NO_PORT)), (1, 0));
-    assert_eq!(dp.assert_pairs_complete(), cap as usize);
+    assert_eq!(dp.assert_pairs_complete(), cap);
     // Established flows keep working both ways.
     let port = expect_snat(&dp, &flow(0), MASQ, |p| udp(MASQ, REMOTE, p, 1000));
     assert_eq!(dp.ingress(&udp(REMOTE, MASQ, 1000, port)).passed(), udp(REMOTE, POD, 1000, 10000));
+    // Another shard has room.
+    dp.egress(&flow(other)).passed();
+    assert_eq!(dp.assert_pairs_complete(), cap + 1);
     // A pair leaving (as DEL or expiry removes it) makes room for exactly one new flow.
-    let fk = nat_key(POD, REMOTE, 10001, 1000, UDP);
+    let fk = key(0);
     let fe = dp.get_fwd(&fk).unwrap();
     dp.del_rev(&reverse_key(&fk, MASQ, u16::from_be_bytes(fe.port)));
     dp.del_fwd(&fk);
-    let dport = 1000 + cap / 100;
-    expect_snat(&dp, &flow(cap), MASQ, |p| udp(MASQ, REMOTE, p, dport));
-    dp.egress(&flow(cap + 1)).dropped();
+    let dport = 1000 + refused / 64;
+    expect_snat(&dp, &flow(refused), MASQ, |p| udp(MASQ, REMOTE, p, dport));
+    dp.egress(&flow(mine.next().unwrap())).dropped();
     assert_eq!(dp.drops(drop::NAT_FULL), 2);
-    assert_eq!(dp.assert_pairs_complete(), cap as usize);
+    assert_eq!(dp.assert_pairs_complete(), cap + 1);
 }
 
 // ---- 10: veth anti-spoofing ----

@@ -339,27 +339,32 @@ fn rule6_to_address_without_uplink_v6() {
     expect_untouched(dp.egress(&frame), &frame);
 }
 
-/// IPv6 pairs expire like IPv4's (both halves), and the sweep walks nat6_fwd only
-/// while IPv6 pairs may exist, taking turns with nat4_fwd: a new one sets
-/// NAT_GC_V6, and the sweep after the one that removed the last clears it again
-/// and, with no pair left, stops.
+/// IPv6 pairs expire like IPv4's (both halves), and the sweep's cycle takes in
+/// nat6_fwd's shards only while IPv6 pairs may exist: a new one is reported
+/// (NAT_GC_NEW6), the cycle after walks nat6_fwd too (NAT_GC_WALK6), and the
+/// cycle after the one that removed the last IPv6 pair drops it again and, with
+/// no pair left, stops.
 #[test]
 fn ipv6_pairs_expire_and_the_sweep_walks_nat6_only_while_they_exist() {
-    use ebpf_masq::bpf::abi::{NAT_GC_ARMED, NAT_GC_V6, NAT_GC_V6_NEXT};
+    use ebpf_masq::bpf::abi::{NAT_GC_ARMED, NAT_GC_NEW6, NAT_GC_WALK6};
     let eventually = |secs: u64, f: &dyn Fn() -> bool| {
         let end = std::time::Instant::now() + std::time::Duration::from_secs(secs);
         while !f() && std::time::Instant::now() < end {
-            std::thread::sleep(std::time::Duration::from_millis(100));
+            std::thread::sleep(std::time::Duration::from_millis(50));
         }
         f()
     };
     let dp = node6();
     dp.set_timeouts(20000, 20099, 3600, 3600, 1);
     expect_snat6(&dp, &udp6(pod(), remote(), 40000, 53), masq(), |p| udp6(masq(), remote(), p, 53));
-    assert_eq!(dp.nat_gc().armed, NAT_GC_ARMED | NAT_GC_V6, "an IPv6 pair arms the sweep for nat6_fwd");
-    // A run walks one map: after nat4_fwd's run, nat6_fwd has the next turn.
-    assert!(eventually(3, &|| dp.nat_gc().armed & NAT_GC_V6_NEXT != 0), "nat6_fwd never got a turn: {:?}", dp.nat_gc());
+    let gc = dp.nat_gc();
+    assert_eq!((gc.armed, gc.walk), (NAT_GC_ARMED | NAT_GC_NEW6, 0), "an IPv6 pair is reported to the sweep: {gc:?}");
+    assert!(eventually(3, &|| dp.nat_gc().walk & NAT_GC_WALK6 != 0), "nat6_fwd never joined the cycle: {:?}", dp.nat_gc());
     assert!(eventually(5, &|| dp.nat6_is_empty()), "IPv6 pair not expired: {:?} {:?}", dp.fwd6(), dp.rev6());
     assert_eq!(dp.counter(counter::NAT_EXPIRED), 1);
-    assert!(eventually(5, &|| dp.nat_gc().armed == 0), "sweep still armed or walking nat6: {:?}", dp.nat_gc());
+    assert!(
+        eventually(5, &|| { let g = dp.nat_gc(); g.armed == 0 && g.walk == 0 }),
+        "sweep still armed or walking nat6: {:?}",
+        dp.nat_gc()
+    );
 }

@@ -377,7 +377,8 @@ def cmd_report(results, meta_path, *rest):
 def cmd_sweepline(label, cpu, probe_json):
     """One line of bench.sh --sweep from gap.py's JSON."""
     g = json.loads(probe_json)
-    print(f"{label:<34} cpu{cpu}  {g['gaps'] / g['secs']:5.2f} gaps>1ms/s  max {g['max_ms']:6.2f} ms"
+    print(f"{label:<34} cpu{cpu}  {g['gaps'] / g['secs']:5.2f} gaps>0.25ms/s  {g['gaps_1ms'] / g['secs']:5.2f} >1ms/s"
+          f"  max {g['max_ms']:6.2f} ms"
           f"  total {g['sum_ms']:7.1f} ms in {g['secs']:.0f} s")
 
 

@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-pub const LAYOUT_VERSION: u32 = 4;
+pub const LAYOUT_VERSION: u32 = 5;
 
 // Map names (pinned by name under <pinPath>/v<LAYOUT_VERSION>/maps/).
 pub const MAP_CONFIG: &str = "masq_config";
@@ -54,6 +54,9 @@ pub struct MasqConfig {
     pub tcp_closing_timeout_s: u32,
     pub udp_timeout_s: u32,
     pub icmp_timeout_s: u32,
+    /// Keys the NAT shard hash (`nat_shard`): random per node, written once and kept.
+    pub nat_seed: u32,
+    pub pad: u32,
 }
 
 /// `masq_config.flags`: fastPath is on.
@@ -218,21 +221,64 @@ pub struct PortRange {
     pub hi: u16,
 }
 
-/// `nat_gc.armed` bits: the sweep's timer runs; IPv6 pairs may exist (nat6_fwd
-/// is walked every other run); the next run walks nat6_fwd.
-pub const NAT_GC_ARMED: u64 = 1;
-pub const NAT_GC_V6: u64 = 2;
-pub const NAT_GC_V6_NEXT: u64 = 4;
+/// `map_flags` of every NAT hash map (BPF_F_NO_PREALLOC): memory follows the flows.
+pub const NAT_MAP_FLAGS: u32 = 1;
 
-/// `struct nat_gc`: the expiry sweep's timer (opaque, reads as zeros) and its last run.
+/// Shards of each forward NAT map (`nat4_fwd`/`nat6_fwd` are arrays of this many
+/// hash maps of natMaxEntries / NAT_SHARDS entries).
+pub const NAT_SHARDS: u32 = 16;
+
+/// `nat_gc.armed` bits: the sweep's timer runs; an IPv4 / IPv6 pair was created
+/// since the last run.
+pub const NAT_GC_ARMED: u64 = 1;
+pub const NAT_GC_NEW4: u64 = 2;
+pub const NAT_GC_NEW6: u64 = 4;
+/// `nat_gc.walk`: the current cycle walks nat6_fwd's shards too.
+pub const NAT_GC_WALK6: u32 = 1;
+
+/// `struct nat_gc`: the expiry sweep's timer (opaque, reads as zeros) and its progress.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct NatGc {
     pub timer: [u64; 2],
     pub armed: u64,
     pub last_run_ns: u64,
+    /// Pairs the last run (one shard) looked at.
     pub last_checked: u64,
     pub runs: u64,
+    pub cycle_checked: u64,
+    pub cycle6_checked: u64,
+    /// Pairs the last whole cycle (every shard) looked at.
+    pub last_cycle_checked: u64,
+    pub cycles: u64,
+    /// Next shard: below NAT_SHARDS nat4_fwd's, then nat6_fwd's.
+    pub pos: u32,
+    pub walk: u32,
+    pub seen: u64,
+}
+
+/// Per-word offsets of the shard hash (`nat_shard_keys` in bpf/lib/nat.h), each
+/// xor-ed with the node's seed.
+const NAT_SHARD_KEYS: [u32; 10] =
+    [0xc2c063fe, 0x239eed24, 0x958507ad, 0xf768064f, 0x0e9a8df5, 0x55113dc3, 0xe0c67744, 0x5966eb44, 0xfcb042d9, 0x4ca82984];
+
+/// The shard of a forward NAT key: the same keyed NH hash as `nat_shard()` in
+/// bpf/lib/nat.h, over the key's native-endian 32-bit words (16 or 40 bytes).
+pub fn nat_shard(key_bytes: &[u8], seed: u32) -> u32 {
+    let w: Vec<u32> = key_bytes.chunks_exact(4).map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect();
+    let sum = w.chunks_exact(2).zip(NAT_SHARD_KEYS.chunks_exact(2)).fold(0u64, |sum, (p, k)| {
+        let a = p[0].wrapping_add(seed ^ k[0]);
+        let b = p[1].wrapping_add(seed ^ k[1]);
+        sum.wrapping_add(u64::from(a) * u64::from(b))
+    });
+    // murmur3's finaliser: every bit reaches the bits the shard is taken from.
+    let mut h = (sum as u32) ^ ((sum >> 32) as u32);
+    h ^= h >> 16;
+    h = h.wrapping_mul(0x85eb_ca6b);
+    h ^= h >> 13;
+    h = h.wrapping_mul(0xc2b2_ae35);
+    h ^= h >> 16;
+    h % NAT_SHARDS
 }
 
 /// `struct frag4_key`: a fragmented datagram, as its first fragment named it.
@@ -369,7 +415,7 @@ macro_rules! pod {
 }
 
 pod! {
-    MasqConfig = 24,
+    MasqConfig = 32,
     PodInfo = 8,
     PodL2 = 20,
     UplinkInfo = 24,
@@ -389,7 +435,7 @@ pod! {
     Nat4Key = 16,
     Nat4Entry = 48,
     PodStats = 24,
-    NatGc = 48,
+    NatGc = 96,
     PortRange = 4,
     AttachmentKey = 88,
     AttachmentInfo = 120,

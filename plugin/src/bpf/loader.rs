@@ -105,15 +105,17 @@ pub fn ensure_loaded(pins: &Pins, nat_max_entries: u32) -> Result<()> {
     loader
         .btf(None)
         .default_map_pin_directory(pins.maps_dir())
-        .map_max_entries(abi::MAP_NAT4_FWD, nat_max_entries)
         .map_max_entries(abi::MAP_NAT4_REV, nat_max_entries)
-        .map_max_entries(abi::MAP_NAT6_FWD, nat_max_entries)
         .map_max_entries(abi::MAP_NAT6_REV, nat_max_entries);
     // Objects one after the other: the first creates and pins the maps the second reuses.
     let mut loaded = Vec::new();
     for (obj, progs) in objects {
         loaded.push((loader.load(obj).map_err(|e| bpf_err("load BPF object", e))?, progs));
     }
+    // The forward shards go in before any program is pinned: a pinned program
+    // means a complete data plane to every later process.
+    super::nat::fill_shards::<super::nat::V4>(pins, nat_max_entries)?;
+    super::nat::fill_shards::<super::nat::V6>(pins, nat_max_entries)?;
     // Verification is most of a first load (the uplink egress program alone takes
     // ~100 ms): the programs are verified side by side, one thread each.
     let mut jobs: Vec<(&str, &mut Program)> = Vec::new();

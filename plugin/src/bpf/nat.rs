@@ -1,9 +1,13 @@
 //! Both families' NAT maps behind one view: read the pairs (forward half joined
 //! with its reverse half) and delete every pair of some pod addresses.
+//!
+//! The forward halves live in NAT_SHARDS hash maps behind one pinned
+//! ARRAY_OF_MAPS (`Fwd`): a key's shard is `abi::nat_shard` of its bytes, keyed
+//! by the node's `masq_config.nat_seed`, exactly as the programs pick it.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use aya::maps::{HashMap, MapData, MapError};
+use aya::maps::{Array, ArrayOfMaps, HashMap, MapData, MapError};
 
 use super::{
     abi::{self, Nat4Entry, Nat4Key, Nat6Entry, Nat6Key},
@@ -151,10 +155,89 @@ pub fn reverse_of(fwd: &Tuple, e: &Entry) -> Tuple {
     Tuple { saddr: fwd.daddr, daddr: e.addr, sport: fwd.dport, dport: e.port, proto: fwd.proto }
 }
 
-type NatMap<F> = HashMap<MapData, <F as Family>::Key, <F as Family>::Value>;
+/// One hash map of NAT halves (the reverse map, or one forward shard).
+pub type NatMap<F> = HashMap<MapData, <F as Family>::Key, <F as Family>::Value>;
 
-fn open<F: Family>(pins: &Pins) -> Result<(NatMap<F>, NatMap<F>)> {
-    Ok((maps::open(pins, F::FWD)?, maps::open(pins, F::REV)?))
+/// One family's forward halves: the shards behind the pinned `nat4_fwd`/`nat6_fwd`.
+pub struct Fwd<F: Family> {
+    shards: Vec<NatMap<F>>,
+    seed: u32,
+}
+
+/// The node's shard seed (`masq_config.nat_seed`); 0 before the config is written
+/// (no pair can exist then: the programs make none without a config).
+pub fn shard_seed(pins: &Pins) -> Result<u32> {
+    let cfg: Array<MapData, abi::MasqConfig> = maps::open(pins, abi::MAP_CONFIG)?;
+    Ok(cfg.get(&0, 0).map(|c| c.nat_seed).unwrap_or(0))
+}
+
+/// The shard of a forward key, as the programs compute it.
+pub fn shard_of<K: aya::Pod>(k: &K, seed: u32) -> u32 {
+    // SAFETY: K is Pod (a plain #[repr(C)] mirror of a BPF key, no padding bytes):
+    // its bytes are initialised and it is borrowed for the slice's lifetime.
+    let bytes = unsafe { std::slice::from_raw_parts((k as *const K).cast::<u8>(), std::mem::size_of::<K>()) };
+    abi::nat_shard(bytes, seed)
+}
+
+impl<F: Family> Fwd<F> {
+    /// Open every shard (an empty slot is an error: the loader fills all of
+    /// them before any program is pinned).
+    pub fn open(pins: &Pins) -> Result<Self> {
+        let outer: ArrayOfMaps<MapData, NatMap<F>> = maps::open(pins, F::FWD)?;
+        let shards = (0..abi::NAT_SHARDS)
+            .map(|i| outer.get(&i, 0).map_err(|e| Error::bpf(format!("{} shard {i}: {e}", F::FWD))))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Fwd { shards, seed: shard_seed(pins)? })
+    }
+    pub fn shard(&self, k: &F::Key) -> &NatMap<F> {
+        &self.shards[shard_of(k, self.seed) as usize]
+    }
+    pub fn get(&self, k: &F::Key) -> std::result::Result<F::Value, MapError> {
+        self.shard(k).get(k, 0)
+    }
+    pub fn insert(&mut self, k: &F::Key, v: &F::Value, flags: u64) -> std::result::Result<(), MapError> {
+        let i = shard_of(k, self.seed) as usize;
+        self.shards[i].insert(k, v, flags)
+    }
+    pub fn remove(&mut self, k: &F::Key) -> std::result::Result<(), MapError> {
+        let i = shard_of(k, self.seed) as usize;
+        self.shards[i].remove(k)
+    }
+    /// Every forward half, shard after shard.
+    pub fn iter(&self) -> impl Iterator<Item = std::result::Result<(F::Key, F::Value), MapError>> + '_ {
+        self.shards.iter().flat_map(|m| m.iter())
+    }
+    /// Entries per shard (the fullest one is what refuses new flows first).
+    pub fn shard_lens(&self) -> Vec<usize> {
+        self.shards.iter().map(|m| m.keys().filter(|k| k.is_ok()).count()).collect()
+    }
+}
+
+fn open<F: Family>(pins: &Pins) -> Result<(Fwd<F>, NatMap<F>)> {
+    Ok((Fwd::open(pins)?, maps::open(pins, F::REV)?))
+}
+
+/// Size of each forward shard for a table of `nat_max_entries` pairs.
+pub fn shard_max_entries(nat_max_entries: u32) -> u32 {
+    nat_max_entries.div_ceil(abi::NAT_SHARDS)
+}
+
+/// Put a fresh hash map in every empty slot of one family's forward array (a
+/// first load, or one interrupted before its programs were pinned). Existing
+/// shards, and the pairs in them, stay.
+pub fn fill_shards<F: Family>(pins: &Pins, nat_max_entries: u32) -> Result<()> {
+    let mut outer: ArrayOfMaps<MapData, NatMap<F>> = maps::open(pins, F::FWD)?;
+    for i in 0..abi::NAT_SHARDS {
+        match outer.get(&i, 0) {
+            Ok(_) => continue,
+            Err(MapError::KeyNotFound) => {}
+            Err(e) => return Err(Error::bpf(format!("{} shard {i}: {e}", F::FWD))),
+        }
+        let shard = NatMap::<F>::create(shard_max_entries(nat_max_entries), abi::NAT_MAP_FLAGS)
+            .map_err(|e| Error::bpf(format!("create {} shard {i}: {e}", F::FWD)))?;
+        outer.set(i, &shard, 0).map_err(|e| Error::bpf(format!("{} shard {i}: {e}", F::FWD)))?;
+    }
+    Ok(())
 }
 
 fn map_err(name: &str) -> impl Fn(MapError) -> Error + '_ {
@@ -193,7 +276,7 @@ pub fn orphans<F: Family>(pins: &Pins) -> Result<Vec<(Tuple, Entry)>> {
         let (k, v) = item.map_err(map_err(F::REV))?;
         let (t, e) = (F::tuple(&k), F::entry(&v));
         let paired = fwd
-            .get(&F::key(&forward_of(&t, &e)), 0)
+            .get(&F::key(&forward_of(&t, &e)))
             .ok()
             .map(|f| F::entry(&f))
             .is_some_and(|f| f.created_ns == e.created_ns && reverse_of(&forward_of(&t, &e), &f) == t);

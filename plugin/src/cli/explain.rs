@@ -775,8 +775,8 @@ pub struct MapLookups {
     pins: Pins,
     uplinks: HashMap<MapData, u32, UplinkInfo>,
     config: Array<MapData, MasqConfig>,
-    nat4: (NatMap<natmaps::V4>, NatMap<natmaps::V4>),
-    nat6: Option<(NatMap<natmaps::V6>, NatMap<natmaps::V6>)>,
+    nat4: (natmaps::Fwd<natmaps::V4>, NatMap<natmaps::V4>),
+    nat6: Option<(natmaps::Fwd<natmaps::V6>, NatMap<natmaps::V6>)>,
     frag4: Option<HashMap<MapData, Frag4Key, FragPorts>>,
     frag6: Option<HashMap<MapData, Frag6Key, FragPorts>>,
     rules4: LpmTrie<MapData, Rule4Data, RuleInfo>,
@@ -798,15 +798,15 @@ impl MapLookups {
                 pins.root.display()
             )));
         }
-        let nat6 = match (open_opt(pins, abi::MAP_NAT6_FWD)?, open_opt(pins, abi::MAP_NAT6_REV)?) {
-            (Some(f), Some(r)) => Some((f, r)),
+        let nat6 = match (pins.map(abi::MAP_NAT6_FWD).exists(), open_opt(pins, abi::MAP_NAT6_REV)?) {
+            (true, Some(r)) => Some((natmaps::Fwd::open(pins)?, r)),
             _ => None,
         };
         Ok(MapLookups {
             pins: pins.clone(),
             uplinks: maps::open(pins, abi::MAP_UPLINKS)?,
             config: maps::open(pins, abi::MAP_CONFIG)?,
-            nat4: (maps::open(pins, abi::MAP_NAT4_FWD)?, maps::open(pins, abi::MAP_NAT4_REV)?),
+            nat4: (natmaps::Fwd::open(pins)?, maps::open(pins, abi::MAP_NAT4_REV)?),
             nat6,
             frag4: open_opt(pins, abi::MAP_FRAG4)?,
             frag6: open_opt(pins, abi::MAP_FRAG6)?,
@@ -845,6 +845,9 @@ impl MapLookups {
     fn nat_get<F: Family>(m: &NatMap<F>, t: &Tuple, what: &str) -> Result<Option<Entry>> {
         Ok(opt(m.get(&F::key(t), 0), what)?.map(|v| F::entry(&v)))
     }
+    fn fwd_get<F: Family>(m: &natmaps::Fwd<F>, t: &Tuple, what: &str) -> Result<Option<Entry>> {
+        Ok(opt(m.get(&F::key(t)), what)?.map(|v| F::entry(&v)))
+    }
 }
 
 impl Lookups for MapLookups {
@@ -859,8 +862,8 @@ impl Lookups for MapLookups {
     }
     fn nat_fwd(&self, t: &Tuple) -> Result<Option<Entry>> {
         match (&self.nat6, t.saddr.is_ipv6()) {
-            (_, false) => Self::nat_get::<natmaps::V4>(&self.nat4.0, t, abi::MAP_NAT4_FWD),
-            (Some((fwd, _)), true) => Self::nat_get::<natmaps::V6>(fwd, t, abi::MAP_NAT6_FWD),
+            (_, false) => Self::fwd_get::<natmaps::V4>(&self.nat4.0, t, abi::MAP_NAT4_FWD),
+            (Some((fwd, _)), true) => Self::fwd_get::<natmaps::V6>(fwd, t, abi::MAP_NAT6_FWD),
             (None, true) => Ok(None),
         }
     }

@@ -39,6 +39,7 @@ pub struct Snapshot {
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Sweep {
     pub runs: u64,
+    pub cycles: u64,
     pub last_checked: u64,
     pub armed: bool,
     pub walks_ipv6: bool,
@@ -61,7 +62,7 @@ pub fn collect(pins: &Pins) -> Result<Snapshot> {
         return Ok(Snapshot::default());
     }
     let mut nat = Vec::new();
-    for (family, map) in [("ipv4", abi::MAP_NAT4_FWD), ("ipv6", abi::MAP_NAT6_FWD)] {
+    for (family, map) in [("ipv4", abi::MAP_NAT4_REV), ("ipv6", abi::MAP_NAT6_REV)] {
         if let Some((n, max)) = readers::map_fill(pins, map)? {
             nat.push((family, n, max));
         }
@@ -69,9 +70,10 @@ pub fn collect(pins: &Pins) -> Result<Snapshot> {
     let sweep = readers::nat_gc(pins)?
         .map(|g| Sweep {
             runs: g.runs,
-            last_checked: g.last_checked,
+            cycles: g.cycles,
+            last_checked: g.last_cycle_checked,
             armed: g.armed & abi::NAT_GC_ARMED != 0,
-            walks_ipv6: g.armed & abi::NAT_GC_V6 != 0,
+            walks_ipv6: g.walk & abi::NAT_GC_WALK6 != 0,
         })
         .unwrap_or_default();
     let mut pods = readers::pods(pins)?;
@@ -207,7 +209,7 @@ pub fn render(s: &Snapshot) -> String {
         .sample(&[], s.counter("fragments_translated"));
     }
 
-    let mut f = family(&mut out, "ebpf_masq_nat_entries", "gauge", "NAT pairs currently in the table (forward halves).");
+    let mut f = family(&mut out, "ebpf_masq_nat_entries", "gauge", "NAT pairs currently in the table (reverse halves: one per pair).");
     for (fam, _) in fams {
         f.sample(&[("family", fam)], s.nat.iter().find(|(x, _, _)| *x == fam).map(|(_, n, _)| *n).unwrap_or(0));
     }
@@ -216,15 +218,19 @@ pub fn render(s: &Snapshot) -> String {
         f.sample(&[("family", fam)], *max);
     }
 
-    family(&mut out, "ebpf_masq_nat_expiry_sweeps_total", "counter", "Runs of the NAT expiry sweep (one bpf_timer per node).")
+    family(&mut out, "ebpf_masq_nat_expiry_sweeps_total", "counter",
+           "Runs of the NAT expiry sweep (one bpf_timer per node; a run walks one shard).")
         .sample(&[], s.sweep.runs);
-    family(&mut out, "ebpf_masq_nat_expiry_last_checked_pairs", "gauge", "NAT pairs the last expiry sweep looked at.")
+    family(&mut out, "ebpf_masq_nat_expiry_cycles_total", "counter",
+           "Complete cycles of the NAT expiry sweep (every shard walked once).")
+        .sample(&[], s.sweep.cycles);
+    family(&mut out, "ebpf_masq_nat_expiry_last_checked_pairs", "gauge", "NAT pairs the last complete expiry cycle (every shard once) looked at.")
         .sample(&[], s.sweep.last_checked);
     family(&mut out, "ebpf_masq_nat_expiry_running", "gauge",
            "1 while the NAT expiry sweep runs; 0 while it is idle (no pair, or none created yet).")
         .sample(&[], u64::from(s.sweep.armed));
     family(&mut out, "ebpf_masq_nat_expiry_walks_ipv6", "gauge",
-           "1 while the sweep walks the IPv6 NAT map too (IPv6 pairs may exist).")
+           "1 while the sweep cycle walks the IPv6 NAT shards too (IPv6 pairs may exist).")
         .sample(&[], u64::from(s.sweep.walks_ipv6));
 
     let mut f = family(&mut out, "ebpf_masq_drops_total", "counter", "Packets dropped by the data plane, by reason.");
@@ -602,7 +608,7 @@ mod tests {
             counters: abi::counter::NAMES.iter().enumerate().map(|(i, n)| (n.to_string(), i as u64 * 3)).collect(),
             drops: abi::drop_reason::NAMES.iter().map(|n| (n.to_string(), 2)).collect(),
             nat: vec![("ipv4", 12, 1 << 20)],
-            sweep: Sweep { runs: 7, last_checked: 12, armed: true, walks_ipv6: false },
+            sweep: Sweep { runs: 7, cycles: 3, last_checked: 12, armed: true, walks_ipv6: false },
             rules: vec![rule(0, Some("eth0")), rule(1, None)],
             // Hostile label values: quotes, backslashes, a newline.
             pods: vec![pod("abc", "eth0"), pod("abc", "net1"), pod("we\"ird\\id\nx", "eth0")],
@@ -628,6 +634,7 @@ mod tests {
             ("ebpf_masq_port_allocation_failures_total", "counter"),
             ("ebpf_masq_nat_entries", "gauge"),
             ("ebpf_masq_nat_expiry_sweeps_total", "counter"),
+            ("ebpf_masq_nat_expiry_cycles_total", "counter"),
             ("ebpf_masq_nat_expiry_last_checked_pairs", "gauge"),
             ("ebpf_masq_nat_expiry_running", "gauge"),
             ("ebpf_masq_nat_expiry_walks_ipv6", "gauge"),
@@ -648,6 +655,7 @@ mod tests {
         assert_eq!(value(&series, t, &[("direction", "snat"), ("family", "ipv6")]), 12.0);
         assert_eq!(value(&series, "ebpf_masq_nat_pairs_created_total", &[]), 24.0);
         assert_eq!(value(&series, "ebpf_masq_nat_expiry_sweeps_total", &[]), 7.0);
+        assert_eq!(value(&series, "ebpf_masq_nat_expiry_cycles_total", &[]), 3.0);
         assert_eq!(value(&series, "ebpf_masq_nat_expiry_last_checked_pairs", &[]), 12.0);
         assert_eq!(value(&series, "ebpf_masq_nat_expiry_running", &[]), 1.0);
         assert_eq!(value(&series, "ebpf_masq_nat_expiry_walks_ipv6", &[]), 0.0);

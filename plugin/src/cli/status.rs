@@ -157,10 +157,12 @@ pub fn collect(pins: &Pins) -> Result<Value> {
         "nat_pairs_incomplete": incomplete,
         "nat_expiry": {
             "armed": gc.armed & abi::NAT_GC_ARMED != 0,
-            "walks_ipv6": gc.armed & abi::NAT_GC_V6 != 0,
+            "walks_ipv6": gc.walk & abi::NAT_GC_WALK6 != 0,
             "runs": gc.runs,
+            "cycles": gc.cycles,
+            "shards": abi::NAT_SHARDS,
             "last_run_s_ago": (gc.runs > 0).then(|| now.saturating_sub(gc.last_run_ns) as f64 / 1e9),
-            "last_checked": gc.last_checked,
+            "last_checked": gc.last_cycle_checked,
         },
         "counters": counters,
         "drops": drops,
@@ -232,7 +234,10 @@ pub fn run(pins: &Pins, json_out: bool) -> Result<()> {
     let x = &s["nat_expiry"];
     match x["last_run_s_ago"].as_f64() {
         Some(ago) if x["armed"] == true => {
-            println!("nat expiry sweep: {} runs, last {ago:.1} s ago checked {} pairs", x["runs"], x["last_checked"])
+            println!(
+                "nat expiry sweep: {} runs ({} cycles of {} shards), last {ago:.1} s ago; the last cycle checked {} pairs",
+                x["runs"], x["cycles"], x["shards"], x["last_checked"]
+            )
         }
         Some(ago) => println!(
             "nat expiry sweep: {} runs, idle since the last ({ago:.1} s ago) found no pair; the next new pair restarts it",

@@ -23,6 +23,7 @@ use ebpf_masq::bpf::{
     abi::{self, *},
     loader::{self, Pins},
     maps,
+    nat::{self as natmaps, Fwd},
 };
 
 /// skb->ifindex of every BPF_PROG_TEST_RUN packet: the loopback device.
@@ -43,6 +44,9 @@ pub mod drop {
     pub const FRAG_NO_STATE: u32 = 7;
     pub const NAT_FULL: u32 = 8;
 }
+
+/// masq_config.nat_seed of every test data plane (fixed: failures reproduce).
+pub const TEST_NAT_SEED: u32 = 0x5eed_a5a5;
 
 /// natMaxEntries of every test data plane.
 pub const NAT_MAX_ENTRIES_IN_TESTS: u32 = 4096;
@@ -129,6 +133,8 @@ impl Dataplane {
             tcp_closing_timeout_s: closing_s,
             udp_timeout_s: other_s,
             icmp_timeout_s: other_s,
+            nat_seed: TEST_NAT_SEED,
+            pad: 0,
         };
         m.set(0, c, 0).unwrap();
     }
@@ -316,23 +322,24 @@ impl Dataplane {
     fn nat_map(&self, name: &str) -> HashMap<MapData, Nat4Key, Nat4Entry> {
         self.map(name)
     }
-    fn entries(&self, name: &str) -> Vec<(Nat4Key, Nat4Entry)> {
-        self.nat_map(name).iter().collect::<Result<_, _>>().unwrap()
+    /// The IPv4 forward halves: every shard of nat4_fwd.
+    pub fn fwd_shards(&self) -> Fwd<natmaps::V4> {
+        Fwd::open(&self.pins).unwrap()
     }
     pub fn fwd(&self) -> Vec<(Nat4Key, Nat4Entry)> {
-        self.entries(abi::MAP_NAT4_FWD)
+        self.fwd_shards().iter().collect::<Result<_, _>>().unwrap()
     }
     pub fn rev(&self) -> Vec<(Nat4Key, Nat4Entry)> {
-        self.entries(abi::MAP_NAT4_REV)
+        self.nat_map(abi::MAP_NAT4_REV).iter().collect::<Result<_, _>>().unwrap()
     }
     pub fn get_fwd(&self, k: &Nat4Key) -> Option<Nat4Entry> {
-        self.nat_map(abi::MAP_NAT4_FWD).get(k, 0).ok()
+        self.fwd_shards().get(k).ok()
     }
     pub fn get_rev(&self, k: &Nat4Key) -> Option<Nat4Entry> {
         self.nat_map(abi::MAP_NAT4_REV).get(k, 0).ok()
     }
     pub fn put_fwd(&self, k: &Nat4Key, e: Nat4Entry) {
-        self.nat_map(abi::MAP_NAT4_FWD).insert(k, e, 0).unwrap();
+        self.fwd_shards().insert(k, &e, 0).unwrap();
     }
     pub fn put_rev(&self, k: &Nat4Key, e: Nat4Entry) {
         self.nat_map(abi::MAP_NAT4_REV).insert(k, e, 0).unwrap();
@@ -341,7 +348,11 @@ impl Dataplane {
         self.nat_map(abi::MAP_NAT4_REV).remove(k).unwrap();
     }
     pub fn del_fwd(&self, k: &Nat4Key) {
-        self.nat_map(abi::MAP_NAT4_FWD).remove(k).unwrap();
+        self.fwd_shards().remove(k).unwrap();
+    }
+    /// The shard of nat4_fwd a forward key belongs in (the node's seed).
+    pub fn shard_of(&self, k: &Nat4Key) -> u32 {
+        natmaps::shard_of(k, natmaps::shard_seed(&self.pins).unwrap())
     }
 
     /// The pair invariant: every forward half has its reverse half (same pair:
@@ -490,17 +501,14 @@ impl Dataplane {
     fn nat6_map(&self, name: &str) -> HashMap<MapData, Nat6Key, Nat6Entry> {
         self.map(name)
     }
-    fn entries6(&self, name: &str) -> Vec<(Nat6Key, Nat6Entry)> {
-        self.nat6_map(name).iter().collect::<Result<_, _>>().unwrap()
-    }
     pub fn fwd6(&self) -> Vec<(Nat6Key, Nat6Entry)> {
-        self.entries6(abi::MAP_NAT6_FWD)
+        Fwd::<natmaps::V6>::open(&self.pins).unwrap().iter().collect::<Result<_, _>>().unwrap()
     }
     pub fn rev6(&self) -> Vec<(Nat6Key, Nat6Entry)> {
-        self.entries6(abi::MAP_NAT6_REV)
+        self.nat6_map(abi::MAP_NAT6_REV).iter().collect::<Result<_, _>>().unwrap()
     }
     pub fn get_fwd6(&self, k: &Nat6Key) -> Option<Nat6Entry> {
-        self.nat6_map(abi::MAP_NAT6_FWD).get(k, 0).ok()
+        Fwd::<natmaps::V6>::open(&self.pins).unwrap().get(k).ok()
     }
     pub fn get_rev6(&self, k: &Nat6Key) -> Option<Nat6Entry> {
         self.nat6_map(abi::MAP_NAT6_REV).get(k, 0).ok()
