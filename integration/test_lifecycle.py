@@ -9,6 +9,7 @@ calls, with the bridge's (1.0.0-format, identical to 1.1.0) result as prevResult
 import copy
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -491,3 +492,90 @@ def test_pin_layout_is_versioned(t, plugin):
     net.delete(pod.ns)
     assert {v: pin_tree(os.path.join(pin, v)) for v in (old, new)} == others
     assert sorted(os.listdir(pin)) == sorted([old, cur, new])
+
+
+def hook_prog_ids(t, dev="eth0"):
+    """{direction: [(kind, program id)]} of the BPF programs on dev's hooks."""
+    out = {}
+    for d in ("egress", "ingress"):
+        text = t.node.bpf_hooks(dev, d)
+        out[d] = [("tcx" if line.startswith("tcx") else "tc", int(m.group(1)))
+                  for line in text.splitlines() if (m := re.search(r"\bid (\d+)", line))]
+    return out
+
+
+def pinned_prog_id(t, path):
+    p = t.node.enter(["bpftool", "-j", "prog", "show", "pinned", path])
+    return json.loads(p.stdout)["id"]
+
+
+def test_upgrade_adopts_the_older_layouts_pods_links_and_flows(t, plugin):
+    """A binary with a new pin layout adopts an older layout's data plane at its
+    first ADD: the old binary's pod stays masqueraded and can be deleted, its
+    flow keeps its NAT port, each uplink hook keeps exactly one program (the old
+    TCX link taken over, the new program in it), and the old pins are gone.
+    The old binary is this one keeping its pins as layout LAYOUT-1
+    (EBPF_MASQ_TEST_AS_LAYOUT): the adoption path is the same. With
+    EBPF_MASQ_PREV_BIN set to a real binary of layout LAYOUT-1, that one is."""
+    old_v, pin = LAYOUT - 1, t.lab.pin_path
+    net = masq_network(t, plugin)
+    prev = os.environ.get("EBPF_MASQ_PREV_BIN")
+    link = t.cni_bin / "ebpf-masq"
+    if prev:
+        link.unlink()
+        link.symlink_to(os.path.realpath(prev))
+    net.env["EBPF_MASQ_TEST_AS_LAYOUT"] = str(old_v)
+    a = net.add(t.pod_ns("a"))
+    assert sorted(os.listdir(pin)) == [f"v{old_v}"]
+    old_hooks = hook_prog_ids(t)
+    assert [k for k, _ in old_hooks["egress"]] == ["tcx"] and [k for k, _ in old_hooks["ingress"]] == ["tcx"], old_hooks
+    srv = t.ext.server("udp", 5001)
+    rc, res = a.ns.client("udp", EXT, 5001, bind_port=41000)
+    assert rc == 0, res
+    seen = {(r["addr"], r["port"]) for r in srv.records("dgram")}
+    assert len(seen) == 1 and next(iter(seen))[0] == NODE_IP, seen
+
+    # The upgrade: the next ADD is the new binary's.
+    del net.env["EBPF_MASQ_TEST_AS_LAYOUT"]
+    if prev:
+        link.unlink()
+        link.symlink_to(os.path.realpath(plugin))
+    b = net.add(t.pod_ns("b"))
+    assert sorted(os.listdir(pin)) == [f"v{LAYOUT}"], "the old layout's pins stayed"
+    new_hooks = hook_prog_ids(t)
+    progs = f"{pin}/v{LAYOUT}/progs"
+    assert new_hooks == {"egress": [("tcx", pinned_prog_id(t, f"{progs}/masq_up_egress"))],
+                         "ingress": [("tcx", pinned_prog_id(t, f"{progs}/masq_up_ingress"))]}, (old_hooks, new_hooks)
+    assert sorted(os.listdir(f"{pin}/v{LAYOUT}/links")), "the TCX links were not taken over"
+    assert set(registrations(t, plugin)) == {cid(a.ns), cid(b.ns)}
+    # The old pod's flow kept its pair: same NAT port after the upgrade.
+    assert [f["pod_port"] for f in nat_flows(t, plugin, a.ip)] == [41000]
+    rc, res = a.ns.client("udp", EXT, 5001, bind_port=41000)
+    assert rc == 0, res
+    assert {(r["addr"], r["port"]) for r in srv.records("dgram")} == seen
+    assert_masqueraded(t, a, 5002)
+    assert_masqueraded(t, b, 5003)
+    # The old binary's pod is the new one's to delete: its pairs and its veth program go.
+    net.delete(a.ns)
+    assert set(registrations(t, plugin)) == {cid(b.ns)}
+    assert nat_flows(t, plugin, a.ip) == []
+    assert_masqueraded(t, b, 5004)
+
+
+def test_uninstall_also_removes_an_older_layout_not_adopted_yet(t, plugin, tmp_path):
+    """Upgraded binary, no ADD or `apply` since: the node still runs the older
+    layout's data plane. uninstall detaches and removes that one too, and gives
+    back the ports it reserved."""
+    pin = t.lab.pin_path
+    reserved = lambda: t.node.exec(["cat", "/proc/sys/net/ipv4/ip_local_reserved_ports"]).stdout.strip()  # noqa: E731
+    before = reserved()
+    net = masq_network(t, plugin)
+    net.env["EBPF_MASQ_TEST_AS_LAYOUT"] = str(LAYOUT - 1)
+    a = net.add(t.pod_ns("a"))
+    assert sorted(os.listdir(pin)) == [f"v{LAYOUT - 1}"]
+    assert reserved() != before and has_masq_filter(t, a.host_veth)
+    p = t.node.enter([plugin, "uninstall", "--cni-conf-dir", tmp_path, "--pin-path", pin])
+    assert not os.path.exists(pin), (p.stdout, os.listdir(pin))
+    assert hook_prog_ids(t) == {"egress": [], "ingress": []}
+    assert not has_masq_filter(t, a.host_veth)
+    assert reserved() == before

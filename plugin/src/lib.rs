@@ -14,3 +14,4 @@ pub mod netlink;
 pub mod node;
 pub mod pod;
 pub mod prevresult;
+pub mod upgrade;

@@ -162,7 +162,11 @@ pub fn reconcile_with(pins: &Pins, conf: &MasqConfig, uplinks: &[Uplink]) -> Res
     reconcile_exclusions(pins, conf)?;
     reconcile_services(pins, conf)?;
     reconcile_rules(pins, conf, uplinks)?;
+    // An older layout's data plane (a binary before an upgrade): its pods and
+    // pairs move over before the uplinks take its links over (crate::upgrade).
+    let adopted = crate::upgrade::adopt(pins);
     reconcile_uplinks(pins, uplinks)?;
+    crate::upgrade::finish(pins, adopted);
     reserve_ports(pins, conf.port_range)
 }
 

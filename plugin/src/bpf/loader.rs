@@ -44,11 +44,23 @@ pub const TC_HANDLE: TcHandle = TcHandle::new(0, 0xe5);
 pub struct Pins {
     pub base: PathBuf,
     pub root: PathBuf,
+    /// The layout version `root` is for (LAYOUT_VERSION, but see TEST_LAYOUT_ENV).
+    pub version: u32,
 }
+
+/// Tests only: `EBPF_MASQ_TEST_AS_LAYOUT=<k>` (k below LAYOUT_VERSION) makes this
+/// binary keep its data plane under `v<k>/`, as an older binary would, so the
+/// end-to-end tests can stage the data plane an upgrade adopts (crate::upgrade).
+pub const TEST_LAYOUT_ENV: &str = "EBPF_MASQ_TEST_AS_LAYOUT";
 
 impl Pins {
     pub fn new(pin_path: &Path) -> Self {
-        Pins { base: pin_path.to_path_buf(), root: pin_path.join(format!("v{LAYOUT_VERSION}")) }
+        let version = std::env::var(TEST_LAYOUT_ENV)
+            .ok()
+            .and_then(|v| v.parse::<u32>().ok())
+            .filter(|&v| v > 0 && v < LAYOUT_VERSION)
+            .unwrap_or(LAYOUT_VERSION);
+        Pins { base: pin_path.to_path_buf(), root: pin_path.join(format!("v{version}")), version }
     }
     pub fn maps_dir(&self) -> PathBuf {
         self.root.join("maps")
@@ -74,6 +86,23 @@ impl Pins {
     /// pinned maps are reused, the rest created, the programs re-pinned.
     pub fn loaded(&self) -> bool {
         ALL_PROGS.iter().all(|p| self.prog(p).exists()) && abi::ALL_MAPS.iter().all(|m| self.map(m).exists())
+    }
+
+    /// The data planes of older layouts under the same base (`v<k>`, k below
+    /// ours), newest first: what an upgrade adopts (`crate::upgrade`).
+    pub fn older_layouts(&self) -> Vec<(u32, Pins)> {
+        let mut out: Vec<(u32, Pins)> = fs::read_dir(&self.base)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                let v: u32 = e.file_name().to_str()?.strip_prefix('v')?.parse().ok()?;
+                (v < self.version && e.path().is_dir())
+                    .then(|| (v, Pins { base: self.base.clone(), root: e.path(), version: v }))
+            })
+            .collect();
+        out.sort_by_key(|(v, _)| std::cmp::Reverse(*v));
+        out
     }
 
     /// True when pod registrations can exist here (DEL/GC have something to read),
@@ -233,10 +262,13 @@ pub fn attach(pins: &Pins, prog: &str, ifname: &str, dir: TcAttachType, hook: Ho
         }
     }
     attach_tc(&mut p, ifname, dir, &what)?;
-    // A TCX link of ours from before (EBPF_MASQ_ATTACH changed since) would run it twice.
+    // A TCX link of ours from before (EBPF_MASQ_ATTACH changed since, or an
+    // older layout's) would run it twice.
     if let Ok(ifindex) = nix::net::if_::if_nametoindex(ifname) {
-        let pin = pins.link(ifindex, dir);
-        remove_file_if_exists(&pin).map_err(|e| bpf_err(format!("{what}: remove {}", pin.display()), e))?;
+        let older = pins.older_layouts().into_iter().map(|(_, old)| old.link(ifindex, dir));
+        for pin in std::iter::once(pins.link(ifindex, dir)).chain(older) {
+            remove_file_if_exists(&pin).map_err(|e| bpf_err(format!("{what}: remove {}", pin.display()), e))?;
+        }
     }
     Ok(AttachMode::Tc)
 }
@@ -251,6 +283,9 @@ fn attach_tcx(pins: &Pins, p: &mut SchedClassifier, ifname: &str, dir: TcAttachT
     let ifindex = nix::net::if_::if_nametoindex(ifname).map_err(|e| Error::netlink(format!("{what}: {e}")))?;
     let prog_id = p.info().map_err(|e| bpf_err(format!("{what}: program info"), e))?.id();
     let pin = pins.link(ifindex, dir);
+    if !pin.exists() {
+        adopt_older_link(pins, ifindex, dir, &pin).map_err(|e| bpf_err(format!("{what}: adopt older link"), e))?;
+    }
     if pin.exists() {
         if tcx_prog_ids(ifindex, dir).map_err(|e| Error::netlink(format!("{what}: query: {e}")))?.contains(&prog_id) {
             return Ok(Tcx::Attached);
@@ -284,6 +319,34 @@ fn attach_tcx(pins: &Pins, p: &mut SchedClassifier, ifname: &str, dir: TcAttachT
     Ok(Tcx::Created)
 }
 
+/// An older layout's TCX link on this hook (a binary before an upgrade) becomes
+/// ours: its pin moves to `pin`, and `attach_tcx` then swaps our program in (one
+/// program on the hook throughout, no second link). Links of still older layouts
+/// on the same hook are removed (detached).
+fn adopt_older_link(pins: &Pins, ifindex: u32, dir: TcAttachType, pin: &Path) -> std::io::Result<()> {
+    let mut adopted = false;
+    for (_, old) in pins.older_layouts() {
+        let old_pin = old.link(ifindex, dir);
+        if !old_pin.exists() {
+            continue;
+        }
+        if adopted {
+            remove_file_if_exists(&old_pin)?;
+        } else {
+            fs::create_dir_all(pins.links_dir())?;
+            fs::rename(&old_pin, pin)?;
+            log::info!("adopted {} as {}", old_pin.display(), pin.display());
+            adopted = true;
+        }
+    }
+    Ok(())
+}
+
+/// True when an older layout has a TCX link on this hook (`adopt_older_link` takes it over).
+fn older_link_exists(pins: &Pins, ifindex: u32, dir: TcAttachType) -> bool {
+    pins.older_layouts().iter().any(|(_, old)| old.link(ifindex, dir).exists())
+}
+
 /// While a first load verifies the programs (~100 ms), hold each uplink hook
 /// that wants TCX and has no link of ours with a placeholder program that passes
 /// everything (bpf/placeholder.c): a new TCX link waits for an RCU grace period
@@ -299,7 +362,8 @@ pub fn hold_uplink_hooks(pins: &Pins, uplinks: &[(u32, String)]) -> Vec<PathBuf>
         .flat_map(|(ifindex, name)| {
             [TcAttachType::Egress, TcAttachType::Ingress]
                 .into_iter()
-                .filter(move |dir| !pins.link(*ifindex, *dir).exists())
+                // A hook with our link, or an older layout's (adopted at attach), needs no placeholder.
+                .filter(move |dir| !pins.link(*ifindex, *dir).exists() && !older_link_exists(pins, *ifindex, *dir))
                 .map(move |dir| (name.as_str(), dir))
         })
         .collect();
@@ -502,6 +566,12 @@ fn is_not_found(e: &aya::programs::ProgramError) -> bool {
 }
 
 /// Remove every pin under `<pinPath>/v<N>` (uninstall, tests).
+/// Remove an older layout's pins (after `crate::upgrade` adopted it): its maps
+/// and programs go once nothing attached uses them, its remaining links detach.
+pub fn remove_layout(old: &Pins) -> Result<()> {
+    fs::remove_dir_all(&old.root).map_err(|e| bpf_err(format!("remove {}", old.root.display()), e))
+}
+
 pub fn remove_pins(pins: &Pins) -> Result<()> {
     match fs::remove_dir_all(&pins.root) {
         Ok(()) => {}

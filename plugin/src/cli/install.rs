@@ -635,7 +635,15 @@ pub fn uninstall(a: &UninstallArgs) -> Result<()> {
         .clone()
         .or(entry_pin)
         .unwrap_or_else(|| PathBuf::from(DEFAULT_PIN_PATH));
-    remove_data_plane(&Pins::new(&pin_path), &mut errors);
+    let pins = Pins::new(&pin_path);
+    remove_data_plane(&pins, &mut errors);
+    // An older layout's data plane that no new binary has adopted yet (no ADD or
+    // `apply` since the upgrade) is ours too.
+    for (_, old) in pins.older_layouts() {
+        if old.has_registrations() {
+            remove_data_plane(&old, &mut errors);
+        }
+    }
 
     if errors.is_empty() {
         Ok(())

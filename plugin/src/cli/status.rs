@@ -142,7 +142,7 @@ pub fn collect(pins: &Pins) -> Result<Value> {
 
     Ok(json!({
         "pin_path": pins.root.display().to_string(),
-        "layout_version": abi::LAYOUT_VERSION,
+        "layout_version": pins.version,
         "programs": progs,
         "config": {
             "port_range": format!("{}-{}", c.port_min, c.port_max),

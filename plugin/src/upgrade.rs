@@ -1,0 +1,200 @@
+//! Adopting an older layout's data plane after an upgrade.
+//!
+//! A binary with a new pin layout (`<pinPath>/v<N>/`) never loads an older
+//! layout's maps as its own. Left alone, though, the older data plane would keep
+//! running next to the new one: its TCX links on the uplinks (a second program on
+//! each hook), its veth filters, and the pods registered only in its maps (no
+//! masquerade from the new programs, and DEL would find nothing). So the first
+//! node reconcile of a new binary adopts it, under the node lock:
+//!
+//! 1. `adopt` (before the uplinks are attached): every pod registration is
+//!    registered again in the new maps (which also swaps the veth's filter to the
+//!    new program), the reserved-ports record is carried over, and the NAT pairs
+//!    are copied, so established flows keep their ports.
+//! 2. The uplink attach takes the older layout's TCX links over (`loader`):
+//!    their pins move to the new layout and the new program is swapped in.
+//! 3. `finish`: the pairs the old programs made meanwhile are copied too, and
+//!    the older layout's pins are removed (its maps and programs go with them).
+//!
+//! Only data whose key and value sizes are unchanged is carried over; anything
+//! else is left behind with a warning (those pods are re-registered by their
+//! next ADD, their flows start afresh). A directory without a data plane in it
+//! (no pinned `attachments` map) is not touched.
+
+use aya::maps::{Array, HashMap, Map, MapData, MapError};
+
+use crate::{
+    bpf::{
+        abi::{self, AttachmentInfo, AttachmentKey, PodL2, PortRange},
+        loader::Pins,
+        maps,
+        nat::{self, Family, Fwd, NatMap},
+    },
+    error::Result,
+    pod,
+};
+
+/// What `adopt` found: the older layouts to finish.
+#[derive(Debug, Default)]
+pub struct Adopted {
+    pub layouts: Vec<(u32, Pins)>,
+}
+
+/// True when the pinned map `name` of `old` has these key and value sizes.
+fn same_shape(old: &Pins, name: &str, key: usize, value: usize) -> bool {
+    MapData::from_pin(old.map(name))
+        .and_then(|m| m.info())
+        .is_ok_and(|i| i.key_size() as usize == key && i.value_size() as usize == value)
+}
+
+fn has_data_plane(old: &Pins) -> bool {
+    MapData::from_pin(old.map(abi::MAP_ATTACHMENTS)).is_ok()
+}
+
+/// Step 1 (see the module doc). Never fails the caller: an older data plane that
+/// cannot be read is reported and left as it is.
+pub fn adopt(pins: &Pins) -> Adopted {
+    let mut out = Adopted::default();
+    for (v, old) in pins.older_layouts() {
+        if !has_data_plane(&old) {
+            continue;
+        }
+        log::info!("adopting the layout v{v} data plane under {}", old.root.display());
+        if let Err(e) = adopt_registrations(pins, &old) {
+            log::warn!("layout v{v}: pod registrations not adopted: {}", e.msg);
+        }
+        if let Err(e) = adopt_reserved_ports(pins, &old) {
+            log::warn!("layout v{v}: reserved ports record not adopted: {}", e.msg);
+        }
+        copy_pairs_logged(pins, &old, v);
+        out.layouts.push((v, old));
+    }
+    out
+}
+
+/// Step 3 (see the module doc).
+pub fn finish(pins: &Pins, adopted: Adopted) {
+    for (v, old) in adopted.layouts {
+        copy_pairs_logged(pins, &old, v);
+        match crate::bpf::loader::remove_layout(&old) {
+            Ok(()) => log::info!("removed the layout v{v} pins under {}", old.root.display()),
+            Err(e) => log::warn!("layout v{v}: {}", e.msg),
+        }
+    }
+}
+
+fn adopt_registrations(pins: &Pins, old: &Pins) -> Result<()> {
+    let (k, v) = (std::mem::size_of::<AttachmentKey>(), std::mem::size_of::<AttachmentInfo>());
+    if !same_shape(old, abi::MAP_ATTACHMENTS, k, v) {
+        return Err(crate::error::Error::bpf("attachments map of another shape"));
+    }
+    let mine: HashMap<MapData, AttachmentKey, AttachmentInfo> = maps::open(pins, abi::MAP_ATTACHMENTS)?;
+    let l2: Option<HashMap<MapData, u32, PodL2>> =
+        if same_shape(old, abi::MAP_POD_L2, 4, std::mem::size_of::<PodL2>()) {
+            maps::open(old, abi::MAP_POD_L2).ok()
+        } else {
+            None
+        };
+    for (key, info) in pod::list_attachments(old)? {
+        if mine.get(&key, 0).is_ok() {
+            continue; // registered again already (an earlier adoption that did not finish)
+        }
+        let reg = pod::Registration {
+            veth_ifindex: info.veth_ifindex,
+            veth_name: pod::cstr(&info.veth_name),
+            addrs: pod::addrs_of(&info),
+            nat_outgoing: info.flags & abi::ATT_F_NAT_OUTGOING != 0,
+            l2: l2.as_ref().and_then(|m| m.get(&info.veth_ifindex, 0).ok()).unwrap_or_default(),
+        };
+        let name = pod::cstr(&key.container_id);
+        match crate::netlink::get_link_by_name(&reg.veth_name) {
+            Ok(Some(link)) if link.index == reg.veth_ifindex => {}
+            _ => {
+                // The pod is gone without a DEL (its veth with it): nothing to carry over.
+                log::info!("not adopting {name}: its veth {} is gone", reg.veth_name);
+                continue;
+            }
+        }
+        match pod::register(pins, &key, &reg) {
+            Ok(()) => log::info!("adopted pod {name} ({})", reg.veth_name),
+            Err(e) => log::warn!("pod {name} not adopted: {}", e.msg),
+        }
+    }
+    Ok(())
+}
+
+fn adopt_reserved_ports(pins: &Pins, old: &Pins) -> Result<()> {
+    if !same_shape(old, abi::MAP_RESERVED_PORTS, 4, std::mem::size_of::<PortRange>()) {
+        return Ok(());
+    }
+    let from: Array<MapData, PortRange> = maps::open(old, abi::MAP_RESERVED_PORTS)?;
+    let mut to: Array<MapData, PortRange> = maps::open(pins, abi::MAP_RESERVED_PORTS)?;
+    let have: Vec<PortRange> = (0..abi::RESERVED_PORTS_MAX).filter_map(|i| to.get(&i, 0).ok()).collect();
+    let free: Vec<u32> = (0..abi::RESERVED_PORTS_MAX).filter(|&i| have.get(i as usize) == Some(&PortRange::default())).collect();
+    let wanted: Vec<PortRange> = (0..abi::RESERVED_PORTS_MAX)
+        .filter_map(|i| from.get(&i, 0).ok())
+        .filter(|r| *r != PortRange::default() && !have.contains(r))
+        .collect();
+    if wanted.len() > free.len() {
+        log::warn!("reserved_ports full: {} adopted ranges stay reserved after uninstall", wanted.len() - free.len());
+    }
+    for (i, r) in free.into_iter().zip(wanted) {
+        to.set(i, r, 0).map_err(|e| crate::error::Error::bpf(format!("write reserved_ports: {e}")))?;
+    }
+    Ok(())
+}
+
+fn copy_pairs_logged(pins: &Pins, old: &Pins, v: u32) {
+    for r in [copy_pairs::<nat::V4>(pins, old), copy_pairs::<nat::V6>(pins, old)] {
+        match r {
+            Ok(0) => {}
+            Ok(n) => log::info!("layout v{v}: {n} NAT pairs carried over"),
+            Err(e) => log::warn!("layout v{v}: NAT pairs not carried over: {}", e.msg),
+        }
+    }
+}
+
+/// The forward halves of an older layout: one hash map (up to layout 4) or shards.
+fn old_forward<F: Family>(old: &Pins) -> Result<Vec<(F::Key, F::Value)>> {
+    let data = MapData::from_pin(old.map(F::FWD)).map_err(|e| crate::error::Error::bpf(format!("{}: {e}", F::FWD)))?;
+    let collect = |r: std::result::Result<Vec<_>, MapError>| r.map_err(|e| crate::error::Error::bpf(format!("{}: {e}", F::FWD)));
+    match Map::from_map_data(data).map_err(|e| crate::error::Error::bpf(format!("{}: {e}", F::FWD)))? {
+        m @ Map::HashMap(_) => {
+            let h: NatMap<F> = m.try_into().map_err(|e| crate::error::Error::bpf(format!("{}: {e}", F::FWD)))?;
+            collect(h.iter().collect())
+        }
+        _ => collect(Fwd::<F>::open(old)?.iter().collect()),
+    }
+}
+
+/// Copy every complete pair (forward half with its reverse half) of an older
+/// layout that the new maps do not have yet; returns how many were copied.
+fn copy_pairs<F: Family>(pins: &Pins, old: &Pins) -> Result<usize> {
+    let (k, v) = (std::mem::size_of::<F::Key>(), std::mem::size_of::<F::Value>());
+    if !old.map(F::REV).exists() || !same_shape(old, F::REV, k, v) {
+        return Ok(0);
+    }
+    let old_rev: NatMap<F> = maps::open(old, F::REV)?;
+    let mut fwd = Fwd::<F>::open(pins)?;
+    let mut rev: NatMap<F> = maps::open(pins, F::REV)?;
+    let mut n = 0;
+    for (fk, fv) in old_forward::<F>(old)? {
+        let (t, e) = (F::tuple(&fk), F::entry(&fv));
+        let rk = F::key(&nat::reverse_of(&t, &e));
+        let Ok(rv) = old_rev.get(&rk, 0) else { continue };
+        if F::entry(&rv).created_ns != e.created_ns {
+            continue; // not one pair (being removed)
+        }
+        // The reverse half claims the port; a flow the new programs made meanwhile keeps it.
+        const NOEXIST: u64 = 1;
+        if rev.insert(rk, rv, NOEXIST).is_err() {
+            continue;
+        }
+        if fwd.insert(&fk, &fv, NOEXIST).is_err() {
+            let _ = rev.remove(&rk);
+            continue;
+        }
+        n += 1;
+    }
+    Ok(n)
+}
