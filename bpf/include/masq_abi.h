@@ -26,8 +26,8 @@ struct masq_config {
 	__u32 tcp_closing_timeout_s; /* after FIN or RST was seen */
 	__u32 udp_timeout_s;
 	__u32 icmp_timeout_s;
-	__u32 nat_seed;            /* keys the NAT shard hash (nat_shard4/6); random per node,
-				    * written once and kept: pairs are found by it */
+	__u32 nat_seed;            /* the NAT shard hash's key (nat.h nat_shard): random per node,
+				    * chosen by the loader, built into the programs, kept here */
 	__u32 pad;
 };
 
@@ -113,7 +113,7 @@ struct rule_stats {
  * nat4_rev is one HASH map (not preallocated) of natMaxEntries entries.
  * nat4_fwd is an ARRAY_OF_MAPS of NAT_SHARDS such hash maps of
  * natMaxEntries / NAT_SHARDS entries each; a forward key lives in the shard its
- * keyed hash picks (nat_shard4: masq_config.nat_seed). The expiry sweep walks one
+ * keyed hash picks (nat_shard: masq_config.nat_seed). The expiry sweep walks one
  * shard per run, so a run stalls its CPU for 1/NAT_SHARDS of a whole-table walk.
  * A pair is inserted and removed as one: the expiry sweep (nat_gc) removes both
  * halves of a pair idle for its timeout, and nothing evicts a half on its own.

@@ -85,7 +85,7 @@ static __always_inline __u32 uplink_l3_off(const struct uplink_info *up)
 /*
  * nat_shard - the shard of a forward key: an NH hash (UMAC's: the sum of
  * products of key-word pairs, each word offset by a key) over its 32-bit words,
- * keyed by the node's masq_config.nat_seed, so a pod cannot aim its flows at one
+ * keyed by the node's random seed (nat_seed), so a pod cannot aim its flows at one
  * shard and fill it. The products are independent of each other, so the hash
  * costs about one multiply's latency, not one per word. plugin/src/bpf/abi.rs
  * nat_shard() computes the same.
@@ -114,17 +114,34 @@ static __always_inline __u32 nat_shard(const __u32 *w, int words, __u32 seed)
 	return h % NAT_SHARDS;
 }
 
+/*
+ * The node's shard seed: a constant of the loaded program (the loader sets it,
+ * and records it in masq_config.nat_seed for the plugin), so a shard costs no
+ * map lookup and no branch.
+ */
+const volatile __u32 nat_seed = 0;
+
+/*
+ * The shard of a forward key, as global functions: the verifier checks a global
+ * function once, on its own, where the hash inlined would be checked again on
+ * every path that reaches a lookup (it doubled the uplink program's verification).
+ * A key pointer of a global function may be NULL as far as the verifier knows.
+ */
+__attribute__((noinline)) __u32 nat_shard4(const struct nat4_key *k)
+{
+	return k ? nat_shard((const __u32 *)k, sizeof(*k) / 4, nat_seed) : 0;
+}
+
+__attribute__((noinline)) __u32 nat_shard6(const struct nat6_key *k)
+{
+	return k ? nat_shard((const __u32 *)k, sizeof(*k) / 4, nat_seed) : 0;
+}
+
 /* The shard (inner hash map) of @outer that holds forward key @key, or NULL. */
-#define NAT_FWD_SHARD(outer, key)                                                          \
+#define NAT_FWD_SHARD(outer, key, shard_fn)                                                \
 	({                                                                                 \
-		__u32 __zero = 0, __i;                                                     \
-		const struct masq_config *__cfg = bpf_map_lookup_elem(&masq_config, &__zero); \
-		void *__m = NULL;                                                          \
-		if (__cfg) {                                                               \
-			__i = nat_shard((const __u32 *)(key), sizeof(*(key)) / 4, __cfg->nat_seed); \
-			__m = bpf_map_lookup_elem(outer, &__i);                            \
-		}                                                                          \
-		__m;                                                                       \
+		__u32 __i = shard_fn(key);                                                 \
+		bpf_map_lookup_elem(outer, &__i);                                          \
 	})
 
 static __noinline void decide4(__u32 ifindex, const struct uplink_info *up, const struct flow4 *f,
@@ -148,6 +165,7 @@ static __noinline void decide6(__u32 ifindex, const struct uplink_info *up, cons
 #define FRAGKEY_T struct frag4_key
 #define DEC_T struct masq_decision4
 #define MAP_FWD nat4_fwd
+#define SHARD_FN nat_shard4
 #define MAP_REV nat4_rev
 #define MAP_FRAG frag4
 #define ADDR_EQ(a, b) (*(a) == *(b))
@@ -179,6 +197,7 @@ static __noinline void decide6(__u32 ifindex, const struct uplink_info *up, cons
 #define FRAGKEY_T struct frag6_key
 #define DEC_T struct masq_decision6
 #define MAP_FWD nat6_fwd
+#define SHARD_FN nat_shard6
 #define MAP_REV nat6_rev
 #define MAP_FRAG frag6
 #define ADDR_EQ(a, b) ipv6_addr_equal((a), (b))

@@ -7,7 +7,7 @@
  *   FLOW_T INNER_T   struct flow4 / flow6, struct inner4 / inner6
  *   KEY_T ENTRY_T    struct nat4_key / nat6_key, struct nat4_entry / nat6_entry
  *   FRAGKEY_T DEC_T  struct frag4_key / frag6_key, struct masq_decision4 / 6
- *   MAP_FWD MAP_REV MAP_FRAG
+ *   MAP_FWD MAP_REV MAP_FRAG SHARD_FN (the forward map's shard function)
  *   ADDR_EQ(a, b)    address equality (pointers)
  *   UPLINK_HAS(up) UPLINK_ADDR(up)   the uplink's address of this family
  *   PARSE PARSE_INNER DECIDE REWRITE REWRITE_ADDR ICMP_ERR_REWRITE QUOTES_POD
@@ -35,21 +35,34 @@
 /* The forward half of a pair, in its key's shard of MAP_FWD. */
 static __always_inline ENTRY_T *NAT_FN(fwd_get)(const KEY_T *k)
 {
-	void *m = NAT_FWD_SHARD(&MAP_FWD, k);
+	void *m = NAT_FWD_SHARD(&MAP_FWD, k, SHARD_FN);
+
+	return m ? bpf_map_lookup_elem(m, k) : NULL;
+}
+
+/*
+ * fwd_get with the shard hash inline instead of a call: for the per-packet
+ * lookup of an established flow only (every other lookup calls the global
+ * function, which the verifier checks once).
+ */
+static __always_inline ENTRY_T *NAT_FN(fwd_get_hot)(const KEY_T *k)
+{
+	__u32 i = nat_shard((const __u32 *)k, sizeof(*k) / 4, nat_seed);
+	void *m = bpf_map_lookup_elem(&MAP_FWD, &i);
 
 	return m ? bpf_map_lookup_elem(m, k) : NULL;
 }
 
 static __always_inline long NAT_FN(fwd_put)(const KEY_T *k, const ENTRY_T *e, __u64 flags)
 {
-	void *m = NAT_FWD_SHARD(&MAP_FWD, k);
+	void *m = NAT_FWD_SHARD(&MAP_FWD, k, SHARD_FN);
 
 	return m ? bpf_map_update_elem(m, k, e, flags) : -ENOENT; /* no shard: never expected */
 }
 
 static __always_inline void NAT_FN(fwd_del)(const KEY_T *k)
 {
-	void *m = NAT_FWD_SHARD(&MAP_FWD, k);
+	void *m = NAT_FWD_SHARD(&MAP_FWD, k, SHARD_FN);
 
 	if (m)
 		bpf_map_delete_elem(m, k);
@@ -171,9 +184,9 @@ static long NAT_FN(gc_pair)(void *map, const KEY_T *key, ENTRY_T *fwd, struct na
 		bpf_map_delete_elem(&MAP_REV, &rk);
 	/* A packet of the flow may have found its reverse half gone just now and
 	 * made a new pair under the same key: that one stays. */
-	cur = NAT_FN(fwd_get)(&fk);
+	cur = bpf_map_lookup_elem(map, &fk); /* @map: the shard being walked, the key's own */
 	if (cur && cur->created_ns == gen)
-		NAT_FN(fwd_del)(&fk);
+		bpf_map_delete_elem(map, &fk);
 	count_add(CNT_NAT_EXPIRED, 1);
 	return 0;
 }
@@ -460,7 +473,7 @@ static __noinline int NAT_FN(snat_egress)(struct __sk_buff *skb, const struct up
 			.saddr = f.saddr, .daddr = f.daddr,
 			.sport = f.sport, .dport = f.dport, .proto = f.proto,
 		};
-		fwd = NAT_FN(fwd_get)(&fk);
+		fwd = NAT_FN(fwd_get_hot)(&fk);
 		if (fwd) {
 			if (!NAT_FN(snat_refresh)(&f, fwd, now)) {
 				/* Our pair is going, or its reply slot was taken over: start afresh. */
@@ -572,6 +585,7 @@ static __noinline int NAT_FN(rnat_ingress)(struct __sk_buff *skb, const struct u
 #undef FRAGKEY_T
 #undef DEC_T
 #undef MAP_FWD
+#undef SHARD_FN
 #undef MAP_REV
 #undef MAP_FRAG
 #undef ADDR_EQ

@@ -172,12 +172,8 @@ pub fn reconcile_with(pins: &Pins, conf: &MasqConfig, uplinks: &[Uplink]) -> Res
 
 fn write_config(pins: &Pins, conf: &MasqConfig) -> Result<()> {
     let mut cfg: Array<MapData, AbiConfig> = maps::open(pins, abi::MAP_CONFIG)?;
-    // The shard seed is chosen once per node and kept: every forward half was
-    // put in the shard it picks.
-    let seed = match cfg.get(&0, 0) {
-        Ok(c) if c.nat_seed != 0 => c.nat_seed,
-        _ => random_seed(),
-    };
+    // The shard seed is the loader's (built into the programs): kept as it is.
+    let seed = cfg.get(&0, 0).map(|c| c.nat_seed).unwrap_or(0);
     let v = AbiConfig {
         port_min: conf.port_range.0,
         port_max: conf.port_range.1,
@@ -190,14 +186,6 @@ fn write_config(pins: &Pins, conf: &MasqConfig) -> Result<()> {
         pad: 0,
     };
     cfg.set(0, v, 0).map_err(|e| map_err("write masq_config", e))
-}
-
-/// A non-zero random 32-bit value (std's per-process hash keys come from the OS RNG).
-fn random_seed() -> u32 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(crate::pod::monotonic_ns());
-    (h.finish() as u32).max(1)
 }
 
 /// Desired exclusions, in the order that decides the reported reason when the

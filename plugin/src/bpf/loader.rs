@@ -130,9 +130,13 @@ pub fn ensure_loaded(pins: &Pins, nat_max_entries: u32) -> Result<()> {
         [(VETH_OBJ, &[PROG_VETH_INGRESS]), (UPLINK_OBJ, &[PROG_UPLINK_EGRESS, PROG_UPLINK_INGRESS])];
     // One loader for both objects: EbpfLoader::new() parses vmlinux BTF (~25 ms)
     // even though our programs use no CO-RE (hence .btf(None)); parse it once.
+    // The shard seed is built into the programs: the node's, if a load before
+    // this one chose it (the maps, and the pairs in them, are kept).
+    let seed = super::nat::recorded_seed(pins).filter(|&s| s != 0).unwrap_or_else(super::nat::random_seed);
     let mut loader = EbpfLoader::new();
     loader
         .btf(None)
+        .override_global("nat_seed", &seed, true)
         .default_map_pin_directory(pins.maps_dir())
         .map_max_entries(abi::MAP_NAT4_REV, nat_max_entries)
         .map_max_entries(abi::MAP_NAT6_REV, nat_max_entries);
@@ -141,12 +145,13 @@ pub fn ensure_loaded(pins: &Pins, nat_max_entries: u32) -> Result<()> {
     for (obj, progs) in objects {
         loaded.push((loader.load(obj).map_err(|e| bpf_err("load BPF object", e))?, progs));
     }
-    // The forward shards go in before any program is pinned: a pinned program
-    // means a complete data plane to every later process.
-    super::nat::fill_shards::<super::nat::V4>(pins, nat_max_entries)?;
-    super::nat::fill_shards::<super::nat::V6>(pins, nat_max_entries)?;
+    super::nat::record_seed(pins, seed)?;
     // Verification is most of a first load (the uplink egress program alone takes
-    // ~100 ms): the programs are verified side by side, one thread each.
+    // ~80 ms): the programs are verified side by side, one thread each. The
+    // forward shards are put in meanwhile, one thread a slot: each update of an
+    // array of maps waits for an RCU grace period (~7-15 ms here), 32 in a row
+    // took ~350 ms. Programs are pinned only once both are done: a pinned program
+    // means a complete data plane to every later process.
     let mut jobs: Vec<(&str, &mut Program)> = Vec::new();
     for (ebpf, progs) in loaded.iter_mut() {
         let before = jobs.len();
@@ -156,15 +161,34 @@ pub fn ensure_loaded(pins: &Pins, nat_max_entries: u32) -> Result<()> {
         }
     }
     std::thread::scope(|s| {
-        let threads: Vec<_> = jobs.into_iter().map(|(name, prog)| s.spawn(move || verify_and_pin(pins, name, prog))).collect();
-        threads.into_iter().try_for_each(|t| t.join().unwrap_or_else(|_| Err(Error::bpf("verifier thread panicked"))))
-    })
+        let fills: Vec<_> = (0..abi::NAT_SHARDS)
+            .flat_map(|i| {
+                [
+                    s.spawn(move || super::nat::fill_shard::<super::nat::V4>(pins, i, nat_max_entries)),
+                    s.spawn(move || super::nat::fill_shard::<super::nat::V6>(pins, i, nat_max_entries)),
+                ]
+            })
+            .collect();
+        let verified: Vec<_> = jobs.iter_mut().map(|(name, prog)| s.spawn(move || verify(name, prog))).collect();
+        let joined = |t: std::thread::ScopedJoinHandle<'_, Result<()>>| {
+            t.join().unwrap_or_else(|_| Err(Error::bpf("load thread panicked")))
+        };
+        let fill: Result<()> = fills.into_iter().map(joined).collect();
+        let verify: Result<()> = verified.into_iter().map(joined).collect();
+        fill.and(verify)
+    })?;
+    jobs.into_iter().try_for_each(|(name, prog)| pin_prog(pins, name, prog))
 }
 
-/// Load (verify) one program and pin it, replacing a stale pin.
-fn verify_and_pin(pins: &Pins, name: &str, prog: &mut Program) -> Result<()> {
+/// Load (verify) one program.
+fn verify(name: &str, prog: &mut Program) -> Result<()> {
     let prog: &mut SchedClassifier = prog.try_into().map_err(|e| bpf_err(name, e))?;
-    prog.load().map_err(|e| bpf_err(format!("verify {name}"), e))?;
+    prog.load().map_err(|e| bpf_err(format!("verify {name}"), e))
+}
+
+/// Pin one verified program, replacing a stale pin.
+fn pin_prog(pins: &Pins, name: &str, prog: &mut Program) -> Result<()> {
+    let prog: &mut SchedClassifier = prog.try_into().map_err(|e| bpf_err(name, e))?;
     let pin = pins.prog(name);
     match fs::remove_file(&pin) {
         Ok(()) => {}

@@ -164,11 +164,32 @@ pub struct Fwd<F: Family> {
     seed: u32,
 }
 
-/// The node's shard seed (`masq_config.nat_seed`); 0 before the config is written
-/// (no pair can exist then: the programs make none without a config).
+/// The node's shard seed (`masq_config.nat_seed`, recorded by the loader: the
+/// programs have it built in).
 pub fn shard_seed(pins: &Pins) -> Result<u32> {
     let cfg: Array<MapData, abi::MasqConfig> = maps::open(pins, abi::MAP_CONFIG)?;
     Ok(cfg.get(&0, 0).map(|c| c.nat_seed).unwrap_or(0))
+}
+
+/// The seed a previous load recorded, if the config map is pinned.
+pub fn recorded_seed(pins: &Pins) -> Option<u32> {
+    pins.map(abi::MAP_CONFIG).exists().then(|| shard_seed(pins).ok()).flatten()
+}
+
+/// Record the seed the programs were loaded with (the rest of the config stays).
+pub fn record_seed(pins: &Pins, seed: u32) -> Result<()> {
+    let mut cfg: Array<MapData, abi::MasqConfig> = maps::open(pins, abi::MAP_CONFIG)?;
+    let mut c = cfg.get(&0, 0).unwrap_or_default();
+    c.nat_seed = seed;
+    cfg.set(0, c, 0).map_err(|e| Error::bpf(format!("write masq_config: {e}")))
+}
+
+/// A non-zero random 32-bit value (std's per-process hash keys come from the OS RNG).
+pub fn random_seed() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(crate::pod::monotonic_ns());
+    (h.finish() as u32).max(1)
 }
 
 /// The shard of a forward key, as the programs compute it.
@@ -222,22 +243,19 @@ pub fn shard_max_entries(nat_max_entries: u32) -> u32 {
     nat_max_entries.div_ceil(abi::NAT_SHARDS)
 }
 
-/// Put a fresh hash map in every empty slot of one family's forward array (a
-/// first load, or one interrupted before its programs were pinned). Existing
-/// shards, and the pairs in them, stay.
-pub fn fill_shards<F: Family>(pins: &Pins, nat_max_entries: u32) -> Result<()> {
+/// Put a fresh hash map in slot `i` of one family's forward array if it is empty
+/// (a first load, or one interrupted before its programs were pinned). An
+/// existing shard, and the pairs in it, stay.
+pub fn fill_shard<F: Family>(pins: &Pins, i: u32, nat_max_entries: u32) -> Result<()> {
     let mut outer: ArrayOfMaps<MapData, NatMap<F>> = maps::open(pins, F::FWD)?;
-    for i in 0..abi::NAT_SHARDS {
-        match outer.get(&i, 0) {
-            Ok(_) => continue,
-            Err(MapError::KeyNotFound) => {}
-            Err(e) => return Err(Error::bpf(format!("{} shard {i}: {e}", F::FWD))),
-        }
-        let shard = NatMap::<F>::create(shard_max_entries(nat_max_entries), abi::NAT_MAP_FLAGS)
-            .map_err(|e| Error::bpf(format!("create {} shard {i}: {e}", F::FWD)))?;
-        outer.set(i, &shard, 0).map_err(|e| Error::bpf(format!("{} shard {i}: {e}", F::FWD)))?;
+    match outer.get(&i, 0) {
+        Ok(_) => return Ok(()),
+        Err(MapError::KeyNotFound) => {}
+        Err(e) => return Err(Error::bpf(format!("{} shard {i}: {e}", F::FWD))),
     }
-    Ok(())
+    let shard = NatMap::<F>::create(shard_max_entries(nat_max_entries), abi::NAT_MAP_FLAGS)
+        .map_err(|e| Error::bpf(format!("create {} shard {i}: {e}", F::FWD)))?;
+    outer.set(i, &shard, 0).map_err(|e| Error::bpf(format!("{} shard {i}: {e}", F::FWD)))
 }
 
 fn map_err(name: &str) -> impl Fn(MapError) -> Error + '_ {

@@ -45,9 +45,6 @@ pub mod drop {
     pub const NAT_FULL: u32 = 8;
 }
 
-/// masq_config.nat_seed of every test data plane (fixed: failures reproduce).
-pub const TEST_NAT_SEED: u32 = 0x5eed_a5a5;
-
 /// natMaxEntries of every test data plane.
 pub const NAT_MAX_ENTRIES_IN_TESTS: u32 = 4096;
 
@@ -125,6 +122,8 @@ impl Dataplane {
     /// Port range [lo, hi] with separate timeouts: TCP, TCP after FIN/RST, and UDP/ICMP.
     pub fn set_timeouts(&self, lo: u16, hi: u16, tcp_s: u32, closing_s: u32, other_s: u32) {
         let mut m: Array<MapData, MasqConfig> = self.map(abi::MAP_CONFIG);
+        // The shard seed is the loader's (built into the programs): kept.
+        let nat_seed = m.get(&0, 0).unwrap().nat_seed;
         let c = MasqConfig {
             port_min: lo,
             port_max: hi,
@@ -133,7 +132,7 @@ impl Dataplane {
             tcp_closing_timeout_s: closing_s,
             udp_timeout_s: other_s,
             icmp_timeout_s: other_s,
-            nat_seed: TEST_NAT_SEED,
+            nat_seed,
             pad: 0,
         };
         m.set(0, c, 0).unwrap();
