@@ -173,8 +173,9 @@ pub fn ensure_loaded(pins: &Pins, nat_max_entries: u32) -> Result<()> {
         let joined = |t: std::thread::ScopedJoinHandle<'_, Result<()>>| {
             t.join().unwrap_or_else(|_| Err(Error::bpf("load thread panicked")))
         };
-        let fill: Result<()> = fills.into_iter().map(joined).collect();
-        let verify: Result<()> = verified.into_iter().map(joined).collect();
+        // Every thread is joined (the scope waits for the rest if one failed).
+        let fill = fills.into_iter().try_for_each(joined);
+        let verify = verified.into_iter().try_for_each(joined);
         fill.and(verify)
     })?;
     jobs.into_iter().try_for_each(|(name, prog)| pin_prog(pins, name, prog))
