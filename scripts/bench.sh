@@ -91,7 +91,9 @@
 # 5), in three states: no pair yet (sweep not armed), one IPv4 pair (each run
 # walks one of nat4_fwd's 16 shards, 16 runs a second), IPv4 + IPv6 pairs
 # (nat6_fwd's shards join the cycle: 32 runs a second). A walk visits every
-# bucket of its shard, so its length follows natMaxEntries / 16, not the pairs.
+# bucket of its shard, so its length follows natMaxEntries / 16 — and the pairs
+# in it: then each run's own duration (nat_gc.last_run_took_ns) with one pair
+# and with 983,040 pairs (plugin/tests/microbench.rs sweep_run_cost).
 #
 # Usage: scripts/bench.sh [options]
 #   --add-latency  the ADD-latency mode above instead of the data-path benchmark
@@ -580,6 +582,11 @@ main_sweep() {
   sleep 1
   sweep_probe "IPv4 + IPv6 pairs (both maps)"
   sweep_status
+  # A run's own duration with one pair and with the table nearly full (the
+  # harness puts 983,040 pairs in: ~240 MB of kernel memory for a few seconds).
+  echo
+  (cd "$REPO" && cargo test --release --test microbench -- --ignored --nocapture --test-threads=1 sweep_run_cost 2>&1) |
+    grep -E "^(expiry sweep|one pair|983,041)" || die "sweep_run_cost failed"
 }
 
 if [ "${SWEEP:-0}" = 1 ]; then main_sweep

@@ -28,7 +28,8 @@ struct masq_config {
 	__u32 icmp_timeout_s;
 	__u32 nat_seed;            /* the NAT shard hash's key (nat.h nat_shard): random per node,
 				    * chosen by the loader, built into the programs, kept here */
-	__u32 pad;
+	__u32 nat_shards;          /* forward shards in use (a power of two, at most NAT_SHARDS_MAX),
+				    * also built into the programs */
 };
 
 #define MASQ_F_FAST_PATH 0x1      /* fastPath: route, translate and redirect pod flows in BPF */
@@ -111,10 +112,12 @@ struct rule_stats {
 
 /* ---- nat4_fwd / nat4_rev: the two halves of every NAT pair ----
  * nat4_rev is one HASH map (not preallocated) of natMaxEntries entries.
- * nat4_fwd is an ARRAY_OF_MAPS of NAT_SHARDS such hash maps of
- * natMaxEntries / NAT_SHARDS entries each; a forward key lives in the shard its
- * keyed hash picks (nat_shard: masq_config.nat_seed). The expiry sweep walks one
- * shard per run, so a run stalls its CPU for 1/NAT_SHARDS of a whole-table walk.
+ * nat4_fwd is an ARRAY_OF_MAPS of up to NAT_SHARDS_MAX such hash maps: the
+ * loader picks the largest power of two that leaves every shard at least
+ * NAT_SHARD_ENTRIES pairs (masq_config.nat_shards: one shard below 2,048
+ * natMaxEntries, 64 shards of 16,384 at the default); a forward key lives in the shard its
+ * keyed hash picks (nat_shard). The expiry sweep walks one shard per run, so a
+ * run holds its CPU for the walk of one shard, never of a whole table.
  * A pair is inserted and removed as one: the expiry sweep (nat_gc) removes both
  * halves of a pair idle for its timeout, and nothing evicts a half on its own.
  * A full shard (or reverse map) refuses new flows (DROP_NAT_FULL). Both halves
@@ -123,7 +126,8 @@ struct rule_stats {
  * rev key: the reply's tuple as it enters {remote, nat addr, remote port, nat port}
  * ICMP echo uses the identifier as the pod/nat "port" and 0 as the remote port.
  */
-#define NAT_SHARDS 16
+#define NAT_SHARDS_MAX 64
+#define NAT_SHARD_ENTRIES 1024   /* a shard holds at least this many pairs */
 struct nat4_key {
 	__be32 saddr;
 	__be32 daddr;
@@ -190,7 +194,7 @@ struct nat6_entry {
 
 /* ---- nat_gc (ARRAY, 1 entry): the expiry sweep's timer and its progress ----
  * One bpf_timer for the node, armed by the first NAT pair created. Every run
- * walks one forward shard: a cycle is nat4_fwd's NAT_SHARDS shards, then
+ * walks one forward shard: a cycle is nat4_fwd's shards, then
  * nat6_fwd's while IPv6 pairs may exist. A cycle that found no pair, with no
  * pair created meanwhile, stops the timer; the next new pair restarts it.
  */
@@ -208,9 +212,11 @@ struct nat_gc {
 	__u64 cycle6_checked;      /* ... of them IPv6 */
 	__u64 last_cycle_checked;  /* pairs the last whole cycle looked at */
 	__u64 cycles;              /* whole cycles completed */
-	__u32 pos;                 /* next shard: < NAT_SHARDS nat4_fwd, then nat6_fwd */
+	__u32 pos;                 /* next shard: below nat_shards nat4_fwd's, then nat6_fwd's */
 	__u32 walk;                /* NAT_GC_WALK6 */
 	__u64 seen;                /* NAT_GC_NEW* taken during this cycle */
+	__u64 last_run_took_ns;    /* how long the last run held its CPU (softirq) */
+	__u64 max_run_took_ns;     /* the longest run since the maps were created */
 };
 
 /* ---- reserved_ports (ARRAY, RESERVED_PORTS_MAX entries), plugin-only: the port

@@ -88,7 +88,7 @@ _Static_assert(sizeof(struct rule_except4_key) == 12, "rule_except4_key size");
 _Static_assert(sizeof(struct rule_stats) == 16, "rule_stats size");
 _Static_assert(sizeof(struct nat4_key) == 16, "nat4_key size");
 _Static_assert(sizeof(struct nat4_entry) == 48, "nat4_entry size");
-_Static_assert(sizeof(struct nat_gc) == 96, "nat_gc size");
+_Static_assert(sizeof(struct nat_gc) == 112, "nat_gc size");
 _Static_assert(sizeof(struct port_range) == 4, "port_range size");
 _Static_assert(sizeof(struct pod_stats) == 24, "pod_stats size");
 _Static_assert(sizeof(struct rule6_key) == 24, "rule6_key size");

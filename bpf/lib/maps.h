@@ -124,8 +124,8 @@ struct {
 #define NAT_MAP_FLAGS BPF_F_NO_PREALLOC
 
 /*
- * The forward halves: NAT_SHARDS hash maps behind an array (see masq_abi.h).
- * The loader creates the shards (natMaxEntries / NAT_SHARDS entries each) and
+ * The forward halves: up to NAT_SHARDS_MAX hash maps behind an array (see masq_abi.h).
+ * The loader creates the shards (natMaxEntries / nat_shards entries each) and
  * puts them in before any program is pinned; the definition here is only the
  * template they must match (type, key, value, flags).
  */
@@ -139,7 +139,7 @@ struct nat4_shard {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
-	__uint(max_entries, NAT_SHARDS);
+	__uint(max_entries, NAT_SHARDS_MAX);
 	__type(key, __u32);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 	__array(values, struct nat4_shard);
@@ -182,7 +182,7 @@ struct nat6_shard {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
-	__uint(max_entries, NAT_SHARDS);
+	__uint(max_entries, NAT_SHARDS_MAX);
 	__type(key, __u32);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 	__array(values, struct nat6_shard);

@@ -172,8 +172,8 @@ pub fn reconcile_with(pins: &Pins, conf: &MasqConfig, uplinks: &[Uplink]) -> Res
 
 fn write_config(pins: &Pins, conf: &MasqConfig) -> Result<()> {
     let mut cfg: Array<MapData, AbiConfig> = maps::open(pins, abi::MAP_CONFIG)?;
-    // The shard seed is the loader's (built into the programs): kept as it is.
-    let seed = cfg.get(&0, 0).map(|c| c.nat_seed).unwrap_or(0);
+    // The shard seed and count are the loader's (built into the programs): kept.
+    let (seed, shards) = cfg.get(&0, 0).map(|c| (c.nat_seed, c.nat_shards)).unwrap_or((0, 0));
     let v = AbiConfig {
         port_min: conf.port_range.0,
         port_max: conf.port_range.1,
@@ -183,7 +183,7 @@ fn write_config(pins: &Pins, conf: &MasqConfig) -> Result<()> {
         udp_timeout_s: UDP_TIMEOUT_S,
         icmp_timeout_s: ICMP_TIMEOUT_S,
         nat_seed: seed,
-        pad: 0,
+        nat_shards: shards,
     };
     cfg.set(0, v, 0).map_err(|e| map_err("write masq_config", e))
 }

@@ -151,3 +151,68 @@ fn fast_path_per_packet_cost() {
         println!("{:<52} {ns:>10.1}", "uplink ingress: UDP reply (reverse NAT, redirect)");
     });
 }
+
+/// What one expiry-sweep run holds its CPU for at the default natMaxEntries: a
+/// run walks one of the 64 forward shards (16,384 buckets), in softirq. Timed
+/// by the run itself (`nat_gc.last_run_took_ns`), with one pair in the table and
+/// with the table 15/16 full (983,040 IPv4 pairs put in from here, both halves,
+/// as the programs make them). Run by `scripts/bench.sh --sweep`.
+#[test]
+#[ignore = "benchmark: scripts/bench.sh --sweep"]
+fn sweep_run_cost() {
+    use ebpf_masq::bpf::{
+        abi::{Nat4Entry, Nat4Key},
+        maps,
+        nat::{self, Fwd},
+    };
+    let dp = Dataplane::with_nat_max_entries(ebpf_masq::config::DEFAULT_NAT_MAX_ENTRIES);
+    dp.set_config(1024, 65535, 3600);
+    dp.add_uplink(LO, MASQ);
+    dp.add_pod(POD, VETH, true);
+    dp.egress(&udp(POD, REMOTE, 40000, 53)).passed(); // the first pair arms the sweep
+    // (ms per run: median, max, pairs a run checked) over `n` runs.
+    let sample = |n: usize| {
+        let (mut took, mut checked, mut last) = (Vec::new(), 0, dp.nat_gc().runs);
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while took.len() < n && std::time::Instant::now() < end {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            let g = dp.nat_gc();
+            if g.runs != last {
+                last = g.runs;
+                took.push(g.last_run_took_ns as f64 / 1e6);
+                checked = checked.max(g.last_checked);
+            }
+        }
+        assert!(took.len() == n, "the sweep ran {} times in 60 s", took.len());
+        took.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        (took[n / 2], took[n - 1], checked)
+    };
+    println!("{:<52} {:>8} {:>8} {:>10}", "expiry sweep, natMaxEntries 1,048,576", "ms/run", "max ms", "pairs/run");
+    let (med, max, checked) = sample(32);
+    println!("{:<52} {med:>8.2} {max:>8.2} {checked:>10}", "one pair (a run: one empty shard)");
+
+    let n: u32 = 983_040;
+    let now = ebpf_masq::pod::monotonic_ns();
+    let mut fwd = Fwd::<nat::V4>::open(&dp.pins).unwrap();
+    let mut rev: nat::NatMap<nat::V4> = maps::open(&dp.pins, ebpf_masq::bpf::abi::MAP_NAT4_REV).unwrap();
+    let base = u32::from(Ipv4Addr::new(198, 18, 0, 0));
+    for i in 0..n {
+        let (daddr, dport) = (Ipv4Addr::from(base + i / 1000), 1000 + (i % 1000) as u16);
+        let nat_port = 1024 + (i % 60000) as u16;
+        let fk: Nat4Key = nat_key(POD, daddr, 40000, dport, 17);
+        let e = Nat4Entry { created_ns: now, last_seen_ns: now, ..Default::default() };
+        let fe = Nat4Entry { addr: MASQ.octets(), port: nat_port.to_be_bytes(), ..e };
+        let re = Nat4Entry { addr: POD.octets(), port: 40000u16.to_be_bytes(), ..e };
+        rev.insert(reverse_key(&fk, MASQ, nat_port), re, 0).unwrap();
+        fwd.insert(&fk, &fe, 0).unwrap();
+    }
+    // The interval follows the pairs the last cycle saw: wait for a cycle over the full table.
+    let cycles = dp.nat_gc().cycles;
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while dp.nat_gc().cycles < cycles + 1 && std::time::Instant::now() < end {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let (med, max, checked) = sample(16);
+    let label = format!("983,041 pairs (a run: ~{} pairs in its shard)", n / dp.shards());
+    println!("{label:<52} {med:>8.2} {max:>8.2} {checked:>10}");
+}

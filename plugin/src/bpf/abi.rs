@@ -54,9 +54,10 @@ pub struct MasqConfig {
     pub tcp_closing_timeout_s: u32,
     pub udp_timeout_s: u32,
     pub icmp_timeout_s: u32,
-    /// Keys the NAT shard hash (`nat_shard`): random per node, written once and kept.
+    /// Keys the NAT shard hash (`nat_shard`): random per node, chosen by the loader and kept.
     pub nat_seed: u32,
-    pub pad: u32,
+    /// Forward shards in use (a power of two, at most NAT_SHARDS_MAX), chosen by the loader.
+    pub nat_shards: u32,
 }
 
 /// `masq_config.flags`: fastPath is on.
@@ -224,9 +225,18 @@ pub struct PortRange {
 /// `map_flags` of every NAT hash map (BPF_F_NO_PREALLOC): memory follows the flows.
 pub const NAT_MAP_FLAGS: u32 = 1;
 
-/// Shards of each forward NAT map (`nat4_fwd`/`nat6_fwd` are arrays of this many
-/// hash maps of natMaxEntries / NAT_SHARDS entries).
-pub const NAT_SHARDS: u32 = 16;
+/// Slots of each forward NAT map (`nat4_fwd`/`nat6_fwd` are arrays of up to this
+/// many hash maps); `shards_for` picks how many a node uses.
+pub const NAT_SHARDS_MAX: u32 = 64;
+/// A shard holds at least this many pairs.
+pub const NAT_SHARD_ENTRIES: u32 = 1024;
+
+/// The forward shards for a table of `nat_max_entries` pairs: the largest power
+/// of two up to NAT_SHARDS_MAX that leaves each at least NAT_SHARD_ENTRIES.
+pub fn shards_for(nat_max_entries: u32) -> u32 {
+    let fit = (nat_max_entries / NAT_SHARD_ENTRIES).max(1);
+    (1u32 << (31 - fit.leading_zeros())).min(NAT_SHARDS_MAX)
+}
 
 /// `nat_gc.armed` bits: the sweep's timer runs; an IPv4 / IPv6 pair was created
 /// since the last run.
@@ -251,10 +261,13 @@ pub struct NatGc {
     /// Pairs the last whole cycle (every shard) looked at.
     pub last_cycle_checked: u64,
     pub cycles: u64,
-    /// Next shard: below NAT_SHARDS nat4_fwd's, then nat6_fwd's.
+    /// Next shard: below nat_shards nat4_fwd's, then nat6_fwd's.
     pub pos: u32,
     pub walk: u32,
     pub seen: u64,
+    /// How long the last run held its CPU, and the longest run so far.
+    pub last_run_took_ns: u64,
+    pub max_run_took_ns: u64,
 }
 
 /// Per-word offsets of the shard hash (`nat_shard_keys` in bpf/lib/nat.h), each
@@ -263,8 +276,9 @@ const NAT_SHARD_KEYS: [u32; 10] =
     [0xc2c063fe, 0x239eed24, 0x958507ad, 0xf768064f, 0x0e9a8df5, 0x55113dc3, 0xe0c67744, 0x5966eb44, 0xfcb042d9, 0x4ca82984];
 
 /// The shard of a forward NAT key: the same keyed NH hash as `nat_shard()` in
-/// bpf/lib/nat.h, over the key's native-endian 32-bit words (16 or 40 bytes).
-pub fn nat_shard(key_bytes: &[u8], seed: u32) -> u32 {
+/// bpf/lib/nat.h, over the key's native-endian 32-bit words (16 or 40 bytes),
+/// for `shards` shards (a power of two).
+pub fn nat_shard(key_bytes: &[u8], seed: u32, shards: u32) -> u32 {
     let w: Vec<u32> = key_bytes.chunks_exact(4).map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect();
     let sum = w.chunks_exact(2).zip(NAT_SHARD_KEYS.chunks_exact(2)).fold(0u64, |sum, (p, k)| {
         let a = p[0].wrapping_add(seed ^ k[0]);
@@ -278,7 +292,7 @@ pub fn nat_shard(key_bytes: &[u8], seed: u32) -> u32 {
     h ^= h >> 13;
     h = h.wrapping_mul(0xc2b2_ae35);
     h ^= h >> 16;
-    h % NAT_SHARDS
+    h & (shards - 1)
 }
 
 /// `struct frag4_key`: a fragmented datagram, as its first fragment named it.
@@ -435,8 +449,40 @@ pod! {
     Nat4Key = 16,
     Nat4Entry = 48,
     PodStats = 24,
-    NatGc = 96,
+    NatGc = 112,
     PortRange = 4,
     AttachmentKey = 88,
     AttachmentInfo = 120,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shard_count_follows_the_table_size() {
+        let cases = [(0, 1), (1024, 1), (2047, 1), (2048, 2), (4096, 4), (6000, 4), (65536, 64), (1 << 20, 64)];
+        for (nat_max, shards) in cases {
+            assert_eq!(shards_for(nat_max), shards, "natMaxEntries {nat_max}");
+        }
+    }
+
+    #[test]
+    fn shard_hash_stays_in_range_and_spreads() {
+        let mut seen = [0u32; 64];
+        for i in 0u32..6400 {
+            let key = [i.to_ne_bytes(), 7u32.to_ne_bytes(), (i * 31).to_ne_bytes(), 17u32.to_ne_bytes()].concat();
+            let s = nat_shard(&key, 0x1234_5678, 64);
+            seen[s as usize] += 1;
+        }
+        // 100 a shard expected: none empty, none more than twice that.
+        assert!(seen.iter().all(|&n| (1..200).contains(&n)), "{seen:?}");
+        assert_eq!(nat_shard(&[0u8; 40], 9, 1), 0, "one shard: always 0");
+        // The seed changes where a key goes (for most keys).
+        let moved = (0u32..64).filter(|i| {
+            let key = [i.to_ne_bytes(); 4].concat();
+            nat_shard(&key, 1, 64) != nat_shard(&key, 2, 64)
+        });
+        assert!(moved.count() > 48);
+    }
 }

@@ -130,13 +130,18 @@ pub fn ensure_loaded(pins: &Pins, nat_max_entries: u32) -> Result<()> {
         [(VETH_OBJ, &[PROG_VETH_INGRESS]), (UPLINK_OBJ, &[PROG_UPLINK_EGRESS, PROG_UPLINK_INGRESS])];
     // One loader for both objects: EbpfLoader::new() parses vmlinux BTF (~25 ms)
     // even though our programs use no CO-RE (hence .btf(None)); parse it once.
-    // The shard seed is built into the programs: the node's, if a load before
-    // this one chose it (the maps, and the pairs in them, are kept).
-    let seed = super::nat::recorded_seed(pins).filter(|&s| s != 0).unwrap_or_else(super::nat::random_seed);
+    // The shard seed and count are built into the programs: the node's, if a load
+    // before this one chose them (the maps, and the pairs in them, are kept).
+    let shard = super::nat::recorded_params(pins).unwrap_or_else(|| super::nat::ShardParams {
+        seed: super::nat::random_seed(),
+        shards: abi::shards_for(nat_max_entries),
+    });
+    let mask = shard.shards - 1;
     let mut loader = EbpfLoader::new();
     loader
         .btf(None)
-        .override_global("nat_seed", &seed, true)
+        .override_global("nat_seed", &shard.seed, true)
+        .override_global("nat_shard_mask", &mask, true)
         .default_map_pin_directory(pins.maps_dir())
         .map_max_entries(abi::MAP_NAT4_REV, nat_max_entries)
         .map_max_entries(abi::MAP_NAT6_REV, nat_max_entries);
@@ -145,13 +150,12 @@ pub fn ensure_loaded(pins: &Pins, nat_max_entries: u32) -> Result<()> {
     for (obj, progs) in objects {
         loaded.push((loader.load(obj).map_err(|e| bpf_err("load BPF object", e))?, progs));
     }
-    super::nat::record_seed(pins, seed)?;
+    super::nat::record_params(pins, shard)?;
     // Verification is most of a first load (the uplink egress program alone takes
     // ~80 ms): the programs are verified side by side, one thread each. The
-    // forward shards are put in meanwhile, one thread a slot: each update of an
-    // array of maps waits for an RCU grace period (~7-15 ms here), 32 in a row
-    // took ~350 ms. Programs are pinned only once both are done: a pinned program
-    // means a complete data plane to every later process.
+    // forward shards are put in meanwhile (a thread per family: each waits for
+    // one RCU grace period, see fill_shards). Programs are pinned only once both
+    // are done: a pinned program means a complete data plane to every later process.
     let mut jobs: Vec<(&str, &mut Program)> = Vec::new();
     for (ebpf, progs) in loaded.iter_mut() {
         let before = jobs.len();
@@ -161,14 +165,11 @@ pub fn ensure_loaded(pins: &Pins, nat_max_entries: u32) -> Result<()> {
         }
     }
     std::thread::scope(|s| {
-        let fills: Vec<_> = (0..abi::NAT_SHARDS)
-            .flat_map(|i| {
-                [
-                    s.spawn(move || super::nat::fill_shard::<super::nat::V4>(pins, i, nat_max_entries)),
-                    s.spawn(move || super::nat::fill_shard::<super::nat::V6>(pins, i, nat_max_entries)),
-                ]
-            })
-            .collect();
+        let n = shard.shards;
+        let fills = [
+            s.spawn(move || super::nat::fill_shards::<super::nat::V4>(pins, n, nat_max_entries)),
+            s.spawn(move || super::nat::fill_shards::<super::nat::V6>(pins, n, nat_max_entries)),
+        ];
         let verified: Vec<_> = jobs.iter_mut().map(|(name, prog)| s.spawn(move || verify(name, prog))).collect();
         let joined = |t: std::thread::ScopedJoinHandle<'_, Result<()>>| {
             t.join().unwrap_or_else(|_| Err(Error::bpf("load thread panicked")))

@@ -7,6 +7,8 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use std::os::fd::{AsFd, AsRawFd};
+
 use aya::maps::{Array, ArrayOfMaps, HashMap, MapData, MapError};
 
 use super::{
@@ -164,23 +166,34 @@ pub struct Fwd<F: Family> {
     seed: u32,
 }
 
-/// The node's shard seed (`masq_config.nat_seed`, recorded by the loader: the
-/// programs have it built in).
-pub fn shard_seed(pins: &Pins) -> Result<u32> {
+/// What the loader chose for a node: the shard hash's seed and the shard count
+/// (both built into the programs, recorded in `masq_config`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardParams {
+    pub seed: u32,
+    pub shards: u32,
+}
+
+/// The node's recorded shard parameters (`masq_config`).
+pub fn shard_params(pins: &Pins) -> Result<ShardParams> {
     let cfg: Array<MapData, abi::MasqConfig> = maps::open(pins, abi::MAP_CONFIG)?;
-    Ok(cfg.get(&0, 0).map(|c| c.nat_seed).unwrap_or(0))
+    let c = cfg.get(&0, 0).unwrap_or_default();
+    Ok(ShardParams { seed: c.nat_seed, shards: c.nat_shards.max(1) })
 }
 
-/// The seed a previous load recorded, if the config map is pinned.
-pub fn recorded_seed(pins: &Pins) -> Option<u32> {
-    pins.map(abi::MAP_CONFIG).exists().then(|| shard_seed(pins).ok()).flatten()
+/// The parameters a previous load recorded, if the config map is pinned and has them.
+pub fn recorded_params(pins: &Pins) -> Option<ShardParams> {
+    let cfg: Array<MapData, abi::MasqConfig> = maps::open(pins, abi::MAP_CONFIG).ok()?;
+    let c = cfg.get(&0, 0).ok()?;
+    (c.nat_seed != 0 && c.nat_shards != 0).then_some(ShardParams { seed: c.nat_seed, shards: c.nat_shards })
 }
 
-/// Record the seed the programs were loaded with (the rest of the config stays).
-pub fn record_seed(pins: &Pins, seed: u32) -> Result<()> {
+/// Record the parameters the programs were loaded with (the rest of the config stays).
+pub fn record_params(pins: &Pins, p: ShardParams) -> Result<()> {
     let mut cfg: Array<MapData, abi::MasqConfig> = maps::open(pins, abi::MAP_CONFIG)?;
     let mut c = cfg.get(&0, 0).unwrap_or_default();
-    c.nat_seed = seed;
+    c.nat_seed = p.seed;
+    c.nat_shards = p.shards;
     cfg.set(0, c, 0).map_err(|e| Error::bpf(format!("write masq_config: {e}")))
 }
 
@@ -193,35 +206,39 @@ pub fn random_seed() -> u32 {
 }
 
 /// The shard of a forward key, as the programs compute it.
-pub fn shard_of<K: aya::Pod>(k: &K, seed: u32) -> u32 {
+pub fn shard_of<K: aya::Pod>(k: &K, p: ShardParams) -> u32 {
     // SAFETY: K is Pod (a plain #[repr(C)] mirror of a BPF key, no padding bytes):
     // its bytes are initialised and it is borrowed for the slice's lifetime.
     let bytes = unsafe { std::slice::from_raw_parts((k as *const K).cast::<u8>(), std::mem::size_of::<K>()) };
-    abi::nat_shard(bytes, seed)
+    abi::nat_shard(bytes, p.seed, p.shards)
 }
 
 impl<F: Family> Fwd<F> {
     /// Open every shard (an empty slot is an error: the loader fills all of
     /// them before any program is pinned).
     pub fn open(pins: &Pins) -> Result<Self> {
+        let params = shard_params(pins)?;
         let outer: ArrayOfMaps<MapData, NatMap<F>> = maps::open(pins, F::FWD)?;
-        let shards = (0..abi::NAT_SHARDS)
+        let shards = (0..params.shards)
             .map(|i| outer.get(&i, 0).map_err(|e| Error::bpf(format!("{} shard {i}: {e}", F::FWD))))
             .collect::<Result<Vec<_>>>()?;
-        Ok(Fwd { shards, seed: shard_seed(pins)? })
+        Ok(Fwd { shards, seed: params.seed })
+    }
+    fn params(&self) -> ShardParams {
+        ShardParams { seed: self.seed, shards: self.shards.len() as u32 }
     }
     pub fn shard(&self, k: &F::Key) -> &NatMap<F> {
-        &self.shards[shard_of(k, self.seed) as usize]
+        &self.shards[shard_of(k, self.params()) as usize]
     }
     pub fn get(&self, k: &F::Key) -> std::result::Result<F::Value, MapError> {
         self.shard(k).get(k, 0)
     }
     pub fn insert(&mut self, k: &F::Key, v: &F::Value, flags: u64) -> std::result::Result<(), MapError> {
-        let i = shard_of(k, self.seed) as usize;
+        let i = shard_of(k, self.params()) as usize;
         self.shards[i].insert(k, v, flags)
     }
     pub fn remove(&mut self, k: &F::Key) -> std::result::Result<(), MapError> {
-        let i = shard_of(k, self.seed) as usize;
+        let i = shard_of(k, self.params()) as usize;
         self.shards[i].remove(k)
     }
     /// Every forward half, shard after shard.
@@ -238,24 +255,138 @@ fn open<F: Family>(pins: &Pins) -> Result<(Fwd<F>, NatMap<F>)> {
     Ok((Fwd::open(pins)?, maps::open(pins, F::REV)?))
 }
 
-/// Size of each forward shard for a table of `nat_max_entries` pairs.
-pub fn shard_max_entries(nat_max_entries: u32) -> u32 {
-    nat_max_entries.div_ceil(abi::NAT_SHARDS)
+/// Size of each of `shards` forward shards for a table of `nat_max_entries` pairs.
+pub fn shard_max_entries(nat_max_entries: u32, shards: u32) -> u32 {
+    nat_max_entries.div_ceil(shards)
 }
 
-/// Put a fresh hash map in slot `i` of one family's forward array if it is empty
-/// (a first load, or one interrupted before its programs were pinned). An
-/// existing shard, and the pairs in it, stay.
-pub fn fill_shard<F: Family>(pins: &Pins, i: u32, nat_max_entries: u32) -> Result<()> {
-    let mut outer: ArrayOfMaps<MapData, NatMap<F>> = maps::open(pins, F::FWD)?;
-    match outer.get(&i, 0) {
-        Ok(_) => return Ok(()),
-        Err(MapError::KeyNotFound) => {}
-        Err(e) => return Err(Error::bpf(format!("{} shard {i}: {e}", F::FWD))),
+/// Put a fresh hash map in every empty slot below `shards` of one family's
+/// forward array (a first load, or one interrupted before its programs were
+/// pinned). Existing shards, and the pairs in them, stay. The shards go in with
+/// one BPF_MAP_UPDATE_BATCH: every update of an array of maps waits for an RCU
+/// grace period (7-15 ms here), a batch waits once.
+pub fn fill_shards<F: Family>(pins: &Pins, shards: u32, nat_max_entries: u32) -> Result<()> {
+    let outer: ArrayOfMaps<MapData, MapData> = maps::open(pins, F::FWD)?;
+    let mut slots = Vec::new();
+    let mut made = Vec::new();
+    for i in 0..shards {
+        match outer.get(&i, 0) {
+            Ok(_) => continue,
+            Err(MapError::KeyNotFound) => {}
+            Err(e) => return Err(Error::bpf(format!("{} shard {i}: {e}", F::FWD))),
+        }
+        let name = format!("{}_{i}", F::FWD);
+        let fd = sys::create_hash_map(
+            &name,
+            std::mem::size_of::<F::Key>() as u32,
+            std::mem::size_of::<F::Value>() as u32,
+            shard_max_entries(nat_max_entries, shards),
+            abi::NAT_MAP_FLAGS,
+        )
+        .map_err(|e| Error::bpf(format!("create {name}: {e}")))?;
+        slots.push(i);
+        made.push(fd);
     }
-    let shard = NatMap::<F>::create(shard_max_entries(nat_max_entries), abi::NAT_MAP_FLAGS)
-        .map_err(|e| Error::bpf(format!("create {} shard {i}: {e}", F::FWD)))?;
-    outer.set(i, &shard, 0).map_err(|e| Error::bpf(format!("{} shard {i}: {e}", F::FWD)))
+    if slots.is_empty() {
+        return Ok(());
+    }
+    let fds: Vec<u32> = made.iter().map(|fd| fd.as_raw_fd() as u32).collect();
+    // The array holds its own references: our fds may close after this.
+    let data = outer_fd(pins, F::FWD)?;
+    sys::update_batch(data.fd().as_fd(), &slots, &fds)
+        .map_err(|e| Error::bpf(format!("{}: put in {} shards: {e}", F::FWD, slots.len())))
+}
+
+fn outer_fd(pins: &Pins, name: &str) -> Result<MapData> {
+    MapData::from_pin(pins.map(name)).map_err(|e| Error::bpf(format!("open pinned map {name}: {e}")))
+}
+
+/// The two bpf(2) commands aya 0.14 has no call for.
+mod sys {
+    use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+    const BPF_MAP_CREATE: libc::c_long = 0;
+    const BPF_MAP_UPDATE_BATCH: libc::c_long = 26;
+    const BPF_MAP_TYPE_HASH: u32 = 1;
+
+    /// A plain hash map (not pinned, not in BTF): a NAT shard.
+    pub fn create_hash_map(name: &str, key: u32, value: u32, max_entries: u32, flags: u32) -> std::io::Result<OwnedFd> {
+        // union bpf_attr, the BPF_MAP_CREATE member up to map_name; the kernel
+        // treats the fields after the size we pass as zero.
+        #[repr(C)]
+        struct Create {
+            map_type: u32,
+            key_size: u32,
+            value_size: u32,
+            max_entries: u32,
+            map_flags: u32,
+            inner_map_fd: u32,
+            numa_node: u32,
+            map_name: [u8; 16],
+        }
+        let mut map_name = [0u8; 16];
+        for (d, s) in map_name.iter_mut().zip(name.bytes().take(15)) {
+            *d = s;
+        }
+        let attr = Create {
+            map_type: BPF_MAP_TYPE_HASH,
+            key_size: key,
+            value_size: value,
+            max_entries,
+            map_flags: flags,
+            inner_map_fd: 0,
+            numa_node: 0,
+            map_name,
+        };
+        // SAFETY: attr is a valid bpf_attr prefix of the size we pass; on success
+        // the kernel returns a new fd that we own.
+        let fd = unsafe {
+            libc::syscall(libc::SYS_bpf, BPF_MAP_CREATE, &attr as *const Create, std::mem::size_of::<Create>() as u32)
+        };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: fd is a fresh descriptor nobody else owns.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    }
+
+    /// BPF_MAP_UPDATE_BATCH of u32 keys and u32 values (array slots and map fds).
+    pub fn update_batch(map: BorrowedFd<'_>, keys: &[u32], values: &[u32]) -> std::io::Result<()> {
+        #[repr(C)]
+        struct Batch {
+            in_batch: u64,
+            out_batch: u64,
+            keys: u64,
+            values: u64,
+            count: u32,
+            map_fd: u32,
+            elem_flags: u64,
+            flags: u64,
+        }
+        assert_eq!(keys.len(), values.len());
+        let mut attr = Batch {
+            in_batch: 0,
+            out_batch: 0,
+            keys: keys.as_ptr() as u64,
+            values: values.as_ptr() as u64,
+            count: keys.len() as u32,
+            map_fd: map.as_raw_fd() as u32,
+            elem_flags: 0,
+            flags: 0,
+        };
+        // SAFETY: attr points at live key and value arrays of `count` u32 each for
+        // the duration of the call; the kernel writes back only `count`.
+        let r = unsafe {
+            libc::syscall(libc::SYS_bpf, BPF_MAP_UPDATE_BATCH, &mut attr as *mut Batch, std::mem::size_of::<Batch>() as u32)
+        };
+        if r < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if attr.count as usize != keys.len() {
+            return Err(std::io::Error::other(format!("{} of {} updated", attr.count, keys.len())));
+        }
+        Ok(())
+    }
 }
 
 fn map_err(name: &str) -> impl Fn(MapError) -> Error + '_ {

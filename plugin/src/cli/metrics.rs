@@ -40,6 +40,8 @@ pub struct Snapshot {
 pub struct Sweep {
     pub runs: u64,
     pub cycles: u64,
+    pub last_run_ns: u64,
+    pub max_run_ns: u64,
     pub last_checked: u64,
     pub armed: bool,
     pub walks_ipv6: bool,
@@ -71,6 +73,8 @@ pub fn collect(pins: &Pins) -> Result<Snapshot> {
         .map(|g| Sweep {
             runs: g.runs,
             cycles: g.cycles,
+            last_run_ns: g.last_run_took_ns,
+            max_run_ns: g.max_run_took_ns,
             last_checked: g.last_cycle_checked,
             armed: g.armed & abi::NAT_GC_ARMED != 0,
             walks_ipv6: g.walk & abi::NAT_GC_WALK6 != 0,
@@ -110,7 +114,7 @@ struct Family<'a> {
 }
 
 impl Family<'_> {
-    fn sample(&mut self, labels: &[(&str, &str)], value: u64) {
+    fn sample(&mut self, labels: &[(&str, &str)], value: impl std::fmt::Display) {
         self.out.push_str(self.name);
         if !labels.is_empty() {
             self.out.push('{');
@@ -224,6 +228,12 @@ pub fn render(s: &Snapshot) -> String {
     family(&mut out, "ebpf_masq_nat_expiry_cycles_total", "counter",
            "Complete cycles of the NAT expiry sweep (every shard walked once).")
         .sample(&[], s.sweep.cycles);
+    family(&mut out, "ebpf_masq_nat_expiry_last_run_seconds", "gauge",
+           "How long the last expiry sweep run held its CPU (one shard walked in softirq).")
+        .sample(&[], s.sweep.last_run_ns as f64 / 1e9);
+    family(&mut out, "ebpf_masq_nat_expiry_max_run_seconds", "gauge",
+           "The longest expiry sweep run since the NAT maps were created.")
+        .sample(&[], s.sweep.max_run_ns as f64 / 1e9);
     family(&mut out, "ebpf_masq_nat_expiry_last_checked_pairs", "gauge", "NAT pairs the last complete expiry cycle (every shard once) looked at.")
         .sample(&[], s.sweep.last_checked);
     family(&mut out, "ebpf_masq_nat_expiry_running", "gauge",
@@ -608,7 +618,7 @@ mod tests {
             counters: abi::counter::NAMES.iter().enumerate().map(|(i, n)| (n.to_string(), i as u64 * 3)).collect(),
             drops: abi::drop_reason::NAMES.iter().map(|n| (n.to_string(), 2)).collect(),
             nat: vec![("ipv4", 12, 1 << 20)],
-            sweep: Sweep { runs: 7, cycles: 3, last_checked: 12, armed: true, walks_ipv6: false },
+            sweep: Sweep { runs: 7, cycles: 3, last_run_ns: 450_000, max_run_ns: 1_200_000, last_checked: 12, armed: true, walks_ipv6: false },
             rules: vec![rule(0, Some("eth0")), rule(1, None)],
             // Hostile label values: quotes, backslashes, a newline.
             pods: vec![pod("abc", "eth0"), pod("abc", "net1"), pod("we\"ird\\id\nx", "eth0")],
@@ -635,6 +645,8 @@ mod tests {
             ("ebpf_masq_nat_entries", "gauge"),
             ("ebpf_masq_nat_expiry_sweeps_total", "counter"),
             ("ebpf_masq_nat_expiry_cycles_total", "counter"),
+            ("ebpf_masq_nat_expiry_last_run_seconds", "gauge"),
+            ("ebpf_masq_nat_expiry_max_run_seconds", "gauge"),
             ("ebpf_masq_nat_expiry_last_checked_pairs", "gauge"),
             ("ebpf_masq_nat_expiry_running", "gauge"),
             ("ebpf_masq_nat_expiry_walks_ipv6", "gauge"),
@@ -656,6 +668,8 @@ mod tests {
         assert_eq!(value(&series, "ebpf_masq_nat_pairs_created_total", &[]), 24.0);
         assert_eq!(value(&series, "ebpf_masq_nat_expiry_sweeps_total", &[]), 7.0);
         assert_eq!(value(&series, "ebpf_masq_nat_expiry_cycles_total", &[]), 3.0);
+        assert_eq!(value(&series, "ebpf_masq_nat_expiry_last_run_seconds", &[]), 0.00045);
+        assert_eq!(value(&series, "ebpf_masq_nat_expiry_max_run_seconds", &[]), 0.0012);
         assert_eq!(value(&series, "ebpf_masq_nat_expiry_last_checked_pairs", &[]), 12.0);
         assert_eq!(value(&series, "ebpf_masq_nat_expiry_running", &[]), 1.0);
         assert_eq!(value(&series, "ebpf_masq_nat_expiry_walks_ipv6", &[]), 0.0);

@@ -160,9 +160,11 @@ pub fn collect(pins: &Pins) -> Result<Value> {
             "walks_ipv6": gc.walk & abi::NAT_GC_WALK6 != 0,
             "runs": gc.runs,
             "cycles": gc.cycles,
-            "shards": abi::NAT_SHARDS,
+            "shards": c.nat_shards,
             "last_run_s_ago": (gc.runs > 0).then(|| now.saturating_sub(gc.last_run_ns) as f64 / 1e9),
             "last_checked": gc.last_cycle_checked,
+            "last_run_us": gc.last_run_took_ns as f64 / 1e3,
+            "max_run_us": gc.max_run_took_ns as f64 / 1e3,
         },
         "counters": counters,
         "drops": drops,
@@ -235,8 +237,9 @@ pub fn run(pins: &Pins, json_out: bool) -> Result<()> {
     match x["last_run_s_ago"].as_f64() {
         Some(ago) if x["armed"] == true => {
             println!(
-                "nat expiry sweep: {} runs ({} cycles of {} shards), last {ago:.1} s ago; the last cycle checked {} pairs",
-                x["runs"], x["cycles"], x["shards"], x["last_checked"]
+                "nat expiry sweep: {} runs ({} cycles of {} shards), last {ago:.1} s ago took {:.0} µs (longest {:.0} µs); the last cycle checked {} pairs",
+                x["runs"], x["cycles"], x["shards"], x["last_run_us"].as_f64().unwrap_or(0.0),
+                x["max_run_us"].as_f64().unwrap_or(0.0), x["last_checked"]
             )
         }
         Some(ago) => println!(

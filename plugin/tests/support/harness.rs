@@ -90,12 +90,17 @@ static SEQ: AtomicU32 = AtomicU32::new(0);
 impl Dataplane {
     /// Load and pin a fresh data plane; config: ports 20000-20099, long timeouts.
     pub fn new() -> Self {
+        Self::with_nat_max_entries(NAT_MAX_ENTRIES_IN_TESTS)
+    }
+
+    /// `new` with another natMaxEntries (the default's size, for the sweep's cost).
+    pub fn with_nat_max_entries(nat_max_entries: u32) -> Self {
         let base =
             PathBuf::from(format!("/sys/fs/bpf/em-ptr-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
         let pins = Pins::new(&base);
         // The guard owns the directory from here on, so even a failed load cleans up.
         let guard = PinGuard(base);
-        loader::ensure_loaded(&pins, NAT_MAX_ENTRIES_IN_TESTS).expect("load data plane");
+        loader::ensure_loaded(&pins, nat_max_entries).expect("load data plane");
         let prog = |name| SchedClassifier::from_pin(pins.prog(name)).expect("open pinned program");
         let dp = Dataplane {
             egress: prog(loader::PROG_UPLINK_EGRESS),
@@ -122,8 +127,8 @@ impl Dataplane {
     /// Port range [lo, hi] with separate timeouts: TCP, TCP after FIN/RST, and UDP/ICMP.
     pub fn set_timeouts(&self, lo: u16, hi: u16, tcp_s: u32, closing_s: u32, other_s: u32) {
         let mut m: Array<MapData, MasqConfig> = self.map(abi::MAP_CONFIG);
-        // The shard seed is the loader's (built into the programs): kept.
-        let nat_seed = m.get(&0, 0).unwrap().nat_seed;
+        // The shard seed and count are the loader's (built into the programs): kept.
+        let MasqConfig { nat_seed, nat_shards, .. } = m.get(&0, 0).unwrap();
         let c = MasqConfig {
             port_min: lo,
             port_max: hi,
@@ -133,7 +138,7 @@ impl Dataplane {
             udp_timeout_s: other_s,
             icmp_timeout_s: other_s,
             nat_seed,
-            pad: 0,
+            nat_shards,
         };
         m.set(0, c, 0).unwrap();
     }
@@ -351,7 +356,11 @@ impl Dataplane {
     }
     /// The shard of nat4_fwd a forward key belongs in (the node's seed).
     pub fn shard_of(&self, k: &Nat4Key) -> u32 {
-        natmaps::shard_of(k, natmaps::shard_seed(&self.pins).unwrap())
+        natmaps::shard_of(k, natmaps::shard_params(&self.pins).unwrap())
+    }
+    /// The forward shards this data plane uses (`masq_config.nat_shards`).
+    pub fn shards(&self) -> u32 {
+        natmaps::shard_params(&self.pins).unwrap().shards
     }
 
     /// The pair invariant: every forward half has its reverse half (same pair:
