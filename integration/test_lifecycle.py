@@ -509,7 +509,11 @@ def pinned_prog_id(t, path):
     return json.loads(p.stdout)["id"]
 
 
-def test_upgrade_adopts_the_older_layouts_pods_links_and_flows(t, plugin):
+def reserved_ports(t):
+    return t.node.exec(["cat", "/proc/sys/net/ipv4/ip_local_reserved_ports"]).stdout.strip()
+
+
+def test_upgrade_adopts_the_older_layouts_pods_links_and_flows(t, plugin, tmp_path):
     """A binary with a new pin layout adopts an older layout's data plane at its
     first ADD: the old binary's pod stays masqueraded and can be deleted, its
     flow keeps its NAT port, each uplink hook keeps exactly one program (the old
@@ -518,6 +522,7 @@ def test_upgrade_adopts_the_older_layouts_pods_links_and_flows(t, plugin):
     (EBPF_MASQ_TEST_AS_LAYOUT): the adoption path is the same. With
     EBPF_MASQ_PREV_BIN set to a real binary of layout LAYOUT-1, that one is."""
     old_v, pin = LAYOUT - 1, t.lab.pin_path
+    ports_before = reserved_ports(t)
     net = masq_network(t, plugin)
     prev = os.environ.get("EBPF_MASQ_PREV_BIN")
     link = t.cni_bin / "ebpf-masq"
@@ -560,6 +565,10 @@ def test_upgrade_adopts_the_older_layouts_pods_links_and_flows(t, plugin):
     assert set(registrations(t, plugin)) == {cid(b.ns)}
     assert nat_flows(t, plugin, a.ip) == []
     assert_masqueraded(t, b, 5004)
+    # The old binary's reserved-ports record came along: uninstall gives the ports back.
+    assert reserved_ports(t) != ports_before
+    t.node.enter([plugin, "uninstall", "--cni-conf-dir", tmp_path, "--pin-path", pin])
+    assert reserved_ports(t) == ports_before
 
 
 def test_uninstall_also_removes_an_older_layout_not_adopted_yet(t, plugin, tmp_path):
@@ -567,15 +576,14 @@ def test_uninstall_also_removes_an_older_layout_not_adopted_yet(t, plugin, tmp_p
     layout's data plane. uninstall detaches and removes that one too, and gives
     back the ports it reserved."""
     pin = t.lab.pin_path
-    reserved = lambda: t.node.exec(["cat", "/proc/sys/net/ipv4/ip_local_reserved_ports"]).stdout.strip()  # noqa: E731
-    before = reserved()
+    before = reserved_ports(t)
     net = masq_network(t, plugin)
     net.env["EBPF_MASQ_TEST_AS_LAYOUT"] = str(LAYOUT - 1)
     a = net.add(t.pod_ns("a"))
     assert sorted(os.listdir(pin)) == [f"v{LAYOUT - 1}"]
-    assert reserved() != before and has_masq_filter(t, a.host_veth)
+    assert reserved_ports(t) != before and has_masq_filter(t, a.host_veth)
     p = t.node.enter([plugin, "uninstall", "--cni-conf-dir", tmp_path, "--pin-path", pin])
     assert not os.path.exists(pin), (p.stdout, os.listdir(pin))
     assert hook_prog_ids(t) == {"egress": [], "ingress": []}
     assert not has_masq_filter(t, a.host_veth)
-    assert reserved() == before
+    assert reserved_ports(t) == before
