@@ -53,13 +53,6 @@ static __always_inline ENTRY_T *NAT_FN(fwd_get_hot)(const KEY_T *k)
 	return m ? bpf_map_lookup_elem(m, k) : NULL;
 }
 
-static __always_inline long NAT_FN(fwd_put)(const KEY_T *k, const ENTRY_T *e, __u64 flags)
-{
-	void *m = NAT_FWD_SHARD(&MAP_FWD, k, SHARD_FN);
-
-	return m ? bpf_map_update_elem(m, k, e, flags) : -ENOENT; /* no shard: never expected */
-}
-
 static __always_inline void NAT_FN(fwd_del)(const KEY_T *k)
 {
 	void *m = NAT_FWD_SHARD(&MAP_FWD, k, SHARD_FN);
@@ -263,6 +256,7 @@ static long NAT_FN(probe_port)(__u32 i, void *ctx)
 static __noinline ENTRY_T *NAT_FN(snat_create)(const FLOW_T *f, const struct masq_config *cfg,
 					       const DEC_T *d, __u64 now, __u32 *reason)
 {
+	void *shard;
 	long err;
 	struct NAT_FN(probe) p = {
 		.fk = { .saddr = f->saddr, .daddr = f->daddr,
@@ -294,17 +288,18 @@ static __noinline ENTRY_T *NAT_FN(snat_create)(const FLOW_T *f, const struct mas
 
 	p.e.addr = d->nat_addr;
 	p.e.port = p.rk.dport;
-	err = NAT_FN(fwd_put)(&p.fk, &p.e, BPF_NOEXIST);
+	shard = NAT_FWD_SHARD(&MAP_FWD, &p.fk, SHARD_FN); /* once for the insert and the lookup */
+	err = shard ? bpf_map_update_elem(shard, &p.fk, &p.e, BPF_NOEXIST) : -ENOENT;
 	if (err) {
 		/* Give the port back. If another CPU created this flow meanwhile
 		 * (EEXIST), use its pair; otherwise the insert failed for real. */
 		bpf_map_delete_elem(&MAP_REV, &p.rk);
 		*reason = err == -E2BIG ? DROP_NAT_FULL : DROP_NAT_INSERT;
-		return NAT_FN(fwd_get)(&p.fk);
+		return shard ? bpf_map_lookup_elem(shard, &p.fk) : NULL;
 	}
 	count_add(CNT_NAT_CREATED, 1);
 	nat_gc_ensure(NAT_IS_V6);
-	return NAT_FN(fwd_get)(&p.fk);
+	return bpf_map_lookup_elem(shard, &p.fk);
 }
 
 static __always_inline void NAT_FN(rule_account)(__u32 rule_id, __u32 len)
