@@ -460,9 +460,21 @@ fn the_sweep_stops_on_an_empty_table_and_the_next_pair_restarts_it() {
     let dp = node();
     dp.set_timeouts(20000, 20099, 3600, 3600, 1);
     let armed = |dp: &Dataplane| dp.nat_gc().armed & NAT_GC_ARMED != 0;
+    // A new pair arms the sweep. Arming can fail now and then (one CI run saw
+    // the first pair leave it unarmed: bpf_timer_init allocates with GFP_ATOMIC
+    // in the packet path, which fails with ENOMEM here at times); the next new
+    // pair tries again (nat_gc_ensure), as here.
+    let arm = |dp: &Dataplane, sport: u16| {
+        for p in sport..sport + 5 {
+            expect_snat(dp, &udp(POD, REMOTE, p, 53), MASQ, |n| udp(MASQ, REMOTE, n, 53));
+            if armed(dp) {
+                return;
+            }
+        }
+        panic!("5 new pairs did not arm the sweep: {:?}", dp.nat_gc());
+    };
     assert!(!armed(&dp), "armed before any pair");
-    expect_snat(&dp, &udp(POD, REMOTE, 40000, 53), MASQ, |p| udp(MASQ, REMOTE, p, 53));
-    assert!(armed(&dp), "the first pair arms the sweep");
+    arm(&dp, 40000);
     assert_eq!(dp.nat_gc().armed & NAT_GC_NEW6, 0, "an IPv4 pair is not reported as IPv6");
     assert!(eventually(5, || dp.nat_is_empty()), "pair still there: {:?}", dp.fwd());
     // The cycle after the one that removed it finds nothing and stops.
@@ -476,11 +488,10 @@ fn the_sweep_stops_on_an_empty_table_and_the_next_pair_restarts_it() {
     sleep_ms(2500); // more than two cycles: no run happens while idle
     assert_eq!(dp.nat_gc().runs, stopped.runs, "the sweep ran although stopped");
 
-    expect_snat(&dp, &udp(POD, REMOTE, 40001, 53), MASQ, |p| udp(MASQ, REMOTE, p, 53));
-    assert!(armed(&dp), "a new pair restarts the sweep");
+    arm(&dp, 41000); // a new pair restarts the sweep
     assert!(eventually(5, || dp.nat_is_empty()), "second pair not expired: {:?}", dp.fwd());
     assert!(dp.nat_gc().runs > stopped.runs);
-    assert_eq!(dp.counter(counter::NAT_EXPIRED), 2);
+    assert_eq!(dp.counter(counter::NAT_EXPIRED), dp.counter(counter::NAT_CREATED));
 }
 
 /// The forward halves are spread over NAT_SHARDS hash maps by a keyed hash the

@@ -356,12 +356,21 @@ fn ipv6_pairs_expire_and_the_sweep_walks_nat6_only_while_they_exist() {
     };
     let dp = node6();
     dp.set_timeouts(20000, 20099, 3600, 3600, 1);
-    expect_snat6(&dp, &udp6(pod(), remote(), 40000, 53), masq(), |p| udp6(masq(), remote(), p, 53));
+    // A new pair arms the sweep. Arming can fail now and then (one CI run saw
+    // the first pair leave it unarmed: bpf_timer_init allocates with GFP_ATOMIC
+    // in the packet path, which fails with ENOMEM here at times); the next new
+    // pair tries again (nat_gc_ensure), as here.
+    for p in 40000..40005 {
+        expect_snat6(&dp, &udp6(pod(), remote(), p, 53), masq(), |n| udp6(masq(), remote(), n, 53));
+        if dp.nat_gc().armed & NAT_GC_ARMED != 0 {
+            break;
+        }
+    }
     let gc = dp.nat_gc();
     assert_eq!((gc.armed, gc.walk), (NAT_GC_ARMED | NAT_GC_NEW6, 0), "an IPv6 pair is reported to the sweep: {gc:?}");
     assert!(eventually(3, &|| dp.nat_gc().walk & NAT_GC_WALK6 != 0), "nat6_fwd never joined the cycle: {:?}", dp.nat_gc());
     assert!(eventually(5, &|| dp.nat6_is_empty()), "IPv6 pair not expired: {:?} {:?}", dp.fwd6(), dp.rev6());
-    assert_eq!(dp.counter(counter::NAT_EXPIRED), 1);
+    assert_eq!(dp.counter(counter::NAT_EXPIRED), dp.counter(counter::NAT_CREATED));
     assert!(
         eventually(5, &|| { let g = dp.nat_gc(); g.armed == 0 && g.walk == 0 }),
         "sweep still armed or walking nat6: {:?}",
