@@ -85,14 +85,6 @@ static __always_inline __u32 uplink_l3_off(const struct uplink_info *up)
 }
 
 /*
- * nat_shard - the shard of a forward key: an NH hash (UMAC's: the sum of
- * products of key-word pairs, each word offset by a key) over its 32-bit words,
- * keyed by the node's random seed (nat_seed), so a pod cannot aim its flows at one
- * shard and fill it. The products are independent of each other, so the hash
- * costs about one multiply's latency, not one per word. plugin/src/bpf/abi.rs
- * nat_shard() computes the same.
- */
-/*
  * The node's shard seed and shard count (less one: a mask): constants of the
  * loaded programs (the loader sets them, and records them in masq_config for
  * the plugin), so picking a shard costs no map lookup and no branch.
@@ -105,6 +97,14 @@ static const __u32 nat_shard_keys[10] = {
 	0x55113dc3, 0xe0c67744, 0x5966eb44, 0xfcb042d9, 0x4ca82984,
 };
 
+/*
+ * nat_shard - the shard of a forward key: an NH hash (UMAC's: the sum of
+ * products of key-word pairs, each word offset by a key) over its 32-bit words,
+ * keyed by the node's random seed (nat_seed), so a pod cannot aim its flows at one
+ * shard and fill it. The products are independent of each other, so the hash
+ * costs about one multiply's latency, not one per word. plugin/src/bpf/abi.rs
+ * nat_shard() computes the same.
+ */
 static __always_inline __u32 nat_shard(const __u32 *w, int words, __u32 seed)
 {
 	__u64 sum = 0;
