@@ -116,6 +116,13 @@ def test_counters_move_with_traffic(topo, plugin, lab):
     assert value(after, "ebpf_masq_nat_entries", family="ipv4") >= 2
     assert value(after, "ebpf_masq_nat_entries_limit", family="ipv4") >= 1024
     assert value(after, "ebpf_masq_port_allocation_failures_total") == 0
+    # Each new pair tried at least one port; a nearly empty range needs about one.
+    assert delta("ebpf_masq_nat_pairs_created_total") <= delta("ebpf_masq_port_probes_total") \
+        <= 2 * delta("ebpf_masq_nat_pairs_created_total")
+    assert value(after, "ebpf_masq_nat_expiry_arm_failures_total") == 0
+    text = topo.node.enter([plugin, "status", "--pin-path", lab.pin_path]).stdout
+    m = re.search(r"^port allocation: (\d+) ports tried for (\d+) new pairs \(([\d.]+) a pair\)", text, re.M)
+    assert m and int(m[1]) >= int(m[2]) >= 2, text
     rule = dict(rule="0", source="192.168.6.0/24", out_interface="eth0")
     assert delta("ebpf_masq_rule_packets_total", **rule) >= n
     assert delta("ebpf_masq_rule_bytes_total", **rule) >= n * 84

@@ -62,6 +62,11 @@
 #         fast mode the pod's veth program does the NAT and the redirect).
 #         Kept out of the timed tests because the stats themselves cost ~2
 #         clock reads per program run, which would tax ebpf-masq only.
+#   ports after the rounds, once: issue 7's scale target, port allocation O(1)
+#         expected while the range is under 90 % full for one remote endpoint:
+#         ports tried and ns per new flow with 0, 50 and 90 % of a 1,000- and a
+#         64,512-port range in use (plugin/tests/microbench.rs
+#         port_allocation_cost, BPF_PROG_TEST_RUN, no traffic)
 #
 # --add-latency: a separate mode, the cost of CNI ADD instead of the data path
 # (scripts/bench/addlat.py does the work; its docstring has the details):
@@ -522,6 +527,12 @@ main() {
     done
     for mode in hooks ebpf fast; do bpf_phase "$r" "$mode"; done
   done
+
+  # Issue 7's scale target: ports tried per new flow with the range 90 % full (BPF_PROG_TEST_RUN).
+  log "bench: port allocation (microbench port_allocation_cost)"
+  (cd "$REPO" && cargo test --release --test microbench -- --ignored --nocapture --exact port_allocation_cost) \
+    >"$WORK/portalloc.txt" 2>&1 || die "port_allocation_cost failed: $(tail -5 "$WORK/portalloc.txt")"
+  "$PY" "$UTIL" portalloc "$WORK/portalloc.txt" >>"$RESULTS"
 
   # Did a NAT drop or fail anything (it would explain a slow number)?
   for mode in ebpf fast; do

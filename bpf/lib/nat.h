@@ -335,11 +335,13 @@ static __always_inline void nat_gc_ensure(bool v6)
 	if (gc->armed & NAT_GC_ARMED)
 		return;
 	err = bpf_timer_init(&gc->timer, &nat_gc, CLOCK_MONOTONIC);
-	if (err && err != -EBUSY)
-		return; /* e.g. no memory right now: the next new pair tries again */
-	if (bpf_timer_set_callback(&gc->timer, nat_gc_run) ||
-	    bpf_timer_start(&gc->timer, NAT_GC_MIN_NS, 0))
+	if ((err && err != -EBUSY) ||
+	    bpf_timer_set_callback(&gc->timer, nat_gc_run) ||
+	    bpf_timer_start(&gc->timer, NAT_GC_MIN_NS, 0)) {
+		/* e.g. no memory right now (bpf_timer_init allocates): the next new pair tries again */
+		count_add(CNT_NAT_GC_ARM_FAILED, 1);
 		return;
+	}
 	__sync_fetch_and_or(&gc->armed, NAT_GC_ARMED);
 }
 

@@ -257,7 +257,7 @@ static __noinline ENTRY_T *NAT_FN(snat_create)(const FLOW_T *f, const struct mas
 					       const DEC_T *d, __u64 now, __u32 *reason)
 {
 	void *shard;
-	long err;
+	long err, probes;
 	struct NAT_FN(probe) p = {
 		.fk = { .saddr = f->saddr, .daddr = f->daddr,
 			.sport = f->sport, .dport = f->dport, .proto = f->proto },
@@ -276,7 +276,9 @@ static __noinline ENTRY_T *NAT_FN(snat_create)(const FLOW_T *f, const struct mas
 	if (cfg->port_min == 0 || cfg->port_max < cfg->port_min)
 		return NULL;
 	p.start = bpf_get_prandom_u32();
-	bpf_loop(NAT_PROBES + (p.range < NAT_SWEEP ? p.range : NAT_SWEEP), NAT_FN(probe_port), &p, 0);
+	probes = bpf_loop(NAT_PROBES + (p.range < NAT_SWEEP ? p.range : NAT_SWEEP), NAT_FN(probe_port), &p, 0);
+	if (probes > 0)
+		count_add(CNT_PORT_PROBES, probes); /* per new flow: ~1/(1 - share of the range in use) */
 	if (p.full) {
 		*reason = DROP_NAT_FULL;
 		return NULL;

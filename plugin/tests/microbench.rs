@@ -14,7 +14,7 @@ mod support;
 
 use std::net::Ipv4Addr;
 
-use ebpf_masq::bpf::abi::EXCL_NATIVE_ROUTING;
+use ebpf_masq::bpf::abi::{counter, EXCL_NATIVE_ROUTING};
 use support::{harness::*, packet::*};
 
 const MASQ: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
@@ -80,9 +80,77 @@ fn per_packet_cost() {
         ("pod veth: source check (pass)", "veth", tcp(POD, REMOTE, 40000, 443, ACK)),
     ];
     report(&dp, "path (IPv4)", &cases);
-    // A new flow each run: port allocation and both halves inserted.
-    let ns = measure(|i| dp.timed("egress", &udp(POD, REMOTE, 1024 + (i % 60000) as u16, 1000 + (i / 60000) as u16)).1);
+    let (ns, _) = new_flow_cost(&dp, 0);
     println!("{:<52} {ns:>10.1}", "uplink egress: new UDP flow (allocate, insert pair)");
+}
+
+/// A new UDP flow to REMOTE:53 per run (port allocation, both halves inserted),
+/// with `in_use` ports of the configured range already taken for that remote
+/// endpoint; the pair is removed after each run (untimed), so the table and the
+/// range stay as they were. Returns (median ns per new flow, ports tried per new
+/// flow). The median of single runs, not a mean: a run here is long enough to
+/// be interrupted now and then by the expiry sweep's softirq (a walk of one
+/// shard, up to a few hundred µs), which a mean would count as the new flow's.
+fn new_flow_cost(dp: &Dataplane, in_use: usize) -> (f64, f64) {
+    const RUNS: usize = 10_000;
+    let probes0 = dp.counter(counter::PORT_PROBES);
+    let mut ns: Vec<u64> = (0..RUNS)
+        .map(|i| {
+            // Pod ports never used by the prefill (which takes 1..=in_use).
+            let sport = 1 + in_use as u16 + (i % 1000) as u16;
+            let (ret, t) = dp.timed("egress", &udp(POD, REMOTE, sport, 53));
+            assert_eq!(ret, -1, "new flow not passed (TC_ACT_UNSPEC)");
+            let fk = nat_key(POD, REMOTE, sport, 53, UDP);
+            let fe = dp.get_fwd(&fk).expect("no forward half");
+            dp.del_rev(&reverse_key(&fk, MASQ, u16::from_be_bytes(fe.port)));
+            dp.del_fwd(&fk);
+            t
+        })
+        .collect();
+    ns.sort_unstable();
+    let probes = (dp.counter(counter::PORT_PROBES) - probes0) as f64 / RUNS as f64;
+    (ns[RUNS / 2] as f64, probes)
+}
+
+/// Issue 7: port allocation stays O(1) expected while the range is under 90 %
+/// full for one remote endpoint. The cost of a new flow and the ports it tries
+/// with 0, 50 and 90 % of the range in use, for a range of 1,000 ports and one
+/// of 64,512, at the default natMaxEntries. Also printed as `portalloc {json}`
+/// lines, which `scripts/bench.sh` puts in its targets.
+#[test]
+#[ignore = "benchmark: scripts/bench.sh --micro"]
+fn port_allocation_cost() {
+    let dp = Dataplane::with_nat_max_entries(ebpf_masq::config::DEFAULT_NAT_MAX_ENTRIES);
+    dp.add_uplink(LO, MASQ);
+    dp.add_pod(POD, VETH, true);
+    println!("{:<52} {:>10} {:>10}", "new flow vs the port range in use (one remote)", "ns/flow", "ports tried");
+    let mut json = Vec::new();
+    for (lo, hi) in [(20_000u16, 20_999u16), (1024, 65535)] {
+        let range = usize::from(hi - lo) + 1;
+        dp.set_config(lo, hi, 3600);
+        // Claims of other flows to REMOTE:53, spread over the range by a fixed stride.
+        let stride = (1..range).find(|s| gcd(*s, range) == 1 && *s > range / 3).unwrap();
+        let mut taken = 0usize;
+        for fill in [0usize, 50, 90] {
+            let want = range * fill / 100;
+            while taken < want {
+                let port = lo + ((taken * stride) % range) as u16;
+                let fk = nat_key(POD, REMOTE, 1 + taken as u16, 53, UDP);
+                dp.put_rev(&reverse_key(&fk, MASQ, port), nat_entry(POD, 1 + taken as u16, monotonic_ns()));
+                taken += 1;
+            }
+            let (ns, probes) = new_flow_cost(&dp, taken);
+            println!("{:<52} {ns:>10.1} {probes:>10.2}", format!("{range} ports, {fill} % in use"));
+            json.push(format!(r#"{{"range":{range},"fill":{fill},"ns":{ns:.1},"probes":{probes:.3}}}"#));
+        }
+    }
+    for j in json {
+        println!("portalloc {j}");
+    }
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 { a } else { gcd(b, a % b) }
 }
 
 /// The same paths for IPv6 (dual-stack pod, uplink with both families).
@@ -216,3 +284,4 @@ fn sweep_run_cost() {
     let label = format!("983,041 pairs (a run: ~{} pairs in its shard)", n / dp.shards());
     println!("{label:<52} {med:>8.2} {max:>8.2} {checked:>10}");
 }
+

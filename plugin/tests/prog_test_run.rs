@@ -29,7 +29,12 @@ const PORTS: RangeInclusive<u16> = 20000..=20099;
 /// native routing 10.0.0.0/8, link-local excluded, POD (natOutgoing) and
 /// POD_NO_NAT registered behind VETH.
 fn node() -> Dataplane {
-    let dp = Dataplane::new();
+    node_sized(NAT_MAX_ENTRIES_IN_TESTS)
+}
+
+/// `node` with another natMaxEntries.
+fn node_sized(nat_max_entries: u32) -> Dataplane {
+    let dp = Dataplane::with_nat_max_entries(nat_max_entries);
     dp.add_uplink(LO, MASQ);
     dp.add_excl(Ipv4Addr::new(10, 0, 0, 0), 8, EXCL_NATIVE_ROUTING);
     dp.add_excl(Ipv4Addr::new(169, 254, 0, 0), 16, EXCL_LINK_LOCAL);
@@ -95,6 +100,7 @@ fn snat_tcp_from_pod() {
     assert_eq!(dp.counter(counter::SNAT_PKTS_V4), 1);
     assert_eq!(dp.counter(counter::SNAT_BYTES_V4), frame.len() as u64);
     assert_eq!(dp.counter(counter::NAT_CREATED), 1);
+    assert_eq!(dp.counter(counter::PORT_PROBES), 1, "an empty range: the first port tried is free");
 }
 
 #[test]
@@ -318,12 +324,71 @@ fn exhausted_port_range_drops() {
     dp.set_config(20000, 20000, 3600);
     let taken = expect_snat(&dp, &tcp(POD, REMOTE, 40000, 443, SYN), MASQ, |p| tcp(MASQ, REMOTE, p, 443, SYN));
     assert_eq!(taken, 20000);
+    assert_eq!(dp.counter(counter::PORT_PROBES), 1);
     dp.egress(&tcp(POD2, REMOTE, 40001, 443, SYN)).dropped();
     assert_eq!(dp.drops(drop::NO_PORT), 1);
     assert_eq!(dp.counter(counter::ALLOC_FAIL), 1);
+    // The whole budget was spent: 128 random probes, then the sweep over the (one-port) range.
+    assert_eq!(dp.counter(counter::PORT_PROBES), 1 + 128 + 1);
     dp.assert_single_pair(nat_key(POD, REMOTE, 40000, 443, TCP), MASQ, 20000);
     // Ports are per remote endpoint: another remote still gets the same port.
     expect_snat(&dp, &tcp(POD2, REMOTE2, 40001, 443, SYN), MASQ, |p| tcp(MASQ, REMOTE2, p, 443, SYN));
+}
+
+/// Issue 7: port allocation stays O(1) expected while the range is under 90 %
+/// full for one remote endpoint. With 90 % of the range in use (held exactly
+/// there: a port given back for each one taken), a new flow tries ~10 ports on
+/// average (1 / (1 - 0.9), random probes), whether the range has 1,000 ports or
+/// 20,000: the cost follows how full the range is, not how large.
+#[test]
+fn port_allocation_takes_about_ten_probes_at_90_percent_whatever_the_range_size() {
+    const FLOWS: u16 = 200;
+    for (range, max_entries) in [(1_000u32, NAT_MAX_ENTRIES_IN_TESTS), (20_000, 32_768)] {
+        let dp = node_sized(max_entries);
+        let (lo, hi) = (20_000u16, (20_000 + range - 1) as u16);
+        dp.set_config(lo, hi, 3600);
+        // 90 % of the ports in use by other pairs to REMOTE:443 (reverse halves are the claims),
+        // in a scrambled order so the ones given back are spread over the range.
+        let mut in_use: Vec<u16> = (lo..=hi).collect();
+        let mut x = 0x2545_f491_u32 ^ range;
+        for i in (1..in_use.len()).rev() {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            in_use.swap(i, x as usize % (i + 1));
+        }
+        in_use.truncate(range as usize * 9 / 10);
+        let now = monotonic_ns();
+        for (i, &p) in in_use.iter().enumerate() {
+            let rk = reverse_key(&nat_key(POD2, REMOTE, 1 + i as u16, 443, TCP), MASQ, p);
+            dp.put_rev(&rk, nat_entry(POD2, 1 + i as u16, now));
+        }
+        let before = dp.counter(counter::PORT_PROBES);
+        for i in 0..FLOWS {
+            let port = expect_snat_in(&dp, &tcp(POD, REMOTE, 40000 + i, 443, SYN), lo..=hi);
+            assert!(!in_use.contains(&port), "flow {i} took port {port}, which was in use");
+            // Give one back: the range stays 90 % full.
+            let given = in_use.pop().unwrap();
+            let rk = reverse_key(&nat_key(POD2, REMOTE, 1 + in_use.len() as u16, 443, TCP), MASQ, given);
+            dp.del_rev(&rk);
+        }
+        let mean = (dp.counter(counter::PORT_PROBES) - before) as f64 / f64::from(FLOWS);
+        // Geometric with p = 0.1: mean 10, sd 9.5 a flow, 0.67 for the mean of 200.
+        assert!((7.0..=13.0).contains(&mean), "range {range}: {mean:.2} probes per new flow at 90 % full");
+        assert_eq!(dp.counter(counter::ALLOC_FAIL), 0);
+    }
+}
+
+/// expect_snat for a TCP SYN to REMOTE:443 with a port range other than PORTS;
+/// returns the NAT port.
+#[track_caller]
+fn expect_snat_in(dp: &Dataplane, frame: &[u8], ports: RangeInclusive<u16>) -> u16 {
+    let out = dp.egress(frame).passed();
+    assert_checksums(&out);
+    let s = summary(&out);
+    assert_eq!(s.src, MASQ, "masquerade address");
+    assert!(ports.contains(&s.sport), "NAT port {} outside {ports:?}", s.sport);
+    s.sport
 }
 
 // ---- 7: masquerade rules ----

@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-pub const LAYOUT_VERSION: u32 = 5;
+pub const LAYOUT_VERSION: u32 = 6;
 
 // Map names (pinned by name under <pinPath>/v<LAYOUT_VERSION>/maps/).
 pub const MAP_CONFIG: &str = "masq_config";
@@ -377,7 +377,9 @@ pub mod counter {
     pub const FP_EGRESS: u32 = 17;
     pub const FP_INGRESS: u32 = 18;
     pub const FP_FALLBACK: u32 = 19;
-    pub const MAX: u32 = 20;
+    pub const PORT_PROBES: u32 = 20;
+    pub const NAT_GC_ARM_FAILED: u32 = 21;
+    pub const MAX: u32 = 22;
     pub const NAMES: [&str; MAX as usize] = [
         "snat_packets_v4",
         "snat_bytes_v4",
@@ -399,6 +401,8 @@ pub mod counter {
         "fastpath_egress",
         "fastpath_ingress",
         "fastpath_fallback",
+        "port_probes",
+        "nat_expiry_arm_failures",
     ];
 }
 
@@ -458,6 +462,42 @@ pod! {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const HEADER: &str = include_str!("../../../bpf/include/masq_abi.h");
+
+    /// `#define NAME value` of the C header.
+    fn define(name: &str) -> u32 {
+        let line = HEADER.lines().find(|l| l.split_whitespace().take(2).eq(["#define", name])).unwrap();
+        line.split_whitespace().nth(2).unwrap().parse().unwrap()
+    }
+
+    /// The members of a C enum before its `<last>` sentinel.
+    fn enum_members(name: &str, last: &str) -> Vec<String> {
+        let body = HEADER.split(&format!("enum {name} {{")).nth(1).unwrap();
+        let body = body.split(last).next().unwrap();
+        body.lines()
+            .map(|l| l.split("/*").next().unwrap().trim().trim_end_matches(','))
+            .filter(|l| !l.is_empty())
+            .map(|l| l.split('=').next().unwrap().trim().to_string())
+            .collect()
+    }
+
+    /// The two mirrors of the ABI agree on what sizes cannot catch: the layout
+    /// version, the shard limits and the number of counters and drop reasons.
+    #[test]
+    fn constants_match_the_c_header() {
+        assert_eq!(define("MASQ_LAYOUT_VERSION"), LAYOUT_VERSION);
+        assert_eq!(define("NAT_SHARDS_MAX"), NAT_SHARDS_MAX);
+        assert_eq!(define("NAT_SHARD_ENTRIES"), NAT_SHARD_ENTRIES);
+        let counters = enum_members("masq_counter", "CNT_MAX");
+        assert_eq!(counters.len(), counter::MAX as usize, "{counters:?}");
+        assert_eq!(counters[counter::PORT_PROBES as usize], "CNT_PORT_PROBES");
+        assert_eq!(counters[counter::NAT_GC_ARM_FAILED as usize], "CNT_NAT_GC_ARM_FAILED");
+        assert_eq!(counters[counter::FP_FALLBACK as usize], "CNT_FP_FALLBACK");
+        let drops = enum_members("masq_drop_reason", "DROP_MAX");
+        assert_eq!(drops.len(), drop_reason::MAX as usize, "{drops:?}");
+        assert_eq!(drops[drop_reason::NAT_FULL as usize], "DROP_NAT_FULL");
+    }
 
     #[test]
     fn shard_count_follows_the_table_size() {

@@ -181,6 +181,17 @@ pub fn render(s: &Snapshot) -> String {
             "port_alloc_failures",
             "New flows for which no free NAT port was found within the probe budget.",
         ),
+        (
+            "ebpf_masq_port_probes_total",
+            "port_probes",
+            "Ports tried by new flows' port searches, the successful one included: per created pair \
+             ~1 / (1 - the share of the port range in use for that remote endpoint).",
+        ),
+        (
+            "ebpf_masq_nat_expiry_arm_failures_total",
+            "nat_expiry_arm_failures",
+            "Times the NAT expiry sweep's timer could not be armed (the next new pair retries).",
+        ),
     ] {
         family(&mut out, name, "counter", help).sample(&[], s.counter(counter));
     }

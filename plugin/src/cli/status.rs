@@ -253,6 +253,24 @@ pub fn run(pins: &Pins, json_out: bool) -> Result<()> {
         // bpf_timer_init can fail for want of memory; every new pair tries again.
         None => println!("nat expiry sweep: NOT ARMED although pairs exist: idle pairs are not being removed"),
     }
+    let c = &s["counters"];
+    let count = |k: &str| c[k].as_u64().unwrap_or(0);
+    if count("nat_expiry_arm_failures") > 0 {
+        println!(
+            "nat expiry sweep: its timer could not be armed {} times (each new pair tries again)",
+            count("nat_expiry_arm_failures")
+        );
+    }
+    if count("nat_created") > 0 {
+        // ~1 / (1 - share of the range in use) per pair: a rising figure warns before port_alloc_failures do.
+        println!(
+            "port allocation: {} ports tried for {} new pairs ({:.2} a pair), {} searches found no port",
+            count("port_probes"),
+            count("nat_created"),
+            count("port_probes") as f64 / count("nat_created") as f64,
+            count("port_alloc_failures")
+        );
+    }
     println!("counters: {}", s["counters"]);
     println!("drops: {}", s["drops"]);
     Ok(())
