@@ -333,6 +333,10 @@ impl Dataplane {
     pub fn fwd(&self) -> Vec<(Nat4Key, Nat4Entry)> {
         self.fwd_shards().iter().collect::<Result<_, _>>().unwrap()
     }
+    /// nat4_rev, opened.
+    pub fn rev_map(&self) -> HashMap<MapData, Nat4Key, Nat4Entry> {
+        self.nat_map(abi::MAP_NAT4_REV)
+    }
     pub fn rev(&self) -> Vec<(Nat4Key, Nat4Entry)> {
         self.nat_map(abi::MAP_NAT4_REV).iter().collect::<Result<_, _>>().unwrap()
     }
