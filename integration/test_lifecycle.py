@@ -571,6 +571,32 @@ def test_upgrade_adopts_the_older_layouts_pods_links_and_flows(t, plugin, tmp_pa
     assert reserved_ports(t) == ports_before
 
 
+def test_upgrade_detaches_an_older_layouts_uplink_the_new_config_drops(t, plugin):
+    """An upgrade and a config change at once: the older layout masqueraded out
+    eth0 and a second uplink, with tc filters (which, unlike TCX links, do not
+    go with their pins); the new binary's config names eth0 only. After the
+    upgrade ADD the second uplink carries no program (the older layout's filter
+    would keep running its program, unpinned, on maps no binary reads any more),
+    eth0 exactly the new pair, and both pods are masqueraded."""
+    t.lab.veth(t.node, "up2", "10.9.9.1/24", t.lab.netns("far"), "eth0", "10.9.9.2/24")
+    old = masq_network(t, plugin, last=100, egressInterfaces=["eth0", "up2"])
+    old.env.update(EBPF_MASQ_TEST_AS_LAYOUT=str(LAYOUT - 1), EBPF_MASQ_ATTACH="tc")
+    a = old.add(t.pod_ns("a"))
+    for d in ("egress", "ingress"):
+        assert has_masq_filter(t, "up2", d) and has_masq_filter(t, "eth0", d), d
+
+    new = masq_network(t, plugin, first=101, egressInterfaces=["eth0"])
+    b = new.add(t.pod_ns("b"))
+    assert sorted(os.listdir(t.lab.pin_path)) == [f"v{LAYOUT}"], "the old layout's pins stayed"
+    for d in ("egress", "ingress"):
+        assert not has_masq_filter(t, "up2", d), (d, t.node.bpf_hooks("up2", d))
+    progs = f"{t.lab.pin_path}/v{LAYOUT}/progs"
+    assert hook_prog_ids(t) == {"egress": [("tcx", pinned_prog_id(t, f"{progs}/masq_up_egress"))],
+                                "ingress": [("tcx", pinned_prog_id(t, f"{progs}/masq_up_ingress"))]}
+    assert_masqueraded(t, a, 5001)
+    assert_masqueraded(t, b, 5002)
+
+
 def test_uninstall_also_removes_an_older_layout_not_adopted_yet(t, plugin, tmp_path):
     """Upgraded binary, no ADD or `apply` since: the node still runs the older
     layout's data plane. uninstall detaches and removes that one too, and gives

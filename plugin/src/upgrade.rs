@@ -25,7 +25,7 @@ use aya::maps::{Array, HashMap, Map, MapData, MapError};
 
 use crate::{
     bpf::{
-        abi::{self, AttachmentInfo, AttachmentKey, PodL2, PortRange},
+        abi::{self, AttachmentInfo, AttachmentKey, PodL2, PortRange, UplinkInfo},
         loader::Pins,
         maps,
         nat::{self, Family, Fwd, NatMap},
@@ -65,6 +65,9 @@ pub fn adopt(pins: &Pins) -> Adopted {
         }
         if let Err(e) = adopt_reserved_ports(pins, &old) {
             log::warn!("layout v{v}: reserved ports record not adopted: {}", e.msg);
+        }
+        if let Err(e) = adopt_uplinks(pins, &old) {
+            log::warn!("layout v{v}: uplinks not adopted: {}", e.msg);
         }
         copy_pairs_logged(pins, &old, v);
         out.layouts.push((v, old));
@@ -118,6 +121,26 @@ fn adopt_registrations(pins: &Pins, old: &Pins) -> Result<()> {
         match pod::register(pins, &key, &reg) {
             Ok(()) => log::info!("adopted pod {name} ({})", reg.veth_name),
             Err(e) => log::warn!("pod {name} not adopted: {}", e.msg),
+        }
+    }
+    Ok(())
+}
+
+/// The older layout's uplinks become ours for the uplink reconcile that
+/// follows: the configured ones are attached anew, and the ones the config no
+/// longer names are detached, like any uplink dropped from the config. Without
+/// this, an older tc filter on such an uplink would outlive the older pins
+/// (a filter holds its program, and the program its maps).
+fn adopt_uplinks(pins: &Pins, old: &Pins) -> Result<()> {
+    if !same_shape(old, abi::MAP_UPLINKS, 4, std::mem::size_of::<UplinkInfo>()) {
+        return Ok(());
+    }
+    let from: HashMap<MapData, u32, UplinkInfo> = maps::open(old, abi::MAP_UPLINKS)?;
+    let mut to: HashMap<MapData, u32, UplinkInfo> = maps::open(pins, abi::MAP_UPLINKS)?;
+    for entry in from.iter() {
+        let (ifindex, info) = entry.map_err(|e| crate::error::Error::bpf(format!("read older uplinks: {e}")))?;
+        if to.get(&ifindex, 0).is_err() {
+            to.insert(ifindex, info, 0).map_err(|e| crate::error::Error::bpf(format!("write uplinks: {e}")))?;
         }
     }
     Ok(())

@@ -528,13 +528,16 @@ fn the_sweep_stops_on_an_empty_table_and_the_next_pair_restarts_it() {
     // A new pair arms the sweep. Arming can fail now and then (one CI run saw
     // the first pair leave it unarmed: bpf_timer_init allocates with GFP_ATOMIC
     // in the packet path, which fails with ENOMEM here at times); the next new
-    // pair tries again (nat_gc_ensure), as here.
+    // pair tries again (nat_gc_ensure), as here. A pair that leaves it unarmed
+    // must have counted the failure (anything else is a bug, not an ENOMEM).
     let arm = |dp: &Dataplane, sport: u16| {
         for p in sport..sport + 5 {
+            let failed = dp.counter(counter::NAT_GC_ARM_FAILED);
             expect_snat(dp, &udp(POD, REMOTE, p, 53), MASQ, |n| udp(MASQ, REMOTE, n, 53));
             if armed(dp) {
                 return;
             }
+            assert_eq!(dp.counter(counter::NAT_GC_ARM_FAILED), failed + 1, "unarmed, no failure counted: {:?}", dp.nat_gc());
         }
         panic!("5 new pairs did not arm the sweep: {:?}", dp.nat_gc());
     };

@@ -359,12 +359,14 @@ fn ipv6_pairs_expire_and_the_sweep_walks_nat6_only_while_they_exist() {
     // A new pair arms the sweep. Arming can fail now and then (one CI run saw
     // the first pair leave it unarmed: bpf_timer_init allocates with GFP_ATOMIC
     // in the packet path, which fails with ENOMEM here at times); the next new
-    // pair tries again (nat_gc_ensure), as here.
+    // pair tries again (nat_gc_ensure), as here; the failure is counted.
     for p in 40000..40005 {
+        let failed = dp.counter(counter::NAT_GC_ARM_FAILED);
         expect_snat6(&dp, &udp6(pod(), remote(), p, 53), masq(), |n| udp6(masq(), remote(), n, 53));
         if dp.nat_gc().armed & NAT_GC_ARMED != 0 {
             break;
         }
+        assert_eq!(dp.counter(counter::NAT_GC_ARM_FAILED), failed + 1, "unarmed, no failure counted: {:?}", dp.nat_gc());
     }
     let gc = dp.nat_gc();
     assert_eq!((gc.armed, gc.walk), (NAT_GC_ARMED | NAT_GC_NEW6, 0), "an IPv6 pair is reported to the sweep: {gc:?}");

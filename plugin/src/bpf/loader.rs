@@ -280,7 +280,10 @@ pub fn attach(pins: &Pins, prog: &str, ifname: &str, dir: TcAttachType, hook: Ho
     if wants_tcx(hook) {
         match attach_tcx(pins, &mut p, ifname, dir, &what)? {
             Tcx::Attached => return Ok(AttachMode::Tcx),
-            Tcx::Created => {
+            // A new link, or a new program on our link (the first load's
+            // placeholder, an upgrade's older program): the hook may still have
+            // a tc filter of ours (tc mode before, or an older layout's).
+            Tcx::Created | Tcx::Swapped => {
                 detach_tc(ifname, dir)?;
                 return Ok(AttachMode::Tcx);
             }
@@ -300,7 +303,10 @@ pub fn attach(pins: &Pins, prog: &str, ifname: &str, dir: TcAttachType, hook: Ho
 }
 
 enum Tcx {
+    /// Our link runs this program already.
     Attached,
+    /// Our link ran another program; this one was swapped in.
+    Swapped,
     Created,
     Unsupported,
 }
@@ -324,7 +330,7 @@ fn attach_tcx(pins: &Pins, p: &mut SchedClassifier, ifname: &str, dir: TcAttachT
                 if let Ok(id) = p.attach_to_link(link) {
                     let _ = p.take_link(id); // dropping it closes our fd; the pin keeps the link
                     if tcx_prog_ids(ifindex, dir).map(|ids| ids.contains(&prog_id)).unwrap_or(false) {
-                        return Ok(Tcx::Attached);
+                        return Ok(Tcx::Swapped);
                     }
                 }
             }
