@@ -260,6 +260,22 @@ def test_status(t, plugin):
     assert (r.rc, r.stdout.strip()) == (0, ""), r.log
 
 
+def test_nat_max_entries_change_is_reported_not_applied(t, plugin):
+    """natMaxEntries sizes the NAT maps when they are created. A later config
+    asking for another size leaves them as they are (no pod fails over it) and
+    says so: a warning from ADD, the size in `status`."""
+    net = masq_network(t, plugin, natMaxEntries=4096)
+    pod = net.add(t.pod_ns())
+    assert status(t, plugin)["config"]["nat_max_entries"] == 4096
+    conf = masq_conf(t, net.name, "1.0.0", pod.result, natMaxEntries=8192)
+    r = invoke_pod(t, plugin, "ADD", conf, pod.ns)
+    assert r.rc == 0, r.log
+    assert "natMaxEntries 8192 in the config, but the loaded NAT maps hold 4096 pairs" in r.log, r.log
+    assert status(t, plugin)["config"]["nat_max_entries"] == 4096
+    r = invoke_pod(t, plugin, "ADD", masq_conf(t, net.name, "1.0.0", pod.result, natMaxEntries=4096), pod.ns)
+    assert r.rc == 0 and "natMaxEntries" not in r.log, r.log
+
+
 def test_status_without_bpffs(t, plugin):
     """pinPath on a non-bpffs filesystem: not ready, CNI code 50."""
     conf = masq_conf(t, "net", "1.1.0", pinPath=str(t.lab.tmp / "not-bpffs"))

@@ -158,6 +158,7 @@ pub fn reconcile_with(pins: &Pins, conf: &MasqConfig, uplinks: &[Uplink]) -> Res
             return Err(e);
         }
     }
+    warn_if_resized(pins, conf.nat_max_entries);
     write_config(pins, conf)?;
     reconcile_exclusions(pins, conf)?;
     reconcile_services(pins, conf)?;
@@ -168,6 +169,20 @@ pub fn reconcile_with(pins: &Pins, conf: &MasqConfig, uplinks: &[Uplink]) -> Res
     reconcile_uplinks(pins, uplinks)?;
     crate::upgrade::finish(pins, adopted);
     reserve_ports(pins, conf.port_range)
+}
+
+/// The NAT maps keep the size they were created with; a config asking for
+/// another gets a warning (in the log, and on stderr for `apply`), not an error:
+/// failing pods over it would be worse than running at the old size.
+fn warn_if_resized(pins: &Pins, wanted: u32) {
+    if let Ok(Some(have)) = crate::cli::readers::map_max_entries(pins, abi::MAP_NAT4_REV) {
+        if have != wanted {
+            log::warn!(
+                "natMaxEntries {wanted} in the config, but the loaded NAT maps hold {have} pairs per family: \
+                 the size is fixed when they are first created (`ebpf-masq uninstall`, then an ADD or `apply`, resizes)"
+            );
+        }
+    }
 }
 
 fn write_config(pins: &Pins, conf: &MasqConfig) -> Result<()> {

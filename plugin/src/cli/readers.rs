@@ -188,6 +188,15 @@ pub fn nat_gc(pins: &Pins) -> Result<Option<abi::NatGc>> {
 /// pinned), for any key type: walks the keys with BPF_MAP_GET_NEXT_KEY using the
 /// key size the kernel reports, so a map whose Rust mirror does not exist yet
 /// (nat6_fwd) is counted the same way.
+/// The capacity (max_entries) of a pinned map, if it exists.
+pub fn map_max_entries(pins: &Pins, name: &str) -> Result<Option<u32>> {
+    if !has_map(pins, name) {
+        return Ok(None);
+    }
+    let data = MapData::from_pin(pins.map(name)).map_err(|err| Error::bpf(format!("open pinned map {name}: {err}")))?;
+    Ok(Some(data.info().map_err(e(name))?.max_entries()))
+}
+
 pub fn map_fill(pins: &Pins, name: &str) -> Result<Option<(u64, u64)>> {
     if !has_map(pins, name) {
         return Ok(None);

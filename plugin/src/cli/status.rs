@@ -146,6 +146,8 @@ pub fn collect(pins: &Pins) -> Result<Value> {
         "programs": progs,
         "config": {
             "port_range": format!("{}-{}", c.port_min, c.port_max),
+            // What the NAT maps were created with (natMaxEntries at the first load).
+            "nat_max_entries": readers::map_max_entries(pins, abi::MAP_NAT4_REV)?,
             "timeouts_s": {"tcp": c.tcp_timeout_s, "tcp_closing": c.tcp_closing_timeout_s, "udp": c.udp_timeout_s, "icmp": c.icmp_timeout_s},
             "exclusions": exclusions,
         },
@@ -182,7 +184,12 @@ pub fn run(pins: &Pins, json_out: bool) -> Result<()> {
     for p in s["programs"].as_array().into_iter().flatten() {
         println!("  {:<16} pinned={}", p["name"].as_str().unwrap_or(""), p["pinned"]);
     }
-    println!("config: portRange {}  timeouts {}", s["config"]["port_range"].as_str().unwrap_or(""), s["config"]["timeouts_s"]);
+    println!(
+        "config: portRange {}  timeouts {}  natMaxEntries {} (per family, fixed at the first load)",
+        s["config"]["port_range"].as_str().unwrap_or(""),
+        s["config"]["timeouts_s"],
+        s["config"]["nat_max_entries"]
+    );
     println!("never masqueraded (pods):");
     for x in s["config"]["exclusions"].as_array().into_iter().flatten() {
         println!("  {:<20} {}", x["cidr"].as_str().unwrap_or(""), x["reason"].as_str().unwrap_or(""));
