@@ -350,7 +350,7 @@ def portalloc_row(data):
     measured = " / ".join(f"{p:.1f} tries, {ns / 1000:.1f} us ({r:,} ports)" for r, (p, ns) in full)
     empty = " / ".join(f"{runs[(r, 0)][1] / 1000:.1f} us" for r, _ in full if (r, 0) in runs)
     met = all(p <= PORTALLOC_MAX_TRIES for _, (p, _) in full)
-    return (f"scale: new flow, port range {PORTALLOC_FILL} % full for one remote", f"~10 tries (O(1))",
+    return (f"scale: new flow, port range {PORTALLOC_FILL} % full for one remote", "~10 tries (O(1))",
             measured, "yes" if met else "no", f"range empty: 1 try, {empty}" if empty else "")
 
 

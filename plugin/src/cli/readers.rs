@@ -184,10 +184,6 @@ pub fn nat_gc(pins: &Pins) -> Result<Option<abi::NatGc>> {
     Ok(Some(m.get(&0, 0).map_err(e(abi::MAP_NAT_GC))?))
 }
 
-/// (entries, max_entries) of the pinned hash map `name` (None when it is not
-/// pinned), for any key type: walks the keys with BPF_MAP_GET_NEXT_KEY using the
-/// key size the kernel reports, so a map whose Rust mirror does not exist yet
-/// (nat6_fwd) is counted the same way.
 /// The capacity (max_entries) of a pinned map, if it exists.
 pub fn map_max_entries(pins: &Pins, name: &str) -> Result<Option<u32>> {
     if !has_map(pins, name) {
@@ -197,6 +193,10 @@ pub fn map_max_entries(pins: &Pins, name: &str) -> Result<Option<u32>> {
     Ok(Some(data.info().map_err(e(name))?.max_entries()))
 }
 
+/// (entries, max_entries) of the pinned hash map `name` (None when it is not
+/// pinned), for any key type: walks the keys with BPF_MAP_GET_NEXT_KEY using the
+/// key size the kernel reports, so a map whose Rust mirror does not exist yet
+/// (nat6_fwd) is counted the same way.
 pub fn map_fill(pins: &Pins, name: &str) -> Result<Option<(u64, u64)>> {
     if !has_map(pins, name) {
         return Ok(None);
