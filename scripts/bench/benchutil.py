@@ -366,8 +366,10 @@ def target_rows(summary, data=None):
         if r:
             met = r["median"] >= target if higher else r["median"] <= target
             floor = fmt_ratio(ratios.get("hooks_vs_none")) if key == "ebpf_vs_none" else ""
-            rows.append((label, f"{'>=' if higher else '<='} {target:.2f}", fmt_ratio(r), "yes" if met else "no",
-                         floor))
+            shown = fmt_ratio(r)
+            if f"{r['median']:.2f}" == f"{target:.2f}" and not met:
+                shown = f"{r['median']:.3f}" + shown[4:]  # 1.097, not a "1.10" that misses 1.10
+            rows.append((label, f"{'>=' if higher else '<='} {target:.2f}", shown, "yes" if met else "no", floor))
     ns = summary.get("bpf_masq_up_egress_ns_udp", {}).get("median", {}).get("ebpf")
     if ns is not None:
         floor = summary.get("bpf_masq_empty_ns_udp", {}).get("median", {}).get("hooks")
