@@ -49,11 +49,23 @@ fn node_sized(nat_max_entries: u32) -> Dataplane {
 /// Returns the NAT port (the echo id for ICMP).
 #[track_caller]
 fn expect_snat(dp: &Dataplane, frame: &[u8], nat: Ipv4Addr, expected: impl Fn(u16) -> Vec<u8>) -> u16 {
+    expect_snat_in(dp, frame, nat, PORTS, expected)
+}
+
+/// expect_snat with a port range other than PORTS configured.
+#[track_caller]
+fn expect_snat_in(
+    dp: &Dataplane,
+    frame: &[u8],
+    nat: Ipv4Addr,
+    ports: RangeInclusive<u16>,
+    expected: impl Fn(u16) -> Vec<u8>,
+) -> u16 {
     let out = dp.egress(frame).passed();
     assert_checksums(&out);
     let s = summary(&out);
     assert_eq!(s.src, nat, "masquerade address");
-    assert!(PORTS.contains(&s.sport), "NAT port {} outside {PORTS:?}", s.sport);
+    assert!(ports.contains(&s.sport), "NAT port {} outside {ports:?}", s.sport);
     assert_eq!(out, expected(s.sport), "output is not the expected rewrite");
     s.sport
 }
@@ -365,7 +377,9 @@ fn port_allocation_takes_about_ten_probes_at_90_percent_whatever_the_range_size(
         }
         let before = dp.counter(counter::PORT_PROBES);
         for i in 0..FLOWS {
-            let port = expect_snat_in(&dp, &tcp(POD, REMOTE, 40000 + i, 443, SYN), lo..=hi);
+            let port = expect_snat_in(&dp, &tcp(POD, REMOTE, 40000 + i, 443, SYN), MASQ, lo..=hi, |p| {
+                tcp(MASQ, REMOTE, p, 443, SYN)
+            });
             assert!(!in_use.contains(&port), "flow {i} took port {port}, which was in use");
             // Give one back: the range stays 90 % full.
             let given = in_use.pop().unwrap();
@@ -377,18 +391,6 @@ fn port_allocation_takes_about_ten_probes_at_90_percent_whatever_the_range_size(
         assert!((7.0..=13.0).contains(&mean), "range {range}: {mean:.2} probes per new flow at 90 % full");
         assert_eq!(dp.counter(counter::ALLOC_FAIL), 0);
     }
-}
-
-/// expect_snat for a TCP SYN to REMOTE:443 with a port range other than PORTS;
-/// returns the NAT port.
-#[track_caller]
-fn expect_snat_in(dp: &Dataplane, frame: &[u8], ports: RangeInclusive<u16>) -> u16 {
-    let out = dp.egress(frame).passed();
-    assert_checksums(&out);
-    let s = summary(&out);
-    assert_eq!(s.src, MASQ, "masquerade address");
-    assert!(ports.contains(&s.sport), "NAT port {} outside {ports:?}", s.sport);
-    s.sport
 }
 
 // ---- 7: masquerade rules ----

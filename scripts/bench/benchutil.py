@@ -257,10 +257,10 @@ def fmt_num(v):
     return f"{v:.3g}" if v else "0"
 
 
-def fmt_ratio(r):
+def fmt_ratio(r, digits=2):
     if not r:
         return "-"
-    s = f"{r['median']:.2f}"
+    s = f"{r['median']:.{digits}f}"
     if r["n"] > 1:
         s += f" [{r['min']:.2f}-{r['max']:.2f}]"
     return s
@@ -366,9 +366,8 @@ def target_rows(summary, data=None):
         if r:
             met = r["median"] >= target if higher else r["median"] <= target
             floor = fmt_ratio(ratios.get("hooks_vs_none")) if key == "ebpf_vs_none" else ""
-            shown = fmt_ratio(r)
-            if f"{r['median']:.2f}" == f"{target:.2f}" and not met:
-                shown = f"{r['median']:.3f}" + shown[4:]  # 1.097, not a "1.10" that misses 1.10
+            # 1.097, not a "1.10" that misses 1.10
+            shown = fmt_ratio(r, 3 if f"{r['median']:.2f}" == f"{target:.2f}" and not met else 2)
             rows.append((label, f"{'>=' if higher else '<='} {target:.2f}", shown, "yes" if met else "no", floor))
     ns = summary.get("bpf_masq_up_egress_ns_udp", {}).get("median", {}).get("ebpf")
     if ns is not None:
