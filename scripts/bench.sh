@@ -2,7 +2,7 @@
 # Benchmark ebpf-masq (normal and fast path) against no NAT and against
 # iptables MASQUERADE.
 #
-# Five identical topologies, one per mode, built side by side and kept for the
+# Six identical topologies, one per mode, built side by side and kept for the
 # whole run (so every mode sees the same kernel paths, only the NAT differs):
 #
 #   pod (10.244.1.x/24, eth0) --veth-- cni0 bridge [node] eth0 10.0.0.5 --veth-- eth0 10.0.0.2 [ext]
@@ -15,6 +15,13 @@
 #           egress and ingress (TCX), pod veth ingress (tc clsact). What any
 #           program at those hooks costs: the floor under ebpf/none; under
 #           bpf_stats, the stats' own floor per run
+#     redir none plus the fast path's redirects with none of its work (the
+#           "redirect-only" anchor, scripts/bench/redir.bpf.c): the pod veth's
+#           ingress bpf_fib_lookup()s and bpf_redirect_neigh()s the pod's packets
+#           to the next hop, eth0's ingress bpf_redirect_peer()s the replies into
+#           the pod; no source check, no NAT state, no rewrite but the TTL. The
+#           ceiling of any fast path on this topology: fast/redir is what the
+#           fast path's NAT and checks cost, redir/none what skipping the stack gains
 #     ipt   node: iptables -t nat -A POSTROUTING -s 10.244.1.0/24 -o eth0 -j MASQUERADE
 #           (ext has no route back: replies only work if NAT worked)
 #     ebpf  conflist bridge + host-local + ebpf-masq with its defaults, only
@@ -29,8 +36,8 @@
 # once created, leaves conntrack hooked in the namespace. Separate namespaces
 # cost nothing in the data path and never carry state from one mode to another.
 #
-# Each round runs every test for all five modes back to back (tcp: none ipt
-# hooks ebpf fast, then udp: ..., order shuffled per round after the first), so paired
+# Each round runs every test for all six modes back to back (tcp: none ipt
+# hooks redir ebpf fast, then udp: ..., order shuffled per round after the first), so paired
 # ratios compare runs seconds apart. The machine is noisy (2 CPUs, +-20-30 %):
 # trust the paired ratios over the absolute numbers.
 #
@@ -56,7 +63,7 @@
 #         these rows are the steadier comparison.
 #   ping  RTT: 10 x --pings back-to-back pings (ping -A; interquartile mean,
 #         as ping prints whole us), and the median of --pings pings 10 ms apart
-#   bpf   hooks, ebpf and fast modes, a separate phase per round with
+#   bpf   hooks, redir, ebpf and fast modes, a separate phase per round with
 #         kernel.bpf_stats_enabled=1 (restored afterwards): ns per run of the
 #         pinned programs while UDP, TCP and connect+close traffic ran (in the
 #         fast mode the pod's veth program does the NAT and the redirect).
@@ -118,12 +125,12 @@
 #                  is missing); EBPF_MASQ_BIN=path benchmarks another binary
 # Output: progress on stderr, then the table on stdout: per metric the median
 # over rounds per mode, and the median of the per-round paired ratios
-# (ipt/none, hooks/none, ebpf/none, ebpf/hooks, ebpf/ipt, fast/none, fast/ipt;
-# the JSON also has fast/ebpf) with their min-max; after the run the ebpf-masq counters/drops of
+# (ipt/none, hooks/none, ebpf/none, ebpf/hooks, ebpf/ipt, redir/none, fast/none,
+# fast/redir, fast/ipt; the JSON also has fast/ebpf) with their min-max; after the run the ebpf-masq counters/drops of
 # both ebpf modes and the ipt node's conntrack drops, as a check.
 #
 # Needs root; the tools come from scripts/install-deps.sh (run when missing).
-# Everything it creates (namespaces emb-<id>-*, pins /sys/fs/bpf/emb-<id>{,-fast,-hooks},
+# Everything it creates (namespaces emb-<id>-*, pins /sys/fs/bpf/emb-<id>{,-fast,-hooks,-redir},
 # cnitool cache entries, processes, a temp dir) is removed on exit, also on
 # failure or Ctrl-C; kernel.bpf_stats_enabled is put back as it was.
 set -euo pipefail
@@ -134,7 +141,7 @@ PY=/usr/bin/python3                 # Debian's python (stdlib only needed)
 UTIL="$HERE/bench/benchutil.py"
 TOOL_SRC="$HERE/bench/benchtool.c"
 CNI_BIN_DIR=/usr/lib/cni
-MODES=(none ipt hooks ebpf fast)
+MODES=(none ipt hooks redir ebpf fast)
 
 EXT_IP=10.0.0.2
 NODE_IP=10.0.0.5
@@ -216,6 +223,7 @@ PFX=emb-$ID
 PIN=/sys/fs/bpf/$PFX                # ebpf mode
 PIN_FAST=/sys/fs/bpf/$PFX-fast      # fast mode (the fastPath flag is per pin path)
 PIN_HOOKS=/sys/fs/bpf/$PFX-hooks    # hooks mode: the empty program and its links
+PIN_REDIR=/sys/fs/bpf/$PFX-redir    # redir mode: the redirect-only programs, their maps and link
 WORK=""
 NAMESPACES=()      # netns we created
 PIDS=()            # background processes we started
@@ -242,7 +250,7 @@ cleanup() {
     rm -rf "$PIN"-*
     rm -f /var/lib/cni/results/"$PFX"-*
   fi
-  rm -rf "$PIN" "$PIN_FAST" "$PIN_HOOKS"   # the hooks mode's links go with their pins
+  rm -rf "$PIN" "$PIN_FAST" "$PIN_HOOKS" "$PIN_REDIR"   # the anchors' links go with their pins
   [ -n "$WORK" ] && rm -rf "$WORK"
   exit "$rc"
 }
@@ -312,6 +320,8 @@ setup_mode() {   # setup_mode MODE [dual]: dual = IPv6 on the node, ext and pod 
     none) ip -n "$(ns "$mode" ext)" route add "$POD_SUBNET" via "$NODE_IP" ;;
     hooks) ip -n "$(ns "$mode" ext)" route add "$POD_SUBNET" via "$NODE_IP"
            attach_empty "$mode" ;;
+    redir) ip -n "$(ns "$mode" ext)" route add "$POD_SUBNET" via "$NODE_IP"
+           attach_redir "$mode" ;;
     ipt)  nx "$mode" node iptables -t nat -A POSTROUTING -s "$POD_SUBNET" -o eth0 -j MASQUERADE ;;
     ebpf|fast) ;;  # the plugin attached itself during cnitool add
   esac
@@ -324,29 +334,57 @@ setup_mode() {   # setup_mode MODE [dual]: dual = IPv6 on the node, ext and pod 
   wait_listen "$mode" t "$CPS_PORT"
 }
 
-pin_of() { case $1 in ebpf) echo "$PIN" ;; fast) echo "$PIN_FAST" ;; hooks) echo "$PIN_HOOKS" ;; esac; }
+pin_of() { case $1 in ebpf) echo "$PIN" ;; fast) echo "$PIN_FAST" ;; hooks) echo "$PIN_HOOKS" ;; redir) echo "$PIN_REDIR" ;; esac; }
+
+# tcx_or_tc MODE PROG DEV HOOK LINK: PROG on DEV's HOOK as a TCX link pinned at
+# LINK, or as a tc clsact filter where the kernel has no TCX.
+tcx_or_tc() {
+  local mode=$1 prog=$2 dev=$3 hook=$4 link=$5 rc=0
+  ne "$mode" node "$TOOL" tcx-attach "$prog" "$dev" "$hook" "$link" || rc=$?
+  case $rc in
+    0) ;;
+    3) tc_attach "$mode" "$prog" "$dev" "$hook" ;;
+    *) die "$mode: cannot attach $prog to $dev $hook" ;;
+  esac
+}
+tc_attach() {   # tc_attach MODE PROG DEV HOOK
+  ne "$1" node tc qdisc add dev "$3" clsact 2>/dev/null || true
+  ne "$1" node tc filter add dev "$3" "$4" bpf da pinned "$2" || die "$1: tc attach of $2 to $3 $4 failed"
+}
+pod_veth() {   # pod_veth MODE: the pod's host-side veth, from the CNI result
+  "$PY" -c 'import json,sys; print(next(i["name"] for i in json.load(open(sys.argv[1]))["interfaces"]
+            if i["name"].startswith("veth")))' "$WORK/$1/cni-result.json"
+}
 
 # attach_empty MODE: the empty program where ebpf-masq attaches on MODE's node,
 # the way it attaches there: eth0 egress and ingress as TCX links (tc clsact
 # where there is no TCX), the pod veth's ingress as a tc clsact filter.
 attach_empty() {
-  local mode=$1 veth dev hook prog="$PIN_HOOKS/v0/progs/masq_empty" rc
+  local mode=$1 veth hook prog="$PIN_HOOKS/v0/progs/masq_empty"
   mkdir -p "$PIN_HOOKS/v0/progs" "$PIN_HOOKS/links"
   bpftool prog load "$WORK/empty.o" "$prog" type classifier || die "hooks: cannot load the empty program"
-  veth=$("$PY" -c 'import json,sys; print(next(i["name"] for i in json.load(open(sys.argv[1]))["interfaces"]
-                   if i["name"].startswith("veth")))' "$WORK/$mode/cni-result.json")
-  for dev in eth0:egress eth0:ingress "$veth:ingress"; do
-    hook=${dev#*:}; dev=${dev%%:*}
-    rc=3
-    [ "$dev" = eth0 ] && { rc=0; ne "$mode" node "$TOOL" tcx-attach "$prog" "$dev" "$hook" "$PIN_HOOKS/links/$dev-$hook" || rc=$?; }
-    case $rc in
-      0) ;;
-      3) ne "$mode" node tc qdisc add dev "$dev" clsact 2>/dev/null || true
-         ne "$mode" node tc filter add dev "$dev" "$hook" bpf da pinned "$prog" || die "hooks: tc attach failed" ;;
-      *) die "hooks: cannot attach the empty program to $dev $hook" ;;
-    esac
-  done
+  veth=$(pod_veth "$mode")
+  for hook in egress ingress; do tcx_or_tc "$mode" "$prog" eth0 "$hook" "$PIN_HOOKS/links/eth0-$hook"; done
+  tc_attach "$mode" "$prog" "$veth" ingress
 }
+
+# attach_redir MODE: the redirect-only programs (redir.bpf.c) as ebpf-masq's fast
+# path attaches its own: the pod veth's ingress (tc clsact), eth0's ingress (TCX),
+# with the pod's facts (address, veth, bridge, MACs) in their redir_pod map.
+attach_redir() {
+  local mode=$1 veth d="$PIN_REDIR/v0"
+  mkdir -p "$d/progs" "$d/maps" "$PIN_REDIR/links"
+  bpftool prog loadall "$WORK/redir.o" "$d/progs" type classifier pinmaps "$d/maps" \
+    || die "redir: cannot load the redirect-only programs"
+  veth=$(pod_veth "$mode")
+  # shellcheck disable=SC2046  # the key and value bytes are separate words
+  bpftool map update pinned "$d/maps/redir_pod" $("$PY" "$UTIL" redirpod "$WORK/$mode/cni-result.json" \
+    "$(ne "$mode" node ip -o link show dev "$veth")" "$(ne "$mode" node ip -o link show dev cni0)" \
+    "$(nx "$mode" pod ip -o link show dev eth0)") || die "redir: cannot fill redir_pod"
+  tc_attach "$mode" "$d/progs/masq_veth_in" "$veth" ingress
+  tcx_or_tc "$mode" "$d/progs/masq_up_ingress" eth0 ingress "$PIN_REDIR/links/eth0-ingress"
+}
+redir_count() { "$PY" "$UTIL" redircount "$(bpftool -j map dump pinned "$PIN_REDIR/v0/maps/redir_count")"; }
 fp_egress() {   # fp_egress MODE: the mode's fastpath_egress counter
   ne "$1" node "$PLUGIN" status --json --pin-path "$(pin_of "$1")" >"$WORK/$1/status.json" 2>&1 \
     || die "$1: ebpf-masq status failed: $(head -c 300 "$WORK/$1/status.json")"
@@ -355,8 +393,8 @@ fp_egress() {   # fp_egress MODE: the mode's fastpath_egress counter
 
 # Fail early if a mode is not what it claims to be.
 check_mode() {
-  local mode=$1 ruleset filters fp0="" fp1
-  case $mode in ebpf|fast) fp0=$(fp_egress "$mode") ;; esac
+  local mode=$1 ruleset filters fp0="" fp1 rd0="" rd1
+  case $mode in ebpf|fast) fp0=$(fp_egress "$mode") ;; redir) rd0=$(redir_count) ;; esac
   nx "$mode" pod ping -n -q -c 3 -i 0.05 -W 1 "$EXT_IP" >/dev/null \
     || die "$mode: pod cannot ping ext (for ipt/ebpf/fast: the NAT does not work)"
   if [ -n "$fp0" ]; then   # fast: the pings took the fast path; ebpf: they did not
@@ -368,10 +406,16 @@ check_mode() {
     esac
     log "bench: $mode: fastpath_egress $fp0 -> $fp1 during 3 pings"
   fi
+  if [ -n "$rd0" ]; then   # redir: the pings and their replies were redirected, both ways
+    rd1=$(redir_count)
+    "$PY" -c 'import sys; a, b = (list(map(int, x.split())) for x in sys.argv[1:]); sys.exit(not all(y > x for x, y in zip(a, b)))' \
+      "$rd0" "$rd1" || die "redir: the redirect counters did not both move during a ping ($rd0 -> $rd1)"
+    log "bench: redir: redirected to eth0 / into the pod: $rd0 -> $rd1 during 3 pings"
+  fi
   ruleset=$(nx "$mode" node nft list ruleset 2>/dev/null || true)
   filters=$(ne "$mode" node "$PY" "$REPO/integration/bpfhooks.py" eth0 egress)   # TCX programs and tc filters
   case $mode in
-    none|hooks|ebpf|fast) [ -z "$ruleset" ] || die "$mode: node has netfilter rules: $ruleset" ;;
+    none|hooks|redir|ebpf|fast) [ -z "$ruleset" ] || die "$mode: node has netfilter rules: $ruleset" ;;
     ipt) grep -q masquerade <<<"$ruleset" || die "ipt: MASQUERADE rule missing" ;;
   esac
   case $mode in
@@ -454,7 +498,7 @@ m_ping() {  # m_ping ROUND MODE
   record "$1" "$2" ping_us "$v"; show ping "$2" "10 ms apart $v us"
 }
 
-# The bpf_stats phase: ebpf and fast modes only, outside the timed comparisons.
+# The bpf_stats phase: the modes with programs (hooks, redir, ebpf, fast), outside the timed comparisons.
 progstats() { "$PY" "$UTIL" progstats "$(echo "$(pin_of "$1")"/v*/progs)"; }
 bpf_phase() {   # bpf_phase ROUND MODE
   local r=$1 mode=$2 s0 s1 s2 s3
@@ -501,6 +545,7 @@ main() {
   TOOL=$WORK/benchtool
   gcc -O2 -Wall -o "$TOOL" "$TOOL_SRC"
   clang -O2 -target bpf -I"/usr/include/$(gcc -print-multiarch)" -c "$HERE/bench/empty.bpf.c" -o "$WORK/empty.o"
+  clang -O2 -g -target bpf -I"/usr/include/$(gcc -print-multiarch)" -c "$HERE/bench/redir.bpf.c" -o "$WORK/redir.o"
 
   [ "$(sysctl -n kernel.bpf_stats_enabled)" = 0 ] ||
     log "bench: warning: kernel.bpf_stats_enabled is already 1: every ebpf-masq test pays the stats' clock reads"
@@ -525,7 +570,7 @@ main() {
         esac
       done
     done
-    for mode in hooks ebpf fast; do bpf_phase "$r" "$mode"; done
+    for mode in hooks redir ebpf fast; do bpf_phase "$r" "$mode"; done
   done
 
   # Issue 7's scale target: ports tried per new flow with the range 90 % full (BPF_PROG_TEST_RUN).

@@ -18,6 +18,12 @@ Subcommands (all print to stdout):
                           (and bpf_<prog>_runs_<PHASE>), recorded for MODE (hooks, ebpf or fast)
   counter STATUS.json NAME
                           one counter of `ebpf-masq status --json` (0 if absent)
+  redirpod RESULT.json VETH_LINK BRIDGE_LINK POD_LINK
+                          "key ... value ..." bytes for bpftool map update of the redir
+                          mode's redir_pod (redir.bpf.c): the pod's address from the CNI
+                          result, ifindexes and MACs from `ip -o link show` lines
+  redircount DUMP.json    the redir mode's two counters (bpftool -j map dump of
+                          redir_count, summed over CPUs): "to-uplink into-pod"
   conflist NAME DATADIR [PIN [fast]]
                           a conflist bridge + host-local (+ ebpf-masq when PIN is given,
                           with "fastPath": true when the 4th argument is "fast")
@@ -39,16 +45,18 @@ from pathlib import Path
 
 POD_SUBNET = "10.244.1.0/24"
 POD_SUBNET6 = "fd00:a::/64"   # the --sweep mode's dual-stack pod
-MODES = ["none", "ipt", "hooks", "ebpf", "fast"]
-MODE_LABEL = {"none": "no-NAT", "ipt": "iptables", "hooks": "empty-hooks", "ebpf": "ebpf-masq", "fast": "ebpf-fast"}
+MODES = ["none", "ipt", "hooks", "redir", "ebpf", "fast"]
+MODE_LABEL = {"none": "no-NAT", "ipt": "iptables", "hooks": "empty-hooks", "redir": "redirect-only",
+              "ebpf": "ebpf-masq", "fast": "ebpf-fast"}
 # (summary key, numerator, denominator); TABLE_RATIOS are the table's columns,
 # fast_vs_ebpf is in the JSON only (the table is wide enough).
 RATIOS = [("ipt_vs_none", "ipt", "none"), ("hooks_vs_none", "hooks", "none"), ("ebpf_vs_none", "ebpf", "none"),
           ("ebpf_vs_hooks", "ebpf", "hooks"), ("ebpf_vs_ipt", "ebpf", "ipt"),
-          ("fast_vs_none", "fast", "none"), ("fast_vs_ipt", "fast", "ipt"), ("fast_vs_ebpf", "fast", "ebpf")]
+          ("redir_vs_none", "redir", "none"), ("fast_vs_none", "fast", "none"), ("fast_vs_redir", "fast", "redir"),
+          ("fast_vs_ipt", "fast", "ipt"), ("fast_vs_ebpf", "fast", "ebpf")]
 TABLE_RATIOS = [("ipt/none", "ipt_vs_none"), ("hooks/none", "hooks_vs_none"), ("ebpf/none", "ebpf_vs_none"),
-                ("ebpf/hooks", "ebpf_vs_hooks"), ("ebpf/ipt", "ebpf_vs_ipt"),
-                ("fast/none", "fast_vs_none"), ("fast/ipt", "fast_vs_ipt")]
+                ("ebpf/hooks", "ebpf_vs_hooks"), ("ebpf/ipt", "ebpf_vs_ipt"), ("redir/none", "redir_vs_none"),
+                ("fast/none", "fast_vs_none"), ("fast/redir", "fast_vs_redir"), ("fast/ipt", "fast_vs_ipt")]
 
 # key: (label, unit, higher is better). Order = table order.
 METRICS = {
@@ -63,8 +71,9 @@ METRICS = {
     "ping_hot_us": ("ping RTT IQ-mean, back-to-back (-A)", "us", False),
     "ping_us": ("ping RTT median, 10 ms apart", "us", False),
 }
-# Only the hooks, ebpf and fast modes have these: ns per program run while the named
-# traffic ran, from kernel.bpf_stats_enabled (run_time_ns / run_cnt deltas).
+# Only the hooks, redir, ebpf and fast modes have these: ns per program run while the named
+# traffic ran, from kernel.bpf_stats_enabled (run_time_ns / run_cnt deltas); the
+# redir mode's programs carry ebpf-masq's names, so its column lines up with the fast path's.
 # In the fast mode the pod's veth program does the translation and the
 # redirect, the uplink egress program sees no fast-path packet; a row is shown
 # when either mode has a value.
@@ -144,6 +153,37 @@ def cmd_counter(status_path, name):
         out(json.loads(Path(status_path).read_text()).get("counters", {}).get(name, 0))
     except (OSError, ValueError):
         out(None)
+
+
+def link_facts(line):
+    """(ifindex, MAC bytes) from one `ip -o link show` line."""
+    words = line.split()
+    mac = words[words.index("link/ether") + 1]
+    return int(words[0].rstrip(":")), bytes.fromhex(mac.replace(":", ""))
+
+
+def cmd_redirpod(result_path, veth_line, bridge_line, pod_line):
+    """struct redir_pod {__be32 addr; __u32 veth, l3_ifindex; __u8 pod_mac[6], gw_mac[6];} as bpftool words."""
+    import ipaddress
+    import struct
+    ips = json.loads(Path(result_path).read_text())["ips"]
+    addr = next(ipaddress.ip_interface(i["address"]).ip for i in ips if ":" not in i["address"])
+    veth, _ = link_facts(veth_line)
+    bridge, gw_mac = link_facts(bridge_line)
+    _, pod_mac = link_facts(pod_line)
+    value = addr.packed + struct.pack("<II", veth, bridge) + pod_mac + gw_mac
+    print("key", *([0] * 4), "value", *value)
+
+
+def cmd_redircount(dump):
+    """bpftool -j map dump of a per-CPU array of u64: each key's sum over CPUs."""
+    sums = {}
+    for e in json.loads(dump):
+        key = e["key"] if isinstance(e["key"], int) else int.from_bytes(bytes(int(b, 16) for b in e["key"]), "little")
+        vals = e.get("values") or []
+        sums[key] = sum(v["value"] if isinstance(v["value"], int)
+                        else int.from_bytes(bytes(int(b, 16) for b in v["value"]), "little") for v in vals)
+    print(*(sums.get(k, 0) for k in sorted(sums)))
 
 
 def cmd_bpfshow(results, rnd, mode="ebpf"):
@@ -355,17 +395,20 @@ def portalloc_row(data):
 
 
 def target_rows(summary, data=None):
-    """[(label, target, measured, met, floor)] for every target this run measured.
-    floor: what the empty-hooks anchor reached on the same ratio (default mode:
-    the most any program at ebpf-masq's hooks could); for the port allocation,
-    the same new flow with the range empty."""
+    """[(label, target, measured, met, anchor)] for every target this run measured.
+    anchor: for the default mode, what the empty-hooks anchor reached on the same
+    ratio (the most any program at ebpf-masq's hooks could); for the fast path,
+    what the redirect-only anchor reached (the most any fast path could: its
+    redirects with no NAT); for the per-packet cost, an empty program's ns/run;
+    for the port allocation, the same new flow with the range empty."""
     rows = []
     for label, metric, key, target, higher in TARGETS:
         ratios = summary.get(metric, {}).get("paired_ratio", {})
         r = ratios.get(key)
         if r:
             met = r["median"] >= target if higher else r["median"] <= target
-            floor = fmt_ratio(ratios.get("hooks_vs_none")) if key == "ebpf_vs_none" else ""
+            anchor = {"ebpf_vs_none": "hooks_vs_none", "fast_vs_none": "redir_vs_none"}[key]
+            floor = f"{MODE_LABEL[anchor.split('_')[0]]} {fmt_ratio(ratios.get(anchor))}" if ratios.get(anchor) else ""
             # 1.097, not a "1.10" that misses 1.10
             shown = fmt_ratio(r, 3 if f"{r['median']:.2f}" == f"{target:.2f}" and not met else 2)
             rows.append((label, f"{'>=' if higher else '<='} {target:.2f}", shown, "yes" if met else "no", floor))
@@ -374,7 +417,7 @@ def target_rows(summary, data=None):
         floor = summary.get("bpf_masq_empty_ns_udp", {}).get("median", {}).get("hooks")
         rows.append(("default: uplink egress per packet, established UDP (bpf_stats)",
                      f"<= {UPLINK_NS_TARGET:.0f} ns", f"{ns:.0f} ns", "yes" if ns <= UPLINK_NS_TARGET else "no",
-                     f"{floor:.0f} ns" if floor is not None else ""))
+                     f"empty program {floor:.0f} ns" if floor is not None else ""))
     row = portalloc_row(data or {})
     if row:
         rows.append(row)
@@ -385,12 +428,14 @@ def print_targets(summary, data=None):
     rows = target_rows(summary, data)
     if not rows:
         return
-    head = ("target (issue 7; paired median [min-max])", "wanted", "measured", "met", "empty-hooks")
+    head = ("target (issue 7; paired median [min-max])", "wanted", "measured", "met", "anchor")
     widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
     print()
-    print("empty-hooks: the same ratio with empty programs at ebpf-masq's hooks (the floor of any program there);")
-    print("for the per-packet cost, an empty program's own ns/run under bpf_stats; for the port allocation,")
-    print("a new flow with the range empty (plugin/tests/microbench.rs port_allocation_cost, BPF_PROG_TEST_RUN)")
+    print("anchor: default mode, the same ratio with empty programs at ebpf-masq's hooks (empty-hooks: the most")
+    print("any program there could reach); fast path, with the fast path's redirects and none of its work")
+    print("(redirect-only: the most any fast path could reach); per-packet cost, an empty program's own ns/run")
+    print("under bpf_stats; port allocation, a new flow with the range empty (plugin/tests/microbench.rs")
+    print("port_allocation_cost, BPF_PROG_TEST_RUN)")
     for r in [head, tuple("-" * w for w in widths)] + rows:
         print("  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip())
 
@@ -406,7 +451,7 @@ def cmd_report(results, meta_path, *rest):
         json_to = rest[1]
     if json_to:
         raw = [json.loads(l) for l in Path(results).read_text().splitlines() if l.strip()]
-        targets = [dict(zip(("target", "wanted", "measured", "met", "empty_hooks"), r)) for r in target_rows(summary, data)]
+        targets = [dict(zip(("target", "wanted", "measured", "met", "anchor"), r)) for r in target_rows(summary, data)]
         doc = json.dumps({"meta": meta, "summary": summary, "targets": targets, "samples": raw},
                          separators=(",", ":"))
         if json_to == "-":
@@ -433,6 +478,7 @@ def cmd_sweepstatus(status_json_file):
 def main(argv):
     cmds = {"iperf": cmd_iperf, "ping": cmd_ping, "get": cmd_get, "progstats": cmd_progstats,
             "bpfdelta": cmd_bpfdelta, "bpfshow": cmd_bpfshow, "counter": cmd_counter,
+            "redirpod": cmd_redirpod, "redircount": cmd_redircount,
             "health": cmd_health,
             "conflist": cmd_conflist, "report": cmd_report,
             "sweepline": cmd_sweepline, "sweepstatus": cmd_sweepstatus, "portalloc": cmd_portalloc}
