@@ -161,36 +161,6 @@ def assert_masqueraded(topo, pods, port):
     assert srv.addrs() == {NODE_IP}
 
 
-CLOSE_CLIENT = """
-import socket, struct, sys
-host, port, how = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-s = socket.create_connection((host, port), timeout=10)
-print(s.getsockname()[1], flush=True)
-s.sendall(b"x")
-if how == "rst":  # abort: SO_LINGER 0, close() sends a reset
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-else:             # orderly: our FIN, the server's reply and FIN, then close (no reset anywhere)
-    s.shutdown(socket.SHUT_WR)
-    while s.recv(4096):
-        pass
-s.close()
-"""
-
-
-def test_pod_reset_frees_its_pair_at_once(topo, plugin, masq_pod):
-    """A connection the pod aborts (RST) leaves no NAT pair behind (nat_closed);
-    one it closes in order keeps its pair for the TCP closing timeout."""
-    net, pod = masq_pod()
-    srv = topo.ext.server("tcp", 5000)
-    ports = {how: int(pod.ns.exec([PY, "-c", CLOSE_CLIENT, EXT, 5000, how]).stdout) for how in ("rst", "fin")}
-    wait_for(lambda: len(srv.records("accept")) == 2, what="both connections at ext")
-    assert srv.addrs("accept") == {NODE_IP}
-    pairs = {e["pod_port"] for e in topo.nat_list(plugin) if e["remote_port"] == 5000}
-    assert ports["fin"] in pairs and ports["rst"] not in pairs, (ports, pairs)
-    st = json.loads(topo.node.enter([plugin, "status", "--json", "--pin-path", topo.lab.pin_path]).stdout)
-    assert (st["counters"]["nat_closed"], st["counters"]["nat_created"]) == (1, 2), st["counters"]
-
-
 def test_default_attach_modes(topo, plugin, masq_pod):
     """Uplinks: one TCX program per hook, no tc layer (no clsact qdisc) in the
     path. The pod veth: a tc filter (a TCX attach would make every ADD wait for

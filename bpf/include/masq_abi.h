@@ -15,7 +15,7 @@
 #include <linux/in6.h>
 #include <linux/bpf.h>   /* struct bpf_timer */
 
-#define MASQ_LAYOUT_VERSION 7
+#define MASQ_LAYOUT_VERSION 6
 
 /* ---- config (ARRAY, 1 entry): node-wide knobs written by the plugin ---- */
 struct masq_config {
@@ -312,7 +312,6 @@ enum masq_counter {
 	CNT_FP_FALLBACK,           /* fast path on: pod packets left to the host stack */
 	CNT_PORT_PROBES,           /* ports tried by new flows' port searches (the successful one too) */
 	CNT_NAT_GC_ARM_FAILED,     /* the expiry sweep's timer could not be armed (the next new pair retries) */
-	CNT_NAT_CLOSED,            /* pairs removed (both halves) at once after the pod's TCP RST */
 	CNT_MAX
 };
 

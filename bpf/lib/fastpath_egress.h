@@ -213,8 +213,6 @@ static __noinline int fp_egress_v4(struct __sk_buff *skb, const struct masq_conf
 	count_add(CNT_SNAT_PKTS_V4, 1);
 	count_add(CNT_SNAT_BYTES_V4, f.len);
 	count_add(CNT_FP_EGRESS, 1);
-	if (pod_resets_v4(&f))
-		pair_close_v4(&f, fwd);
 	{
 		struct bpf_redir_neigh nh = { .nh_family = AF_INET, .ipv4_nh = r.nh };
 
@@ -367,8 +365,6 @@ static __noinline int fp_egress_v6(struct __sk_buff *skb, const struct masq_conf
 	count_add(CNT_SNAT_PKTS_V6, 1);
 	count_add(CNT_SNAT_BYTES_V6, f->len);
 	count_add(CNT_FP_EGRESS, 1);
-	if (pod_resets_v6(f))
-		pair_close_v6(f, fwd);
 	{
 		struct bpf_redir_neigh n = { .nh_family = AF_INET6 };
 

@@ -152,46 +152,6 @@ static __noinline void NAT_FN(rnat_sync_fwd)(const FLOW_T *f, const ENTRY_T *rev
 }
 
 /*
- * pair_close - after a pod's TCP RST left translated by @fwd: the pair goes
- * now, both halves, instead of idling out its closing timeout. A TCP endpoint
- * sends a reset only for a connection it does not hold (or one it aborts), so
- * nothing of the pod's can need this pair any more; its port is free for the
- * next flow at once, and a pod that reuses the tuple (clients that close with
- * RST do, at once) gets a fresh pair rather than finding the stale one (two
- * cold lookups, one per half). A reset from the remote never removes a pair:
- * it could be forged (blind RST) and is not checked against the connection's
- * window here; it only shortens the pair's timeout (NAT_F_TCP_CLOSING).
- * Each half goes only if it is still this pair's (created_ns), as in gc_pair.
- */
-static __noinline void NAT_FN(pair_close)(const FLOW_T *f, const ENTRY_T *fwd)
-{
-	KEY_T fk = {
-		.saddr = f->saddr, .daddr = f->daddr,
-		.sport = f->sport, .dport = f->dport, .proto = f->proto,
-	};
-	KEY_T rk = {
-		.saddr = f->daddr, .daddr = fwd->addr,
-		.sport = f->dport, .dport = fwd->port, .proto = f->proto,
-	};
-	__u64 gen = fwd->created_ns;
-	ENTRY_T *rev = bpf_map_lookup_elem(&MAP_REV, &rk);
-	void *m;
-
-	if (rev && rev->created_ns == gen)
-		bpf_map_delete_elem(&MAP_REV, &rk);
-	m = NAT_FWD_SHARD(&MAP_FWD, &fk, SHARD_FN);
-	if (m && fwd->created_ns == gen)
-		bpf_map_delete_elem(m, &fk);
-	count_add(CNT_NAT_CLOSED, 1);
-}
-
-/* Does the pod's packet @f end its flow's pair (pair_close)? A TCP reset does. */
-static __always_inline bool NAT_FN(pod_resets)(const FLOW_T *f)
-{
-	return f->proto == IPPROTO_TCP && (f->tcp_flags & TCP_FLAG_RST);
-}
-
-/*
  * gc_pair - the expiry sweep's visit to one forward half (bpf_for_each_map_elem
  * callback): a pair idle past its timeout goes, reverse half first, then the
  * forward half the walk stands on; each only if it is still this pair's.
@@ -569,8 +529,6 @@ rewrite:
 		return drop_with(DROP_CSUM);
 	count_add(CNT_SNAT_PKTS, 1);
 	count_add(CNT_SNAT_BYTES, f.len);
-	if (NAT_FN(pod_resets)(&f))
-		NAT_FN(pair_close)(&f, fwd);
 	return MASQ_PASS;
 }
 

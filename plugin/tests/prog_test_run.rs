@@ -9,9 +9,7 @@ mod support;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::ops::RangeInclusive;
 
-use ebpf_masq::bpf::abi::{
-    counter, EXCL_LINK_LOCAL, EXCL_NATIVE_ROUTING, NAT_F_BY_RULE, NAT_F_TCP_CLOSING, NAT_GC_ARMED, NAT_GC_NEW6,
-};
+use ebpf_masq::bpf::abi::{counter, EXCL_LINK_LOCAL, EXCL_NATIVE_ROUTING, NAT_F_BY_RULE, NAT_GC_ARMED, NAT_GC_NEW6};
 use support::{harness::*, packet::*};
 
 const MASQ: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
@@ -636,35 +634,6 @@ fn fin_or_rst_shortens_the_expiry_from_either_direction() {
     assert!(eventually(5, || dp.fwd().len() == 1), "closing pairs stayed: {:?}", dp.fwd());
     dp.assert_single_pair(nat_key(POD, REMOTE, 40002, 443, TCP), MASQ, c);
     assert_eq!(dp.counter(counter::NAT_EXPIRED), 2);
-}
-
-/// A pod's RST leaves translated like any packet of its flow, and then its pair
-/// is gone, both halves, at once (counted nat_closed, not nat_expired): a late
-/// reply is the node's own business, and the pod reusing the tuple gets a fresh
-/// pair. A remote's RST only shortens the timeout (it could be forged).
-#[test]
-fn a_pods_rst_removes_its_pair_at_once() {
-    let dp = node();
-    dp.set_timeouts(20000, 20099, 3600, 3600, 3600);
-    let syn = |f| tcp(POD, REMOTE, 40000, 443, f);
-    let p = expect_snat(&dp, &syn(SYN), MASQ, |p| tcp(MASQ, REMOTE, p, 443, SYN));
-    assert_eq!(dp.ingress(&tcp(REMOTE, MASQ, 443, p, SYN | ACK)).passed(), tcp(REMOTE, POD, 443, 40000, SYN | ACK));
-    assert_eq!(expect_snat(&dp, &syn(RST | ACK), MASQ, |p| tcp(MASQ, REMOTE, p, 443, RST | ACK)), p);
-    assert!(dp.nat_is_empty(), "pair left after the pod's RST: {:?} {:?}", dp.fwd(), dp.rev());
-    assert_eq!((dp.counter(counter::NAT_CLOSED), dp.counter(counter::NAT_EXPIRED)), (1, 0));
-    let late = tcp(REMOTE, MASQ, 443, p, ACK);
-    assert_eq!(dp.ingress(&late).passed(), late, "a late reply was translated");
-    // The tuple again: a new pair; the remote resets it: the pair stays, closing.
-    let q = expect_snat(&dp, &syn(SYN), MASQ, |p| tcp(MASQ, REMOTE, p, 443, SYN));
-    assert_eq!(dp.counter(counter::NAT_CREATED), 2);
-    assert_eq!(dp.ingress(&tcp(REMOTE, MASQ, 443, q, RST)).passed(), tcp(REMOTE, POD, 443, 40000, RST));
-    let (fwd, _) = dp.assert_single_pair(nat_key(POD, REMOTE, 40000, 443, TCP), MASQ, q);
-    assert!(fwd.flags & NAT_F_TCP_CLOSING != 0, "the remote's RST did not mark the pair closing");
-    assert_eq!(dp.counter(counter::NAT_CLOSED), 1);
-    // A pod's RST on a flow that has no pair: it gets one to leave by, which then goes.
-    expect_snat(&dp, &tcp(POD, REMOTE, 40001, 443, RST), MASQ, |p| tcp(MASQ, REMOTE, p, 443, RST));
-    assert_eq!((dp.counter(counter::NAT_CLOSED), dp.counter(counter::NAT_CREATED)), (2, 3));
-    assert_eq!(dp.assert_pairs_complete(), 1);
 }
 
 /// The table is full for a new flow when its forward shard is (natMaxEntries /

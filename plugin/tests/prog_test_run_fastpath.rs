@@ -191,23 +191,6 @@ fn egress_translates_decrements_ttl_and_redirects() {
     });
 }
 
-/// A pod's RST leaves by the fast path like the rest of its flow, and its pair
-/// goes at once (pair_close, as on the normal path).
-#[test]
-fn a_pods_rst_on_the_fast_path_removes_its_pair() {
-    in_lab(1500, |up0, _| {
-        let dp = fast_node();
-        dp.add_uplink(up0, MASQ);
-        assert_eq!(dp.veth(&tcp(POD, REMOTE, 40000, 443, SYN)).ret, TC_ACT_REDIRECT);
-        let port = u16::from_be_bytes(fast_pair(&dp).1.port);
-        let run = dp.veth(&tcp(POD, REMOTE, 40000, 443, RST | ACK));
-        assert_eq!(run.ret, TC_ACT_REDIRECT, "the RST did not take the fast path");
-        assert_eq!(run.out, with_ttl(tcp(MASQ, REMOTE, port, 443, RST | ACK), 63));
-        assert!(dp.nat_is_empty(), "pair left after the pod's RST: {:?} {:?}", dp.fwd(), dp.rev());
-        assert_eq!((dp.counter(counter::NAT_CLOSED), dp.counter(counter::FP_EGRESS)), (1, 2));
-    });
-}
-
 #[test]
 fn egress_fallbacks_that_need_the_route() {
     in_lab(1500, |up0, _| {
@@ -398,20 +381,6 @@ fn ipv6_egress_translates_decrements_hop_limit_and_redirects() {
         assert_eq!(dp.veth(&echo6_request(POD6, REMOTE6, 9, 1)).ret, TC_ACT_REDIRECT);
         assert_eq!((dp.counter(counter::FP_EGRESS), dp.counter(counter::SNAT_PKTS_V6)), (4, 4));
         assert_eq!(dp.counter(counter::FP_FALLBACK), 0);
-    });
-}
-
-#[test]
-fn ipv6_a_pods_rst_on_the_fast_path_removes_its_pair() {
-    in_lab(1500, |up0, _| {
-        let dp = fast_node6(up0);
-        assert_eq!(dp.veth(&tcp6(POD6, REMOTE6, 40000, 443, SYN)).ret, TC_ACT_REDIRECT);
-        let port = u16::from_be_bytes(dp.fwd6()[0].1.port);
-        let run = dp.veth(&tcp6(POD6, REMOTE6, 40000, 443, RST | ACK));
-        assert_eq!(run.ret, TC_ACT_REDIRECT, "the RST did not take the fast path");
-        assert_eq!(run.out, with_hop_limit(tcp6(MASQ6, REMOTE6, port, 443, RST | ACK), 63));
-        assert!(dp.fwd6().is_empty() && dp.rev6().is_empty(), "pair left after the pod's RST");
-        assert_eq!(dp.counter(counter::NAT_CLOSED), 1);
     });
 }
 

@@ -130,20 +130,6 @@ fn snat6_second_packet_reuses_its_port() {
     assert_eq!(fe.packets, 2);
 }
 
-#[test]
-fn a_pods_rst6_removes_its_pair_at_once() {
-    let dp = node6();
-    let p = expect_snat6(&dp, &tcp6(pod(), remote(), 40000, 443, SYN), masq(), |p| tcp6(masq(), remote(), p, 443, SYN));
-    let q = expect_snat6(&dp, &tcp6(pod(), remote(), 40000, 443, RST | ACK), masq(), |p| {
-        tcp6(masq(), remote(), p, 443, RST | ACK)
-    });
-    assert_eq!(p, q);
-    assert!(dp.fwd6().is_empty() && dp.rev6().is_empty(), "pair left after the pod's RST");
-    assert_eq!((dp.counter(counter::NAT_CLOSED), dp.counter(counter::NAT_EXPIRED)), (1, 0));
-    let late = tcp6(remote(), masq(), 443, p, ACK);
-    expect_untouched(dp.ingress(&late), &late);
-}
-
 // ---- reverse NAT ----
 
 #[test]

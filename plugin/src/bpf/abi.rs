@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-pub const LAYOUT_VERSION: u32 = 7;
+pub const LAYOUT_VERSION: u32 = 6;
 
 // Map names (pinned by name under <pinPath>/v<LAYOUT_VERSION>/maps/).
 pub const MAP_CONFIG: &str = "masq_config";
@@ -379,8 +379,7 @@ pub mod counter {
     pub const FP_FALLBACK: u32 = 19;
     pub const PORT_PROBES: u32 = 20;
     pub const NAT_GC_ARM_FAILED: u32 = 21;
-    pub const NAT_CLOSED: u32 = 22;
-    pub const MAX: u32 = 23;
+    pub const MAX: u32 = 22;
     pub const NAMES: [&str; MAX as usize] = [
         "snat_packets_v4",
         "snat_bytes_v4",
@@ -404,7 +403,6 @@ pub mod counter {
         "fastpath_fallback",
         "port_probes",
         "nat_expiry_arm_failures",
-        "nat_closed",
     ];
 }
 
@@ -495,7 +493,6 @@ mod tests {
         assert_eq!(counters.len(), counter::MAX as usize, "{counters:?}");
         assert_eq!(counters[counter::PORT_PROBES as usize], "CNT_PORT_PROBES");
         assert_eq!(counters[counter::NAT_GC_ARM_FAILED as usize], "CNT_NAT_GC_ARM_FAILED");
-        assert_eq!(counters[counter::NAT_CLOSED as usize], "CNT_NAT_CLOSED");
         assert_eq!(counters[counter::FP_FALLBACK as usize], "CNT_FP_FALLBACK");
         let drops = enum_members("masq_drop_reason", "DROP_MAX");
         assert_eq!(drops.len(), drop_reason::MAX as usize, "{drops:?}");

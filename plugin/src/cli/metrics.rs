@@ -177,11 +177,6 @@ pub fn render(s: &Snapshot) -> String {
             "Idle NAT pairs removed, both halves together, by their expiry timer.",
         ),
         (
-            "ebpf_masq_nat_pairs_closed_total",
-            "nat_closed",
-            "NAT pairs removed, both halves together, as soon as their pod sent a TCP RST.",
-        ),
-        (
             "ebpf_masq_port_allocation_failures_total",
             "port_alloc_failures",
             "New flows for which no free NAT port was found within the probe budget.",
@@ -657,7 +652,6 @@ mod tests {
             ("ebpf_masq_nat_pairs_created_total", "counter"),
             ("ebpf_masq_nat_pairs_reclaimed_total", "counter"),
             ("ebpf_masq_nat_pairs_expired_total", "counter"),
-            ("ebpf_masq_nat_pairs_closed_total", "counter"),
             ("ebpf_masq_port_allocation_failures_total", "counter"),
             ("ebpf_masq_nat_entries", "gauge"),
             ("ebpf_masq_nat_expiry_sweeps_total", "counter"),
