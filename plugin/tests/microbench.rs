@@ -14,7 +14,7 @@ mod support;
 
 use std::net::Ipv4Addr;
 
-use ebpf_masq::bpf::abi::{counter, EXCL_NATIVE_ROUTING};
+use ebpf_masq::bpf::abi::{counter, drop_reason, EXCL_NATIVE_ROUTING};
 use support::{harness::*, packet::*};
 
 const MASQ: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
@@ -103,7 +103,8 @@ fn new_flow_cost(dp: &Dataplane, in_use: usize) -> (f64, f64) {
             // Pod ports never used by the prefill (which takes 1..=in_use).
             let sport = 1 + in_use as u16 + (i % 1000) as u16;
             let (ret, t) = dp.timed("egress", &udp(POD, REMOTE, sport, 53));
-            assert_eq!(ret, -1, "new flow not passed (TC_ACT_UNSPEC)");
+            assert_eq!(ret, -1, "new flow {i} not passed (TC_ACT_UNSPEC) with {in_use} ports in use; drops by reason: {:?}",
+                (0..drop_reason::MAX).map(|r| dp.drops(r)).collect::<Vec<_>>());
             let fk = nat_key(POD, REMOTE, sport, 53, UDP);
             let fe = fwd.get(&fk).expect("no forward half");
             rev.remove(&reverse_key(&fk, MASQ, u16::from_be_bytes(fe.port))).unwrap();
@@ -132,8 +133,12 @@ fn port_allocation_cost() {
     for (lo, hi) in [(20_000u16, 20_999u16), (1024, 65535)] {
         let range = usize::from(hi - lo) + 1;
         dp.set_config(lo, hi, 3600);
-        // Claims of other flows to REMOTE:53, spread over the range by a fixed stride.
-        let stride = (1..range).find(|s| gcd(*s, range) == 1 && *s > range / 3).unwrap();
+        // Claims of other flows to REMOTE:53, spread evenly over the range: a stride
+        // near range / golden ratio visits it with the free ports left between the
+        // claims everywhere, as ports drawn at random leave them (a stride near a
+        // simple fraction, e.g. range / 3, would leave them in a few blocks).
+        let golden = (range as f64 * 0.618_033_988_7) as usize;
+        let stride = (golden..range).find(|s| gcd(*s, range) == 1).unwrap();
         let mut taken = 0usize;
         for fill in [0usize, 50, 90] {
             let want = range * fill / 100;
