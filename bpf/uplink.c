@@ -16,7 +16,7 @@ int masq_up_egress(struct __sk_buff *skb)
 
 	if (skb->cb[0] == FP_CB_MARK)
 		return MASQ_PASS; /* translated by the fast path already */
-	up = bpf_map_lookup_elem(&uplinks, &ifindex);
+	up = uplink_get(ifindex);
 	if (!up)
 		return MASQ_PASS;
 	if (skb->protocol == bpf_htons(ETH_P_IP))
@@ -30,7 +30,7 @@ SEC("classifier/uplink_ingress")
 int masq_up_ingress(struct __sk_buff *skb)
 {
 	__u32 ifindex = skb->ifindex;
-	struct uplink_info *up = bpf_map_lookup_elem(&uplinks, &ifindex);
+	struct uplink_info *up = uplink_get(ifindex);
 
 	if (!up)
 		return MASQ_PASS;

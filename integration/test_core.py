@@ -161,6 +161,24 @@ def assert_masqueraded(topo, pods, port):
     assert srv.addrs() == {NODE_IP}
 
 
+def test_uplink_with_a_large_ifindex(topo, plugin, masq_pod):
+    """The programs find an uplink by its uplinks_direct slot when its ifindex is
+    below 4096, and in the `uplinks` hash beyond: here eth0 is recreated with
+    ifindex 5000 and pods are masqueraded on it both ways (ext has no route back)."""
+    topo.node.ip("link", "del", "eth0")
+    topo.node.ip("link", "add", "eth0", "index", "5000", "type", "veth", "peer", "name", "eth0", "netns", topo.ext.name)
+    for ns, cidr in ((topo.node, f"{NODE_IP}/24"), (topo.ext, f"{EXT}/24")):
+        ns.ip("addr", "add", cidr, "dev", "eth0")
+        ns.ip("link", "set", "eth0", "up")
+    topo.node.ip("route", "add", "default", "via", EXT, "dev", "eth0")
+    net, pod = masq_pod()
+    st = json.loads(topo.node.enter([plugin, "status", "--json", "--pin-path", topo.lab.pin_path]).stdout)
+    assert [u["ifindex"] for u in st["uplinks"]] == [5000], st["uplinks"]
+    with topo.ext.capture("eth0", ECHO) as cap:
+        assert pod.ns.ping(EXT, count=3) == (0, 0.0)
+    assert cap.sources() == {NODE_IP: 3}
+
+
 def test_default_attach_modes(topo, plugin, masq_pod):
     """Uplinks: one TCX program per hook, no tc layer (no clsact qdisc) in the
     path. The pod veth: a tc filter (a TCX attach would make every ADD wait for

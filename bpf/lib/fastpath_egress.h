@@ -180,7 +180,7 @@ static __noinline int fp_egress_v4(struct __sk_buff *skb, const struct masq_conf
 	r.tos = ip.tos;
 	if (fp_route_v4(skb, &f, &r))
 		goto fallback;
-	up = bpf_map_lookup_elem(&uplinks, &r.ifindex);
+	up = uplink_get(r.ifindex);
 	if (!up)
 		goto fallback;
 
@@ -346,7 +346,7 @@ static __noinline int fp_egress_v6(struct __sk_buff *skb, const struct masq_conf
 	r.tot_len = wire_len;
 	if (fp_route_v6(skb, f, &r, &nh))
 		goto fallback;
-	up = bpf_map_lookup_elem(&uplinks, &r.ifindex);
+	up = uplink_get(r.ifindex);
 	if (!up)
 		goto fallback;
 

@@ -72,6 +72,26 @@ struct {
 } uplinks SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, UPLINKS_DIRECT);
+	__type(key, __u32);
+	__type(value, struct uplink_info);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} uplinks_direct SEC(".maps");
+
+/* The uplink entry of @ifindex, or NULL: not an uplink (see uplinks_direct). */
+static __always_inline struct uplink_info *uplink_get(__u32 ifindex)
+{
+	struct uplink_info *up;
+
+	if (ifindex < UPLINKS_DIRECT) {
+		up = bpf_map_lookup_elem(&uplinks_direct, &ifindex);
+		return up && (up->flags & UPLINK_F_PRESENT) ? up : NULL;
+	}
+	return bpf_map_lookup_elem(&uplinks, &ifindex);
+}
+
+struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
 	__uint(max_entries, 1024);
 	__type(key, struct lpm4_key);

@@ -344,9 +344,8 @@ fn reconcile_rules(pins: &Pins, conf: &MasqConfig, uplinks: &[Uplink]) -> Result
 }
 
 fn reconcile_uplinks(pins: &Pins, uplinks: &[Uplink]) -> Result<()> {
-    let mut map: HashMap<MapData, u32, UplinkInfo> = maps::open(pins, abi::MAP_UPLINKS)?;
     for u in uplinks {
-        map.insert(u.ifindex, u.info, 0).map_err(|e| map_err("write uplinks", e))?;
+        maps::uplink_put(pins, u.ifindex, u.info)?;
         // Both hooks at once: a new TCX link waits for an RCU grace period, and
         // two waits side by side end together.
         let (egress, ingress) = std::thread::scope(|s| {
@@ -358,12 +357,13 @@ fn reconcile_uplinks(pins: &Pins, uplinks: &[Uplink]) -> Result<()> {
         ingress?;
     }
     let want: BTreeSet<u32> = uplinks.iter().map(|u| u.ifindex).collect();
+    let map: HashMap<MapData, u32, UplinkInfo> = maps::open(pins, abi::MAP_UPLINKS)?;
     let present: Vec<u32> = map.keys().collect::<std::result::Result<_, _>>().map_err(|e| map_err("uplinks", e))?;
     for ifindex in present.into_iter().filter(|i| !want.contains(i)) {
         let name = netlink::get_link_by_index(ifindex)?.map(|l| l.name);
         loader::detach(pins, ifindex, name.as_deref(), TcAttachType::Egress)?;
         loader::detach(pins, ifindex, name.as_deref(), TcAttachType::Ingress)?;
-        map.remove(&ifindex).map_err(|e| map_err("remove from uplinks", e))?;
+        maps::uplink_remove(pins, ifindex)?;
     }
     Ok(())
 }

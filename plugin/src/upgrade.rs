@@ -136,11 +136,11 @@ fn adopt_uplinks(pins: &Pins, old: &Pins) -> Result<()> {
         return Ok(());
     }
     let from: HashMap<MapData, u32, UplinkInfo> = maps::open(old, abi::MAP_UPLINKS)?;
-    let mut to: HashMap<MapData, u32, UplinkInfo> = maps::open(pins, abi::MAP_UPLINKS)?;
+    let to: HashMap<MapData, u32, UplinkInfo> = maps::open(pins, abi::MAP_UPLINKS)?;
     for entry in from.iter() {
         let (ifindex, info) = entry.map_err(|e| crate::error::Error::bpf(format!("read older uplinks: {e}")))?;
         if to.get(&ifindex, 0).is_err() {
-            to.insert(ifindex, info, 0).map_err(|e| crate::error::Error::bpf(format!("write uplinks: {e}")))?;
+            maps::uplink_put(pins, ifindex, info)?;
         }
     }
     Ok(())

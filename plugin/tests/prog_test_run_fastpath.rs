@@ -201,8 +201,7 @@ fn egress_fallbacks_that_need_the_route() {
         // Excluded destination: decided quietly, left to the stack.
         expect_fallback(&dp, &tcp(POD, NATIVE_DST, 40000, 443, SYN));
         // A route by an interface that is not an uplink.
-        let mut m: HashMap<MapData, u32, abi::UplinkInfo> = maps::open(&dp.pins, abi::MAP_UPLINKS).unwrap();
-        m.remove(&up0).unwrap();
+        maps::uplink_remove(&dp.pins, up0).unwrap();
         expect_fallback(&dp, &tcp(POD, REMOTE, 40000, 443, SYN));
     });
 }

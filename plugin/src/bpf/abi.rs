@@ -4,13 +4,14 @@
 
 #![allow(dead_code)]
 
-pub const LAYOUT_VERSION: u32 = 6;
+pub const LAYOUT_VERSION: u32 = 7;
 
 // Map names (pinned by name under <pinPath>/v<LAYOUT_VERSION>/maps/).
 pub const MAP_CONFIG: &str = "masq_config";
 pub const MAP_PODS4: &str = "pods4";
 pub const MAP_PODS6: &str = "pods6";
 pub const MAP_UPLINKS: &str = "uplinks";
+pub const MAP_UPLINKS_DIRECT: &str = "uplinks_direct";
 pub const MAP_EXCL4: &str = "excl4";
 pub const MAP_EXCL6: &str = "excl6";
 pub const MAP_RULES4: &str = "rules4";
@@ -35,8 +36,8 @@ pub const MAP_SVC4: &str = "svc4";
 pub const MAP_SVC6: &str = "svc6";
 
 /// Every map the objects define: a node is only loaded when all of them are pinned.
-pub const ALL_MAPS: [&str; 26] = [
-    MAP_CONFIG, MAP_PODS4, MAP_PODS6, MAP_UPLINKS, MAP_EXCL4, MAP_EXCL6, MAP_RULES4, MAP_RULE_EXCEPT4,
+pub const ALL_MAPS: [&str; 27] = [
+    MAP_CONFIG, MAP_PODS4, MAP_PODS6, MAP_UPLINKS, MAP_UPLINKS_DIRECT, MAP_EXCL4, MAP_EXCL6, MAP_RULES4, MAP_RULE_EXCEPT4,
     MAP_RULE_STATS, MAP_NAT4_FWD, MAP_NAT4_REV, MAP_POD_STATS, MAP_COUNTERS, MAP_DROPS, MAP_ATTACHMENTS,
     MAP_RULES6, MAP_RULE_EXCEPT6, MAP_NAT6_FWD, MAP_NAT6_REV, MAP_FRAG4, MAP_FRAG6, MAP_POD_L2, MAP_SVC4, MAP_SVC6,
     MAP_NAT_GC, MAP_RESERVED_PORTS,
@@ -86,6 +87,10 @@ pub struct PodL2 {
 pub const UPLINK_F_L3: u32 = 0x1;
 pub const UPLINK_F_HAS_V4: u32 = 0x2;
 pub const UPLINK_F_HAS_V6: u32 = 0x4;
+/// In `uplinks_direct` only: the slot holds an uplink.
+pub const UPLINK_F_PRESENT: u32 = 0x80;
+/// Uplinks with an ifindex below this also have a slot in `uplinks_direct`.
+pub const UPLINKS_DIRECT: u32 = 4096;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct UplinkInfo {
@@ -489,6 +494,7 @@ mod tests {
         assert_eq!(define("MASQ_LAYOUT_VERSION"), LAYOUT_VERSION);
         assert_eq!(define("NAT_SHARDS_MAX"), NAT_SHARDS_MAX);
         assert_eq!(define("NAT_SHARD_ENTRIES"), NAT_SHARD_ENTRIES);
+        assert_eq!(define("UPLINKS_DIRECT"), UPLINKS_DIRECT);
         let counters = enum_members("masq_counter", "CNT_MAX");
         assert_eq!(counters.len(), counter::MAX as usize, "{counters:?}");
         assert_eq!(counters[counter::PORT_PROBES as usize], "CNT_PORT_PROBES");

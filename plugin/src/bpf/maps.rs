@@ -1,7 +1,8 @@
 //! Typed handles on the pinned maps, opened by path (no object load needed).
 
-use aya::maps::{Map, MapData, MapError};
+use aya::maps::{Array, HashMap, Map, MapData, MapError};
 
+use super::abi::{self, UplinkInfo};
 use super::loader::Pins;
 use crate::error::{Error, Result};
 
@@ -16,6 +17,35 @@ where
     })?;
     let map = Map::from_map_data(data).map_err(|e| Error::bpf(format!("map {name}: {e}")))?;
     T::try_from(map).map_err(|e| Error::bpf(format!("map {name}: {e}")))
+}
+
+/// Make `ifindex` an uplink with `info`: its `uplinks` entry, and its
+/// `uplinks_direct` slot (flagged present) when the ifindex is below
+/// UPLINKS_DIRECT, where the programs look first. The slot goes first, so an
+/// uplink the plugin lists in `uplinks` is one the programs already see.
+pub fn uplink_put(pins: &Pins, ifindex: u32, info: UplinkInfo) -> Result<()> {
+    if ifindex < abi::UPLINKS_DIRECT {
+        let mut direct: Array<MapData, UplinkInfo> = open(pins, abi::MAP_UPLINKS_DIRECT)?;
+        let slot = UplinkInfo { flags: info.flags | abi::UPLINK_F_PRESENT, ..info };
+        direct.set(ifindex, slot, 0).map_err(|e| Error::bpf(format!("write uplinks_direct: {e}")))?;
+    }
+    let mut map: HashMap<MapData, u32, UplinkInfo> = open(pins, abi::MAP_UPLINKS)?;
+    map.insert(ifindex, info, 0).map_err(|e| Error::bpf(format!("write uplinks: {e}")))
+}
+
+/// Make `ifindex` no uplink: the reverse of `uplink_put` (an absent entry is fine).
+pub fn uplink_remove(pins: &Pins, ifindex: u32) -> Result<()> {
+    let mut map: HashMap<MapData, u32, UplinkInfo> = open(pins, abi::MAP_UPLINKS)?;
+    match map.remove(&ifindex) {
+        Ok(()) => {}
+        Err(e) if is_key_not_found(&e) => {}
+        Err(e) => return Err(Error::bpf(format!("remove from uplinks: {e}"))),
+    }
+    if ifindex < abi::UPLINKS_DIRECT {
+        let mut direct: Array<MapData, UplinkInfo> = open(pins, abi::MAP_UPLINKS_DIRECT)?;
+        direct.set(ifindex, UplinkInfo::default(), 0).map_err(|e| Error::bpf(format!("clear uplinks_direct: {e}")))?;
+    }
+    Ok(())
 }
 
 /// True for the error a map returns when a key is absent.

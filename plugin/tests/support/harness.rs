@@ -171,9 +171,8 @@ impl Dataplane {
 
     /// An Ethernet uplink with an IPv4 masquerade address.
     pub fn add_uplink(&self, ifindex: u32, masq: Ipv4Addr) {
-        let mut m: HashMap<MapData, u32, UplinkInfo> = self.map(abi::MAP_UPLINKS);
         let info = UplinkInfo { masq_v4: masq.octets(), flags: abi::UPLINK_F_HAS_V4, masq_v6: [0; 16] };
-        m.insert(ifindex, info, 0).unwrap();
+        maps::uplink_put(&self.pins, ifindex, info).unwrap();
     }
 
     /// A pod address behind veth `ifindex`, with a zeroed pod_stats entry (as ADD does).
@@ -471,10 +470,9 @@ pub use ebpf_masq::bpf::abi::{Frag4Key, Frag6Key, FragPorts};
 impl Dataplane {
     /// An Ethernet uplink masquerading IPv6 to `masq6`, and IPv4 to `masq4` when given.
     pub fn add_uplink6(&self, ifindex: u32, masq4: Option<Ipv4Addr>, masq6: Ipv6Addr) {
-        let mut m: HashMap<MapData, u32, UplinkInfo> = self.map(abi::MAP_UPLINKS);
         let flags = abi::UPLINK_F_HAS_V6 | if masq4.is_some() { abi::UPLINK_F_HAS_V4 } else { 0 };
         let info = UplinkInfo { masq_v4: masq4.map(|a| a.octets()).unwrap_or_default(), flags, masq_v6: masq6.octets() };
-        m.insert(ifindex, info, 0).unwrap();
+        maps::uplink_put(&self.pins, ifindex, info).unwrap();
     }
 
     /// An IPv6 pod address behind veth `ifindex` (pod_stats zeroed, as ADD does).
