@@ -28,8 +28,9 @@ enum source_check {
 	SOURCE_LOCAL,       /* IPv6 link-local or unspecified: the link's own business */
 };
 
-/* Does the packet's source belong to the pod behind @ifindex (non-IP passes)? */
-static __always_inline int veth_source_check(struct __sk_buff *skb, __u32 ifindex, __u32 *pod_flags)
+/* Does the packet's source belong to the pod behind @ifindex (non-IP passes)?
+ * SOURCE_OK with an IP packet: *podp is the source address's pod entry. */
+static __always_inline int veth_source_check(struct __sk_buff *skb, __u32 ifindex, const struct pod_info **podp)
 {
 	void *data = (void *)(long)skb->data;
 	void *data_end = (void *)(long)skb->data_end;
@@ -43,7 +44,7 @@ static __always_inline int veth_source_check(struct __sk_buff *skb, __u32 ifinde
 		pod = bpf_map_lookup_elem(&pods4, &ip->saddr);
 		if (!pod || pod->ifindex != ifindex)
 			return SOURCE_SPOOFED;
-		*pod_flags = pod->flags;
+		*podp = pod;
 		return SOURCE_OK;
 	}
 	if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
@@ -58,7 +59,7 @@ static __always_inline int veth_source_check(struct __sk_buff *skb, __u32 ifinde
 		pod = bpf_map_lookup_elem(&pods6, &saddr);
 		if (!pod || pod->ifindex != ifindex)
 			return SOURCE_SPOOFED;
-		*pod_flags = pod->flags;
+		*podp = pod;
 		return SOURCE_OK;
 	}
 	return SOURCE_OK; /* ARP and the rest are not routed by us */
@@ -69,10 +70,11 @@ int masq_veth_in(struct __sk_buff *skb)
 {
 	__u32 ifindex = skb->ifindex;
 	struct pod_stats *st = bpf_map_lookup_elem(&pod_stats, &ifindex);
+	const struct pod_info *pod = NULL;
 	const struct masq_config *cfg;
-	__u32 pod_flags = 0, zero = 0;
+	__u32 zero = 0;
 
-	int check = veth_source_check(skb, ifindex, &pod_flags);
+	int check = veth_source_check(skb, ifindex, &pod);
 
 	switch (check) {
 	case SOURCE_TRUNCATED:
@@ -89,12 +91,12 @@ int masq_veth_in(struct __sk_buff *skb)
 	if (check == SOURCE_LOCAL)
 		return MASQ_PASS;
 	cfg = bpf_map_lookup_elem(&masq_config, &zero);
-	if (!cfg || !(cfg->flags & MASQ_F_FAST_PATH))
+	if (!cfg || !(cfg->flags & MASQ_F_FAST_PATH) || !pod)
 		return MASQ_PASS;
 	if (skb->protocol == bpf_htons(ETH_P_IP))
-		return fp_egress_v4(skb, cfg, pod_flags);
+		return fp_egress_v4(skb, cfg, pod);
 	if (skb->protocol == bpf_htons(ETH_P_IPV6))
-		return fp_egress_v6(skb, cfg, pod_flags);
+		return fp_egress_v6(skb, cfg, pod);
 	return MASQ_PASS;
 }
 

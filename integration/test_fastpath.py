@@ -200,10 +200,14 @@ def test_spoofed_source_dropped_fast(topo, plugin, masq_pod):
     assert status(topo, plugin)["drops"]["spoofed_source"] == 3
 
 
-def pod_l2_keys(topo):
-    path = os.path.join(topo.lab.pin_path, f"v{LAYOUT}", "maps", "pod_l2")
+def pod_entries(topo):
+    """{pod address: (veth ifindex, the fast path's l3 ifindex)} from pods4, read with bpftool."""
+    path = os.path.join(topo.lab.pin_path, f"v{LAYOUT}", "maps", "pods4")
     out = json.loads(topo.node.enter(["bpftool", "-j", "map", "dump", "pinned", path]).stdout)
-    return [int.from_bytes(bytes(int(b, 16) for b in e["key"]), "little") for e in out]
+    raw = lambda hexes: bytes(int(b, 16) for b in hexes)
+    # struct pod_info: ifindex, flags, then struct pod_l2: pod_mac[6], gw_mac[6], l3_ifindex, flags
+    return {".".join(map(str, raw(e["key"]))): (int.from_bytes(raw(e["value"])[0:4], "little"),
+                                                int.from_bytes(raw(e["value"])[20:24], "little")) for e in out}
 
 
 def test_del_cleans_up_fast(topo, plugin, masq_pod):
@@ -212,7 +216,8 @@ def test_del_cleans_up_fast(topo, plugin, masq_pod):
     rc, res = pod.ns.client("udp", EXT, 5001)
     assert rc == 0, res
     ifindex = int(json.loads(topo.node.ip("-j", "link", "show", pod.host_veth).stdout)[0]["ifindex"])
-    assert ifindex in pod_l2_keys(topo)
+    veth, l3 = pod_entries(topo)[pod.ip]
+    assert veth == ifindex and l3 != 0, (veth, l3)
     assert [e for e in topo.nat_list(plugin) if e["pod_addr"] == pod.ip]
     conf = net.plugin_conf(1, pod.result)
     for _ in range(2):
@@ -220,7 +225,7 @@ def test_del_cleans_up_fast(topo, plugin, masq_pod):
         assert rc == 0, log
     assert topo.node.bpf_hooks(pod.host_veth, "ingress").strip() == ""
     assert [e for e in topo.nat_list(plugin) if e["pod_addr"] == pod.ip] == []
-    assert ifindex not in pod_l2_keys(topo)
+    assert pod.ip not in pod_entries(topo)
 
 
 SVC_IP = "10.96.0.10"

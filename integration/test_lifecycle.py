@@ -529,6 +529,16 @@ def reserved_ports(t):
     return t.node.exec(["cat", "/proc/sys/net/ipv4/ip_local_reserved_ports"]).stdout.strip()
 
 
+def fast_path_l3_ifindex(t, addr):
+    """The l3_ifindex of the L2 facts in `addr`'s pods4 entry (bpftool; struct
+    pod_info: ifindex, flags, then pod_l2: pod_mac[6], gw_mac[6], l3_ifindex, flags)."""
+    path = f"{t.lab.pin_path}/v{LAYOUT}/maps/pods4"
+    key = [str(int(b)) for b in addr.split(".")]
+    p = t.node.enter(["bpftool", "-j", "map", "lookup", "pinned", path, "key", *key])
+    value = bytes(int(b, 16) for b in json.loads(p.stdout)["value"])
+    return int.from_bytes(value[20:24], "little")
+
+
 def test_upgrade_adopts_the_older_layouts_pods_links_and_flows(t, plugin, tmp_path):
     """A binary with a new pin layout adopts an older layout's data plane at its
     first ADD: the old binary's pod stays masqueraded and can be deleted, its
@@ -569,6 +579,8 @@ def test_upgrade_adopts_the_older_layouts_pods_links_and_flows(t, plugin, tmp_pa
                          "ingress": [("tcx", pinned_prog_id(t, f"{progs}/masq_up_ingress"))]}, (old_hooks, new_hooks)
     assert sorted(os.listdir(f"{pin}/v{LAYOUT}/links")), "the TCX links were not taken over"
     assert set(registrations(t, plugin)) == {cid(a.ns), cid(b.ns)}
+    # The old pod's L2 facts (the fast path's) came along into its pods4 entry.
+    assert fast_path_l3_ifindex(t, a.ip) == fast_path_l3_ifindex(t, b.ip) != 0
     # The old pod's flow kept its pair: same NAT port after the upgrade.
     assert [f["pod_port"] for f in nat_flows(t, plugin, a.ip)] == [41000]
     rc, res = a.ns.client("udp", EXT, 5001, bind_port=41000)

@@ -34,22 +34,24 @@ struct masq_config {
 
 #define MASQ_F_FAST_PATH 0x1      /* fastPath: route, translate and redirect pod flows in BPF */
 
+/* What the fast path needs to move a pod's packets without the host stack
+ * (written at ADD for every pod, in each of its pods4/pods6 entries: the lookup
+ * that checks a packet's source, or finds a reply's pod, brings it along). */
+#define POD_L2_F_HAS_MAC 0x1       /* pod_mac and gw_mac are known: replies may be redirected */
+struct pod_l2 {
+	__u8 pod_mac[6];           /* the container interface's MAC (prevResult or its netns) */
+	__u8 gw_mac[6];            /* source MAC of redirected replies: bridge (or host veth) MAC */
+	__u32 l3_ifindex;          /* where the stack sees the pod's packets: bridge master or the
+				    * veth; 0: unknown (the fast path leaves the pod to the stack) */
+	__u32 flags;               /* POD_L2_F_* */
+};
+
 /* ---- pods4 (HASH, key __be32) / pods6 (HASH, key struct in6 16 bytes) ---- */
 #define POD_F_NAT_OUTGOING 0x1
 struct pod_info {
 	__u32 ifindex;             /* host-side veth in the node netns */
 	__u32 flags;               /* POD_F_* */
-};
-
-/* ---- pod_l2 (HASH, key __u32 host-side veth ifindex): what the fast path needs
- * to move a pod's packets without the host stack. Written at ADD for every pod.
- */
-#define POD_L2_F_HAS_MAC 0x1       /* pod_mac and gw_mac are known: replies may be redirected */
-struct pod_l2 {
-	__u8 pod_mac[6];           /* the container interface's MAC (prevResult or its netns) */
-	__u8 gw_mac[6];            /* source MAC of redirected replies: bridge (or host veth) MAC */
-	__u32 l3_ifindex;          /* where the stack sees the pod's packets: bridge master or the veth */
-	__u32 flags;               /* POD_L2_F_* */
+	struct pod_l2 l2;
 };
 
 /* ---- svc4 / svc6 (LPM_TRIE, key lpm4_key / lpm6_key, value __u32 index in serviceCIDRs):

@@ -76,7 +76,7 @@ struct icmphdr {
 
 /* ABI size checks: the Rust mirror asserts the same numbers. */
 _Static_assert(sizeof(struct masq_config) == 32, "masq_config size");
-_Static_assert(sizeof(struct pod_info) == 8, "pod_info size");
+_Static_assert(sizeof(struct pod_info) == 28, "pod_info size");
 _Static_assert(sizeof(struct pod_l2) == 20, "pod_l2 size");
 _Static_assert(sizeof(struct uplink_info) == 24, "uplink_info size");
 _Static_assert(sizeof(struct lpm4_key) == 8, "lpm4_key size");

@@ -75,17 +75,16 @@ static __always_inline int fp_hop_dec6(struct __sk_buff *skb, __u8 hl)
 
 /* The pod's L2 facts when a reply may be redirected to it: MACs known, the packet
  * fits the pod link's MTU (GSO: every segment). NULL: the stack delivers it. */
-static __always_inline struct pod_l2 *fp_pod_ready(struct __sk_buff *skb, __u32 ifindex)
+static __always_inline const struct pod_l2 *fp_pod_ready(struct __sk_buff *skb, const struct pod_info *pod)
 {
-	struct pod_l2 *l2 = bpf_map_lookup_elem(&pod_l2, &ifindex);
 	__u32 mtu_len = 0;
 
-	if (!l2 || !(l2->flags & POD_L2_F_HAS_MAC))
+	if (!(pod->l2.flags & POD_L2_F_HAS_MAC))
 		return NULL;
 	/* skb->len counts the Ethernet header, as the check's device length does. */
-	if (bpf_check_mtu(skb, ifindex, &mtu_len, 0, BPF_MTU_CHK_SEGS))
+	if (bpf_check_mtu(skb, pod->ifindex, &mtu_len, 0, BPF_MTU_CHK_SEGS))
 		return NULL;
-	return l2;
+	return &pod->l2;
 }
 
 /* The end of every reply redirect: the pod's MACs, counted, into the pod's netns. */
@@ -116,7 +115,7 @@ static __noinline int fp_reply_v4(struct __sk_buff *skb, const struct uplink_inf
 				  __be32 pod_addr)
 {
 	struct pod_info *pod;
-	struct pod_l2 *l2;
+	const struct pod_l2 *l2;
 	__u32 ifindex;
 	__u8 ttl;
 
@@ -128,7 +127,7 @@ static __noinline int fp_reply_v4(struct __sk_buff *skb, const struct uplink_inf
 	ifindex = pod->ifindex;
 	if (load_hdr(skb, ETH_HLEN + offsetof(struct iphdr, ttl), &ttl, 1) || ttl <= 1)
 		return MASQ_PASS;
-	l2 = fp_pod_ready(skb, ifindex);
+	l2 = fp_pod_ready(skb, pod);
 	if (!l2)
 		return MASQ_PASS;
 	if (fp_ttl_dec4(skb, ttl, f->proto))
@@ -141,7 +140,7 @@ static __noinline int fp_reply_v6(struct __sk_buff *skb, const struct uplink_inf
 				  const struct in6_addr *pod_addr)
 {
 	struct pod_info *pod;
-	struct pod_l2 *l2;
+	const struct pod_l2 *l2;
 	__u32 ifindex;
 	__u8 hl;
 
@@ -154,7 +153,7 @@ static __noinline int fp_reply_v6(struct __sk_buff *skb, const struct uplink_inf
 	ifindex = pod->ifindex;
 	if (load_hdr(skb, ETH_HLEN + offsetof(struct ipv6hdr, hop_limit), &hl, 1) || hl <= 1)
 		return MASQ_PASS;
-	l2 = fp_pod_ready(skb, ifindex);
+	l2 = fp_pod_ready(skb, pod);
 	if (!l2)
 		return MASQ_PASS;
 	if (fp_hop_dec6(skb, hl))

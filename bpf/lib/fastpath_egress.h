@@ -21,7 +21,7 @@
  *     fragments it or sends fragmentation needed,
  *   - a flow that began on the normal path (its pair lacks NAT_F_FAST): a flow
  *     stays on the path it started on, so netfilter state is never half-seen,
- *   - a pod without a pod_l2 entry, or no free NAT port (the normal path drops
+ *   - a pod whose L2 facts are unknown (pod_info.l2), or no free NAT port (the normal path drops
  *     and counts it).
  * Missing neighbour (BPF_FIB_LKUP_RET_NO_NEIGH): not a fallback;
  * bpf_redirect_neigh() resolves the next hop through the neighbour subsystem
@@ -41,14 +41,12 @@ struct fp_route {
 	__u8 pad;
 };
 
-/* The pod's L2 facts when its packets may take the fast path (natOutgoing), else NULL. */
-static __always_inline struct pod_l2 *fp_pod_l2(struct __sk_buff *skb, __u32 pod_flags)
+/* The pod's L2 facts when its packets may take the fast path (natOutgoing, facts known), else NULL. */
+static __always_inline const struct pod_l2 *fp_pod_l2(const struct pod_info *pod)
 {
-	__u32 ifindex = skb->ifindex;
-
-	if (!(pod_flags & POD_F_NAT_OUTGOING))
+	if (!(pod->flags & POD_F_NAT_OUTGOING) || !pod->l2.l3_ifindex)
 		return NULL;
-	return bpf_map_lookup_elem(&pod_l2, &ifindex);
+	return &pod->l2;
 }
 
 /* The forwarding decision for @f entering at r->ifindex, MTU-checked against r->tot_len. */
@@ -131,21 +129,22 @@ static __noinline int fp_route_v6(struct __sk_buff *skb, const struct flow6 *f, 
 
 /*
  * fp_egress_v4 - the packet from the pod behind skb->ifindex (source already
- * checked; @pod_flags its POD_F_*), fastPath on (@cfg). TC_ACT_REDIRECT when sent, MASQ_PASS when
+ * checked; @pod its pods4 entry), fastPath on (@cfg). TC_ACT_REDIRECT when sent, MASQ_PASS when
  * left to the stack, a drop only when a rewrite half-failed.
  */
-static __noinline int fp_egress_v4(struct __sk_buff *skb, const struct masq_config *cfg, __u32 pod_flags)
+static __noinline int fp_egress_v4(struct __sk_buff *skb, const struct masq_config *cfg,
+				const struct pod_info *pod)
 {
 	struct nat4_entry *fwd;
 	struct uplink_info *up;
-	struct pod_l2 *l2;
+	const struct pod_l2 *l2;
 	struct fp_route r;
 	struct iphdr ip;
 	struct flow4 f;
 	__u32 wire_len, reason;
 	__u64 now;
 
-	l2 = fp_pod_l2(skb, pod_flags);
+	l2 = fp_pod_l2(pod);
 	if (!l2)
 		goto fallback;
 	if (parse_flow4(skb, ETH_HLEN, &f) || f.l4 != L4_OK || f.frag != FRAG_NONE)
@@ -308,11 +307,12 @@ static __noinline struct nat6_entry *fp_new_flow_v6(const struct flow6 *f, const
  * fp_egress_v6 - the IPv6 twin of fp_egress_v4: the same fallbacks, plus any
  * extension header (the stack handles those); hop limit instead of TTL.
  */
-static __noinline int fp_egress_v6(struct __sk_buff *skb, const struct masq_config *cfg, __u32 pod_flags)
+static __noinline int fp_egress_v6(struct __sk_buff *skb, const struct masq_config *cfg,
+				const struct pod_info *pod)
 {
 	struct nat6_entry *fwd;
 	struct uplink_info *up;
-	struct pod_l2 *l2;
+	const struct pod_l2 *l2;
 	struct fp_route r = {};
 	struct in6_addr nh;
 	struct flow6 *f;
@@ -321,7 +321,7 @@ static __noinline int fp_egress_v6(struct __sk_buff *skb, const struct masq_conf
 	__u64 now;
 	__u8 hl;
 
-	l2 = fp_pod_l2(skb, pod_flags);
+	l2 = fp_pod_l2(pod);
 	f = bpf_map_lookup_elem(&fp_flow6, &zero);
 	if (!l2 || !f)
 		goto fallback;

@@ -36,15 +36,6 @@ struct {
 } pods6 SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, __u32);
-	__type(value, struct pod_l2);
-	__uint(map_flags, BPF_F_NO_PREALLOC); /* written by the plugin only: no upfront memory */
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} pod_l2 SEC(".maps");
-
-struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
 	__uint(max_entries, 1024);
 	__type(key, struct lpm4_key);

@@ -125,10 +125,8 @@ pub fn register(pins: &Pins, key: &AttachmentKey, reg: &Registration) -> Result<
         let zero = PerCpuValues::try_from(vec![PodStats::default(); crate::node::ncpus()])
             .map_err(|e| map_err("pod_stats", e))?;
         stats.insert(reg.veth_ifindex, zero, 0).map_err(|e| map_err("write pod_stats", e))?;
-        let mut l2: HashMap<MapData, u32, PodL2> = maps::open(pins, abi::MAP_POD_L2)?;
-        l2.insert(reg.veth_ifindex, reg.l2, 0).map_err(|e| map_err("write pod_l2", e))?;
         let flags = if reg.nat_outgoing { abi::POD_F_NAT_OUTGOING } else { 0 };
-        let pod = PodInfo { ifindex: reg.veth_ifindex, flags };
+        let pod = PodInfo { ifindex: reg.veth_ifindex, flags, l2: reg.l2 };
         let mut p4: HashMap<MapData, [u8; 4], PodInfo> = maps::open(pins, abi::MAP_PODS4)?;
         let mut p6: HashMap<MapData, [u8; 16], PodInfo> = maps::open(pins, abi::MAP_PODS6)?;
         for a in &reg.addrs {
@@ -210,14 +208,6 @@ pub fn unregister(pins: &Pins, key: &AttachmentKey) -> Result<bool> {
     };
     if let Err(e) = loader::detach(pins, info.veth_ifindex, name, TcAttachType::Ingress) {
         errors.push(e.msg);
-    }
-    match maps::open::<HashMap<MapData, u32, PodL2>>(pins, abi::MAP_POD_L2) {
-        Ok(mut m) => match m.remove(&info.veth_ifindex) {
-            Ok(()) => {}
-            Err(e) if maps::is_key_not_found(&e) => {}
-            Err(e) => errors.push(format!("remove pod_l2: {e}")),
-        },
-        Err(e) => errors.push(e.msg),
     }
     match maps::open::<PerCpuHashMap<MapData, u32, PodStats>>(pins, abi::MAP_POD_STATS) {
         Ok(mut s) => match s.remove(&info.veth_ifindex) {

@@ -25,7 +25,7 @@ use aya::maps::{Array, HashMap, Map, MapData, MapError};
 
 use crate::{
     bpf::{
-        abi::{self, AttachmentInfo, AttachmentKey, PodL2, PortRange, UplinkInfo},
+        abi::{self, AttachmentInfo, AttachmentKey, PodInfo, PodL2, PortRange, UplinkInfo},
         loader::Pins,
         maps,
         nat::{self, Family, Fwd, NatMap},
@@ -92,12 +92,39 @@ fn adopt_registrations(pins: &Pins, old: &Pins) -> Result<()> {
         return Err(crate::error::Error::bpf("attachments map of another shape"));
     }
     let mine: HashMap<MapData, AttachmentKey, AttachmentInfo> = maps::open(pins, abi::MAP_ATTACHMENTS)?;
+    // The pods' L2 facts: layout 6 and before kept them in pod_l2 (by veth);
+    // since, they are in each pods4/pods6 entry.
     let l2: Option<HashMap<MapData, u32, PodL2>> =
         if same_shape(old, abi::MAP_POD_L2, 4, std::mem::size_of::<PodL2>()) {
             maps::open(old, abi::MAP_POD_L2).ok()
         } else {
             None
         };
+    let pods4: Option<HashMap<MapData, [u8; 4], PodInfo>> =
+        if same_shape(old, abi::MAP_PODS4, 4, std::mem::size_of::<PodInfo>()) {
+            maps::open(old, abi::MAP_PODS4).ok()
+        } else {
+            None
+        };
+    let pods6: Option<HashMap<MapData, [u8; 16], PodInfo>> =
+        if same_shape(old, abi::MAP_PODS6, 16, std::mem::size_of::<PodInfo>()) {
+            maps::open(old, abi::MAP_PODS6).ok()
+        } else {
+            None
+        };
+    let l2_of = |info: &AttachmentInfo| -> PodL2 {
+        if let Some(l2) = l2.as_ref().and_then(|m| m.get(&info.veth_ifindex, 0).ok()) {
+            return l2;
+        }
+        pod::addrs_of(info)
+            .into_iter()
+            .find_map(|a| match a {
+                std::net::IpAddr::V4(v4) => pods4.as_ref().and_then(|m| m.get(&v4.octets(), 0).ok()),
+                std::net::IpAddr::V6(v6) => pods6.as_ref().and_then(|m| m.get(&v6.octets(), 0).ok()),
+            })
+            .map(|p| p.l2)
+            .unwrap_or_default()
+    };
     for (key, info) in pod::list_attachments(old)? {
         if mine.get(&key, 0).is_ok() {
             continue; // registered again already (an earlier adoption that did not finish)
@@ -107,7 +134,7 @@ fn adopt_registrations(pins: &Pins, old: &Pins) -> Result<()> {
             veth_name: pod::cstr(&info.veth_name),
             addrs: pod::addrs_of(&info),
             nat_outgoing: info.flags & abi::ATT_F_NAT_OUTGOING != 0,
-            l2: l2.as_ref().and_then(|m| m.get(&info.veth_ifindex, 0).ok()).unwrap_or_default(),
+            l2: l2_of(&info),
         };
         let name = pod::cstr(&key.container_id);
         match crate::netlink::get_link_by_name(&reg.veth_name) {

@@ -31,15 +31,17 @@ pub const MAP_NAT_GC: &str = "nat_gc";
 pub const MAP_RESERVED_PORTS: &str = "reserved_ports";
 pub const MAP_FRAG4: &str = "frag4";
 pub const MAP_FRAG6: &str = "frag6";
+/// Layout 6 and before: the pods' L2 facts, by veth ifindex (now in `PodInfo`);
+/// read only when adopting such a data plane.
 pub const MAP_POD_L2: &str = "pod_l2";
 pub const MAP_SVC4: &str = "svc4";
 pub const MAP_SVC6: &str = "svc6";
 
 /// Every map the objects define: a node is only loaded when all of them are pinned.
-pub const ALL_MAPS: [&str; 27] = [
+pub const ALL_MAPS: [&str; 26] = [
     MAP_CONFIG, MAP_PODS4, MAP_PODS6, MAP_UPLINKS, MAP_UPLINKS_DIRECT, MAP_EXCL4, MAP_EXCL6, MAP_RULES4, MAP_RULE_EXCEPT4,
     MAP_RULE_STATS, MAP_NAT4_FWD, MAP_NAT4_REV, MAP_POD_STATS, MAP_COUNTERS, MAP_DROPS, MAP_ATTACHMENTS,
-    MAP_RULES6, MAP_RULE_EXCEPT6, MAP_NAT6_FWD, MAP_NAT6_REV, MAP_FRAG4, MAP_FRAG6, MAP_POD_L2, MAP_SVC4, MAP_SVC6,
+    MAP_RULES6, MAP_RULE_EXCEPT6, MAP_NAT6_FWD, MAP_NAT6_REV, MAP_FRAG4, MAP_FRAG6, MAP_SVC4, MAP_SVC6,
     MAP_NAT_GC, MAP_RESERVED_PORTS,
 ];
 
@@ -70,10 +72,12 @@ pub const POD_F_NAT_OUTGOING: u32 = 0x1;
 pub struct PodInfo {
     pub ifindex: u32,
     pub flags: u32,
+    /// The fast path's L2 facts, in every address entry of the pod.
+    pub l2: PodL2,
 }
 
-/// `struct pod_l2` (map pod_l2, key: host-side veth ifindex): what the fast path
-/// needs to move a pod's packets without the host stack.
+/// `struct pod_l2` (in `PodInfo`; layout 6 and before: map pod_l2, key: host-side
+/// veth ifindex): what the fast path needs to move a pod's packets without the host stack.
 pub const POD_L2_F_HAS_MAC: u32 = 0x1;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -439,7 +443,7 @@ macro_rules! pod {
 
 pod! {
     MasqConfig = 32,
-    PodInfo = 8,
+    PodInfo = 28,
     PodL2 = 20,
     UplinkInfo = 24,
     ExclInfo = 8,

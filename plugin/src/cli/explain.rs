@@ -1289,7 +1289,7 @@ mod tests {
         };
         let excl = |reason| ExclInfo { reason, index: 0 };
         let rule = |id, to: Option<&str>| RuleHit { id, to_address: to.map(ip) };
-        let nat_out = PodInfo { ifindex: 20, flags: abi::POD_F_NAT_OUTGOING };
+        let nat_out = PodInfo { ifindex: 20, flags: abi::POD_F_NAT_OUTGOING, ..Default::default() };
         let desc = |c: &str, i: &str| PodDesc { container_id: c.into(), ifname: i.into(), veth: "veth".into() };
         Fake {
             uplinks: vec![(ETH0, up("10.0.0.5", "fd00::5")), (ETH1, up("10.10.0.5", "fd00:10::5"))],
@@ -1305,7 +1305,7 @@ mod tests {
             excepts: vec![(0, ip("10.0.0.200"), 32), (2, ip("10.30.0.0"), 24), (3, ip("2001:db8:99::"), 48)],
             pods: vec![
                 (ip(POD), nat_out),
-                (ip(POD2), PodInfo { ifindex: 21, flags: 0 }),
+                (ip(POD2), PodInfo { ifindex: 21, ..Default::default() }),
                 (ip(POD6), nat_out),
             ],
             excl: vec![

@@ -151,10 +151,20 @@ impl Dataplane {
         m.set(0, c, 0).unwrap();
     }
 
-    /// The fast path's L2 facts for a pod veth.
+    /// The fast path's L2 facts for the pod behind veth `veth`: in each of its
+    /// pods4/pods6 entries (as ADD writes them), so add the pod first.
     pub fn set_pod_l2(&self, veth: u32, l2: PodL2) {
-        let mut m: HashMap<MapData, u32, PodL2> = self.map(abi::MAP_POD_L2);
-        m.insert(veth, l2, 0).unwrap();
+        let mut p4: HashMap<MapData, [u8; 4], PodInfo> = self.map(abi::MAP_PODS4);
+        let mine4: Vec<_> = p4.iter().map(Result::unwrap).filter(|(_, p)| p.ifindex == veth).collect();
+        let mut p6: HashMap<MapData, [u8; 16], PodInfo> = self.map(abi::MAP_PODS6);
+        let mine6: Vec<_> = p6.iter().map(Result::unwrap).filter(|(_, p)| p.ifindex == veth).collect();
+        assert!(!(mine4.is_empty() && mine6.is_empty()), "set_pod_l2({veth}): no pod behind it yet");
+        for (a, p) in mine4 {
+            p4.insert(a, PodInfo { l2, ..p }, 0).unwrap();
+        }
+        for (a, p) in mine6 {
+            p6.insert(a, PodInfo { l2, ..p }, 0).unwrap();
+        }
     }
 
     /// An IPv6 serviceCIDRs entry.
@@ -179,7 +189,7 @@ impl Dataplane {
     pub fn add_pod(&self, addr: Ipv4Addr, ifindex: u32, nat_outgoing: bool) {
         let mut pods: HashMap<MapData, [u8; 4], PodInfo> = self.map(abi::MAP_PODS4);
         let flags = if nat_outgoing { abi::POD_F_NAT_OUTGOING } else { 0 };
-        pods.insert(addr.octets(), PodInfo { ifindex, flags }, 0).unwrap();
+        pods.insert(addr.octets(), PodInfo { ifindex, flags, ..Default::default() }, 0).unwrap();
         let mut stats: PerCpuHashMap<MapData, u32, PodStats> = self.map(abi::MAP_POD_STATS);
         let zero = PerCpuValues::try_from(vec![PodStats::default(); ebpf_masq::node::ncpus()]).unwrap();
         stats.insert(ifindex, zero, 0).unwrap();
@@ -479,7 +489,7 @@ impl Dataplane {
     pub fn add_pod6(&self, addr: Ipv6Addr, ifindex: u32, nat_outgoing: bool) {
         let mut pods: HashMap<MapData, [u8; 16], PodInfo> = self.map(abi::MAP_PODS6);
         let flags = if nat_outgoing { abi::POD_F_NAT_OUTGOING } else { 0 };
-        pods.insert(addr.octets(), PodInfo { ifindex, flags }, 0).unwrap();
+        pods.insert(addr.octets(), PodInfo { ifindex, flags, ..Default::default() }, 0).unwrap();
         let mut stats: PerCpuHashMap<MapData, u32, PodStats> = self.map(abi::MAP_POD_STATS);
         let zero = PerCpuValues::try_from(vec![PodStats::default(); ebpf_masq::node::ncpus()]).unwrap();
         stats.insert(ifindex, zero, 0).unwrap();
