@@ -21,8 +21,8 @@
  *     fragments it or sends fragmentation needed,
  *   - a flow that began on the normal path (its pair lacks NAT_F_FAST): a flow
  *     stays on the path it started on, so netfilter state is never half-seen,
- *   - a pod whose L2 facts are unknown (pod_info.l2), or no free NAT port (the normal path drops
- *     and counts it).
+ *   - a pod whose L2 facts are unknown (its pod_info.l2), or no free NAT port
+ *     (the normal path drops and counts it).
  * Missing neighbour (BPF_FIB_LKUP_RET_NO_NEIGH): not a fallback;
  * bpf_redirect_neigh() resolves the next hop through the neighbour subsystem
  * (the packet waits in the neighbour's queue, as the stack's own would), and

@@ -103,8 +103,8 @@ fn new_flow_cost(dp: &Dataplane, in_use: usize) -> (f64, f64) {
             // Pod ports never used by the prefill (which takes 1..=in_use).
             let sport = 1 + in_use as u16 + (i % 1000) as u16;
             let (ret, t) = dp.timed("egress", &udp(POD, REMOTE, sport, 53));
-            assert_eq!(ret, -1, "new flow {i} not passed (TC_ACT_UNSPEC) with {in_use} ports in use; drops by reason: {:?}",
-                (0..drop_reason::MAX).map(|r| dp.drops(r)).collect::<Vec<_>>());
+            let drops = || (0..drop_reason::MAX).map(|r| dp.drops(r)).collect::<Vec<_>>();
+            assert_eq!(ret, -1, "new flow {i} not passed with {in_use} ports in use; drops by reason: {:?}", drops());
             let fk = nat_key(POD, REMOTE, sport, 53, UDP);
             let fe = fwd.get(&fk).expect("no forward half");
             rev.remove(&reverse_key(&fk, MASQ, u16::from_be_bytes(fe.port))).unwrap();

@@ -297,7 +297,8 @@ fn reply_is_translated_and_redirected_to_the_pod() {
         let port = summary(&run.out).sport;
         // The pod now lives behind pod0 (the reply's redirect target must be a device).
         let mut pods: HashMap<MapData, [u8; 4], PodInfo> = maps::open(&dp.pins, abi::MAP_PODS4).unwrap();
-        pods.insert(POD.octets(), PodInfo { ifindex: pod0, flags: abi::POD_F_NAT_OUTGOING, ..Default::default() }, 0).unwrap();
+        let moved = PodInfo { ifindex: pod0, flags: abi::POD_F_NAT_OUTGOING, ..Default::default() };
+        pods.insert(POD.octets(), moved, 0).unwrap();
         dp.set_pod_l2(pod0, PodL2 { l3_ifindex: pod0, ..l2_on_lo() });
 
         let reply = tcp(REMOTE, MASQ, 443, port, SYN | ACK);
