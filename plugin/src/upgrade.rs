@@ -47,6 +47,15 @@ fn same_shape(old: &Pins, name: &str, key: usize, value: usize) -> bool {
         .is_ok_and(|i| i.key_size() as usize == key && i.value_size() as usize == value)
 }
 
+/// The older hash map `name` as `HashMap<K, V>`, when it is pinned with those
+/// key and value sizes (an older layout may lack it or shape it otherwise).
+fn open_if_shaped<K: aya::Pod, V: aya::Pod>(old: &Pins, name: &str) -> Option<HashMap<MapData, K, V>> {
+    if !same_shape(old, name, std::mem::size_of::<K>(), std::mem::size_of::<V>()) {
+        return None;
+    }
+    maps::open(old, name).ok()
+}
+
 fn has_data_plane(old: &Pins) -> bool {
     MapData::from_pin(old.map(abi::MAP_ATTACHMENTS)).is_ok()
 }
@@ -94,24 +103,9 @@ fn adopt_registrations(pins: &Pins, old: &Pins) -> Result<()> {
     let mine: HashMap<MapData, AttachmentKey, AttachmentInfo> = maps::open(pins, abi::MAP_ATTACHMENTS)?;
     // The pods' L2 facts: layout 6 and before kept them in pod_l2 (by veth);
     // since, they are in each pods4/pods6 entry.
-    let l2: Option<HashMap<MapData, u32, PodL2>> =
-        if same_shape(old, abi::MAP_POD_L2, 4, std::mem::size_of::<PodL2>()) {
-            maps::open(old, abi::MAP_POD_L2).ok()
-        } else {
-            None
-        };
-    let pods4: Option<HashMap<MapData, [u8; 4], PodInfo>> =
-        if same_shape(old, abi::MAP_PODS4, 4, std::mem::size_of::<PodInfo>()) {
-            maps::open(old, abi::MAP_PODS4).ok()
-        } else {
-            None
-        };
-    let pods6: Option<HashMap<MapData, [u8; 16], PodInfo>> =
-        if same_shape(old, abi::MAP_PODS6, 16, std::mem::size_of::<PodInfo>()) {
-            maps::open(old, abi::MAP_PODS6).ok()
-        } else {
-            None
-        };
+    let l2 = open_if_shaped::<u32, PodL2>(old, abi::MAP_POD_L2);
+    let pods4 = open_if_shaped::<[u8; 4], PodInfo>(old, abi::MAP_PODS4);
+    let pods6 = open_if_shaped::<[u8; 16], PodInfo>(old, abi::MAP_PODS6);
     let l2_of = |info: &AttachmentInfo| -> PodL2 {
         if let Some(l2) = l2.as_ref().and_then(|m| m.get(&info.veth_ifindex, 0).ok()) {
             return l2;
