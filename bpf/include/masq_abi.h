@@ -15,7 +15,7 @@
 #include <linux/in6.h>
 #include <linux/bpf.h>   /* struct bpf_timer */
 
-#define MASQ_LAYOUT_VERSION 7
+#define MASQ_LAYOUT_VERSION 8
 
 /* ---- config (ARRAY, 1 entry): node-wide knobs written by the plugin ---- */
 struct masq_config {
@@ -266,11 +266,26 @@ struct frag_ports {
 	__u8 pad[3];
 };
 
-/* ---- pod_stats (PERCPU_HASH, key __u32 veth ifindex) ---- */
+/* ---- veths (PERCPU_HASH, key __u32 host-side veth ifindex): everything the pod veth
+ * program needs about the pod behind a veth, in the one lookup each of its packets makes:
+ * the pod's first address of each family (the source check; a pod's other addresses
+ * are checked in pods4/pods6), its pod facts (the fast path) and its counters. Per CPU,
+ * so the counters need no atomics; the plugin writes the same facts to every CPU's copy
+ * and sums the counters. */
 struct pod_stats {
 	__u64 packets;             /* from the pod, accepted */
 	__u64 bytes;
 	__u64 spoofed;             /* dropped: source not the pod's */
+};
+#define VETH_F_ADDR4 0x1           /* addr4 holds one of the pod's IPv4 addresses */
+#define VETH_F_ADDR6 0x2           /* addr6 holds one of the pod's IPv6 addresses */
+struct veth_info {
+	struct pod_stats stats;    /* this CPU's */
+	struct pod_info pod;       /* as in the pod's pods4/pods6 entries */
+	__be32 addr4;
+	struct in6_addr addr6;
+	__u32 flags;               /* VETH_F_* */
+	__u32 pad;
 };
 
 /* ---- attachments (HASH): what each CNI ADD registered, so DEL/CHECK/GC can undo or

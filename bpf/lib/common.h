@@ -91,6 +91,7 @@ _Static_assert(sizeof(struct nat4_entry) == 48, "nat4_entry size");
 _Static_assert(sizeof(struct nat_gc) == 112, "nat_gc size");
 _Static_assert(sizeof(struct port_range) == 4, "port_range size");
 _Static_assert(sizeof(struct pod_stats) == 24, "pod_stats size");
+_Static_assert(sizeof(struct veth_info) == 80, "veth_info size");
 _Static_assert(sizeof(struct rule6_key) == 24, "rule6_key size");
 _Static_assert(sizeof(struct rule6_info) == 24, "rule6_info size");
 _Static_assert(sizeof(struct rule_except6_key) == 24, "rule_except6_key size");

@@ -245,10 +245,10 @@ struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
 	__uint(max_entries, 65536);
 	__type(key, __u32);
-	__type(value, struct pod_stats);
+	__type(value, struct veth_info);
 	__uint(map_flags, BPF_F_NO_PREALLOC); /* written by the plugin only: no upfront memory */
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} pod_stats SEC(".maps");
+} veths SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

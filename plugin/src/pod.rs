@@ -4,13 +4,13 @@
 use std::net::IpAddr;
 
 use aya::{
-    maps::{HashMap, MapData, PerCpuHashMap, PerCpuValues},
+    maps::{HashMap, MapData, PerCpuHashMap},
     programs::TcAttachType,
 };
 
 use crate::{
     bpf::{
-        abi::{self, AttachmentInfo, AttachmentKey, PodInfo, PodL2, PodStats},
+        abi::{self, AttachmentInfo, AttachmentKey, PodInfo, PodL2, VethInfo},
         loader::{self, Pins},
         maps, nat,
     },
@@ -121,12 +121,9 @@ pub fn register(pins: &Pins, key: &AttachmentKey, reg: &Registration) -> Result<
         let mut atts: HashMap<MapData, AttachmentKey, AttachmentInfo> = maps::open(pins, abi::MAP_ATTACHMENTS)?;
         // Record first: a crash after this point leaves something DEL/GC can find.
         atts.insert(key, info, 0).map_err(|e| map_err("write attachments", e))?;
-        let mut stats: PerCpuHashMap<MapData, u32, PodStats> = maps::open(pins, abi::MAP_POD_STATS)?;
-        let zero = PerCpuValues::try_from(vec![PodStats::default(); crate::node::ncpus()])
-            .map_err(|e| map_err("pod_stats", e))?;
-        stats.insert(reg.veth_ifindex, zero, 0).map_err(|e| map_err("write pod_stats", e))?;
         let flags = if reg.nat_outgoing { abi::POD_F_NAT_OUTGOING } else { 0 };
         let pod = PodInfo { ifindex: reg.veth_ifindex, flags, l2: reg.l2 };
+        maps::veth_put(pins, reg.veth_ifindex, VethInfo::new(pod, &reg.addrs))?;
         let mut p4: HashMap<MapData, [u8; 4], PodInfo> = maps::open(pins, abi::MAP_PODS4)?;
         let mut p6: HashMap<MapData, [u8; 16], PodInfo> = maps::open(pins, abi::MAP_PODS6)?;
         for a in &reg.addrs {
@@ -209,11 +206,11 @@ pub fn unregister(pins: &Pins, key: &AttachmentKey) -> Result<bool> {
     if let Err(e) = loader::detach(pins, info.veth_ifindex, name, TcAttachType::Ingress) {
         errors.push(e.msg);
     }
-    match maps::open::<PerCpuHashMap<MapData, u32, PodStats>>(pins, abi::MAP_POD_STATS) {
+    match maps::open::<PerCpuHashMap<MapData, u32, VethInfo>>(pins, abi::MAP_VETHS) {
         Ok(mut s) => match s.remove(&info.veth_ifindex) {
             Ok(()) => {}
             Err(e) if maps::is_key_not_found(&e) => {}
-            Err(e) => errors.push(format!("remove pod_stats: {e}")),
+            Err(e) => errors.push(format!("remove veths entry: {e}")),
         },
         Err(e) => errors.push(e.msg),
     }

@@ -9,7 +9,9 @@ mod support;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::ops::RangeInclusive;
 
-use ebpf_masq::bpf::abi::{counter, EXCL_LINK_LOCAL, EXCL_NATIVE_ROUTING, NAT_F_BY_RULE, NAT_GC_ARMED, NAT_GC_NEW6};
+use ebpf_masq::bpf::abi::{
+    self, counter, EXCL_LINK_LOCAL, EXCL_NATIVE_ROUTING, NAT_F_BY_RULE, NAT_GC_ARMED, NAT_GC_NEW6,
+};
 use support::{harness::*, packet::*};
 
 const MASQ: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
@@ -708,6 +710,40 @@ fn veth_spoofed_source_is_dropped() {
     assert_eq!(dp.drops(drop::SPOOFED_SOURCE), 2);
     let st = dp.pod_stats(LO);
     assert_eq!((st.packets, st.spoofed), (0, 2));
+}
+
+/// The veth's `veths` entry holds the pod's first address of each family (one
+/// lookup per packet); the pod's other addresses are checked in pods4/pods6.
+/// Every registered address passes either way, and nothing else does.
+#[test]
+fn veth_every_registered_address_passes_the_first_of_each_from_the_veth_entry() {
+    let dp = veth_node();
+    let pod_b = Ipv4Addr::new(10, 1, 0, 8);
+    let (pod6, pod6_b): (Ipv6Addr, Ipv6Addr) = ("fd00::5".parse().unwrap(), "fd00::8".parse().unwrap());
+    dp.add_pod(pod_b, LO, true);
+    dp.add_pod6(pod6, LO, true);
+    dp.add_pod6(pod6_b, LO, true);
+    let v = dp.veth_entry(LO).expect("no veths entry");
+    assert_eq!((v.addr4, v.addr6, v.flags), (POD.octets(), pod6.octets(), abi::VETH_F_ADDR4 | abi::VETH_F_ADDR6));
+    assert_eq!((v.pod.ifindex, v.pod.flags), (LO, abi::POD_F_NAT_OUTGOING));
+    let remote6: Ipv6Addr = "2001:db8::1".parse().unwrap();
+    let frames =
+        [udp(POD, REMOTE, 5000, 53), udp(pod_b, REMOTE, 5000, 53), ipv6_udp(pod6, remote6), ipv6_udp(pod6_b, remote6)];
+    for frame in &frames {
+        expect_untouched(dp.veth(frame), frame);
+    }
+    assert_eq!(dp.total_drops(), 0);
+    // Another veth's pod, and an address nobody registered, in either family.
+    dp.veth(&udp(POD2, REMOTE, 5000, 53)).dropped();
+    dp.veth(&ipv6_udp("fd00::99".parse().unwrap(), remote6)).dropped();
+    let st = dp.pod_stats(LO);
+    assert_eq!((st.packets, st.spoofed), (frames.len() as u64, 2));
+    // A veth whose pod has no IPv4 address: the entry's empty IPv4 slot matches nothing.
+    let dp6 = Dataplane::new();
+    dp6.add_pod6(pod6, LO, true);
+    dp6.veth(&udp(Ipv4Addr::UNSPECIFIED, REMOTE, 5000, 53)).dropped();
+    expect_untouched(dp6.veth(&frames[2]), &frames[2]);
+    assert_eq!(dp6.drops(drop::SPOOFED_SOURCE), 1);
 }
 
 #[test]

@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-pub const LAYOUT_VERSION: u32 = 7;
+pub const LAYOUT_VERSION: u32 = 8;
 
 // Map names (pinned by name under <pinPath>/v<LAYOUT_VERSION>/maps/).
 pub const MAP_CONFIG: &str = "masq_config";
@@ -19,7 +19,7 @@ pub const MAP_RULE_EXCEPT4: &str = "rule_except4";
 pub const MAP_RULE_STATS: &str = "rule_stats";
 pub const MAP_NAT4_FWD: &str = "nat4_fwd";
 pub const MAP_NAT4_REV: &str = "nat4_rev";
-pub const MAP_POD_STATS: &str = "pod_stats";
+pub const MAP_VETHS: &str = "veths";
 pub const MAP_COUNTERS: &str = "counters";
 pub const MAP_DROPS: &str = "drops";
 pub const MAP_ATTACHMENTS: &str = "attachments";
@@ -40,7 +40,7 @@ pub const MAP_SVC6: &str = "svc6";
 /// Every map the objects define: a node is only loaded when all of them are pinned.
 pub const ALL_MAPS: [&str; 26] = [
     MAP_CONFIG, MAP_PODS4, MAP_PODS6, MAP_UPLINKS, MAP_UPLINKS_DIRECT, MAP_EXCL4, MAP_EXCL6, MAP_RULES4,
-    MAP_RULE_EXCEPT4, MAP_RULE_STATS, MAP_NAT4_FWD, MAP_NAT4_REV, MAP_POD_STATS, MAP_COUNTERS, MAP_DROPS,
+    MAP_RULE_EXCEPT4, MAP_RULE_STATS, MAP_NAT4_FWD, MAP_NAT4_REV, MAP_VETHS, MAP_COUNTERS, MAP_DROPS,
     MAP_ATTACHMENTS, MAP_RULES6, MAP_RULE_EXCEPT6, MAP_NAT6_FWD, MAP_NAT6_REV, MAP_FRAG4, MAP_FRAG6, MAP_SVC4,
     MAP_SVC6, MAP_NAT_GC, MAP_RESERVED_PORTS,
 ];
@@ -341,6 +341,51 @@ pub struct PodStats {
     pub spoofed: u64,
 }
 
+/// `veths.flags`: `addr4` holds one of the pod's IPv4 addresses.
+pub const VETH_F_ADDR4: u32 = 0x1;
+/// `veths.flags`: `addr6` holds one of the pod's IPv6 addresses.
+pub const VETH_F_ADDR6: u32 = 0x2;
+/// `struct veth_info` (map veths, PERCPU_HASH, key: host-side veth ifindex): what
+/// the pod veth program needs about the pod behind the veth, in its one lookup per
+/// packet. The same facts in every CPU's copy; the counters are that CPU's.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VethInfo {
+    pub stats: PodStats,
+    pub pod: PodInfo,
+    pub addr4: [u8; 4],
+    pub addr6: [u8; 16],
+    pub flags: u32,
+    pub pad: u32,
+}
+
+impl VethInfo {
+    /// The entry for a pod with facts `pod` and addresses `addrs`: the first of
+    /// each family goes in (the rest are checked in pods4/pods6), counters zero.
+    pub fn new(pod: PodInfo, addrs: &[std::net::IpAddr]) -> VethInfo {
+        let mut v = VethInfo { pod, ..Default::default() };
+        for a in addrs {
+            v.add_addr(*a);
+        }
+        v
+    }
+
+    /// Take `a` as the pod's address of its family unless one is there already.
+    pub fn add_addr(&mut self, a: std::net::IpAddr) {
+        match a {
+            std::net::IpAddr::V4(v4) if self.flags & VETH_F_ADDR4 == 0 => {
+                self.addr4 = v4.octets();
+                self.flags |= VETH_F_ADDR4;
+            }
+            std::net::IpAddr::V6(v6) if self.flags & VETH_F_ADDR6 == 0 => {
+                self.addr6 = v6.octets();
+                self.flags |= VETH_F_ADDR6;
+            }
+            _ => {}
+        }
+    }
+}
+
 pub const ATT_ID_LEN: usize = 72;
 pub const ATT_IFNAME_LEN: usize = 16;
 pub const ATT_MAX_ADDRS: usize = 4;
@@ -462,6 +507,7 @@ pod! {
     Nat4Key = 16,
     Nat4Entry = 48,
     PodStats = 24,
+    VethInfo = 80,
     NatGc = 112,
     PortRange = 4,
     AttachmentKey = 88,
@@ -477,7 +523,11 @@ mod tests {
     /// `#define NAME value` of the C header.
     fn define(name: &str) -> u32 {
         let line = HEADER.lines().find(|l| l.split_whitespace().take(2).eq(["#define", name])).unwrap();
-        line.split_whitespace().nth(2).unwrap().parse().unwrap()
+        let v = line.split_whitespace().nth(2).unwrap();
+        match v.strip_prefix("0x") {
+            Some(hex) => u32::from_str_radix(hex, 16).unwrap(),
+            None => v.parse().unwrap(),
+        }
     }
 
     /// The members of a C enum before its `<last>` sentinel.
@@ -499,6 +549,8 @@ mod tests {
         assert_eq!(define("NAT_SHARDS_MAX"), NAT_SHARDS_MAX);
         assert_eq!(define("NAT_SHARD_ENTRIES"), NAT_SHARD_ENTRIES);
         assert_eq!(define("UPLINKS_DIRECT"), UPLINKS_DIRECT);
+        assert_eq!(define("VETH_F_ADDR4"), VETH_F_ADDR4);
+        assert_eq!(define("VETH_F_ADDR6"), VETH_F_ADDR6);
         let counters = enum_members("masq_counter", "CNT_MAX");
         assert_eq!(counters.len(), counter::MAX as usize, "{counters:?}");
         assert_eq!(counters[counter::PORT_PROBES as usize], "CNT_PORT_PROBES");
@@ -507,6 +559,20 @@ mod tests {
         let drops = enum_members("masq_drop_reason", "DROP_MAX");
         assert_eq!(drops.len(), drop_reason::MAX as usize, "{drops:?}");
         assert_eq!(drops[drop_reason::NAT_FULL as usize], "DROP_NAT_FULL");
+    }
+
+    #[test]
+    fn veth_entry_holds_the_first_address_of_each_family() {
+        let pod = PodInfo { ifindex: 7, flags: POD_F_NAT_OUTGOING, ..Default::default() };
+        let a: Vec<std::net::IpAddr> =
+            ["fd00::5", "10.1.0.5", "10.1.0.8", "fd00::8"].iter().map(|s| s.parse().unwrap()).collect();
+        let v = VethInfo::new(pod, &a);
+        assert_eq!((v.addr4, v.flags), ([10, 1, 0, 5], VETH_F_ADDR4 | VETH_F_ADDR6));
+        assert_eq!(std::net::Ipv6Addr::from(v.addr6), "fd00::5".parse::<std::net::Ipv6Addr>().unwrap());
+        assert_eq!((v.pod, v.stats), (pod, PodStats::default()));
+        let v4 = VethInfo::new(pod, &a[1..3]);
+        assert_eq!((v4.addr4, v4.addr6, v4.flags), ([10, 1, 0, 5], [0; 16], VETH_F_ADDR4));
+        assert_eq!(VethInfo::new(pod, &[]).flags, 0);
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! Typed handles on the pinned maps, opened by path (no object load needed).
 
-use aya::maps::{Array, HashMap, Map, MapData, MapError};
+use aya::maps::{Array, HashMap, Map, MapData, MapError, PerCpuHashMap, PerCpuValues};
 
-use super::abi::{self, UplinkInfo};
+use super::abi::{self, UplinkInfo, VethInfo};
 use super::loader::Pins;
 use crate::error::{Error, Result};
 
@@ -46,6 +46,16 @@ pub fn uplink_remove(pins: &Pins, ifindex: u32) -> Result<()> {
         direct.set(ifindex, UplinkInfo::default(), 0).map_err(|e| Error::bpf(format!("clear uplinks_direct: {e}")))?;
     }
     Ok(())
+}
+
+/// Write the `veths` entry of pod veth `ifindex`: the same facts in every CPU's
+/// copy, counters zero (a registration starts them afresh).
+pub fn veth_put(pins: &Pins, ifindex: u32, info: VethInfo) -> Result<()> {
+    let mut map: PerCpuHashMap<MapData, u32, VethInfo> = open(pins, abi::MAP_VETHS)?;
+    let info = VethInfo { stats: Default::default(), ..info };
+    let values = PerCpuValues::try_from(vec![info; crate::node::ncpus()])
+        .map_err(|e| Error::bpf(format!("veths entry: {e}")))?;
+    map.insert(ifindex, values, 0).map_err(|e| Error::bpf(format!("write veths: {e}")))
 }
 
 /// True for the error a map returns when a key is absent.

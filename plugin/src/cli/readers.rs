@@ -11,7 +11,10 @@ use aya::maps::{lpm_trie::LpmTrie, MapData, PerCpuArray, PerCpuHashMap};
 
 use crate::{
     bpf::{
-        abi::{self, PodStats, Rule4Data, Rule6Data, Rule6Info, RuleExcept4Data, RuleExcept6Data, RuleInfo, RuleStats},
+        abi::{
+            self, PodStats, Rule4Data, Rule6Data, Rule6Info, RuleExcept4Data, RuleExcept6Data, RuleInfo, RuleStats,
+            VethInfo,
+        },
         loader::Pins,
         maps,
     },
@@ -138,11 +141,12 @@ pub struct PodRow {
 
 /// Every pod attachment on the node, in map order.
 pub fn pods(pins: &Pins) -> Result<Vec<PodRow>> {
-    let stats: PerCpuHashMap<MapData, u32, PodStats> = maps::open(pins, abi::MAP_POD_STATS)?;
+    let stats: PerCpuHashMap<MapData, u32, VethInfo> = maps::open(pins, abi::MAP_VETHS)?;
     let mut out = Vec::new();
     for (k, info) in pod::list_attachments(pins)? {
         let st = stats.get(&info.veth_ifindex, 0).ok();
-        let sum = |f: fn(&PodStats) -> u64| st.as_ref().map(|s| s.iter().map(f).sum::<u64>()).unwrap_or(0);
+        let sum =
+            |f: fn(&PodStats) -> u64| st.as_ref().map(|s| s.iter().map(|v| f(&v.stats)).sum::<u64>()).unwrap_or(0);
         out.push(PodRow {
             container_id: pod::cstr(&k.container_id),
             ifname: pod::cstr(&k.ifname),

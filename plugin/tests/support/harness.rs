@@ -16,7 +16,7 @@ use std::{
 };
 
 use aya::{
-    maps::{lpm_trie::Key, Array, HashMap, LpmTrie, MapData, PerCpuArray, PerCpuHashMap, PerCpuValues},
+    maps::{lpm_trie::Key, Array, HashMap, LpmTrie, MapData, PerCpuArray, PerCpuHashMap},
     programs::{SchedClassifier, TestRun, TestRunOptions},
 };
 use ebpf_masq::bpf::{
@@ -165,6 +165,9 @@ impl Dataplane {
         for (a, p) in mine6 {
             p6.insert(a, PodInfo { l2, ..p }, 0).unwrap();
         }
+        if let Some(v) = self.veth_entry(veth) {
+            maps::veth_put(&self.pins, veth, VethInfo { pod: PodInfo { l2, ..v.pod }, ..v }).unwrap();
+        }
     }
 
     /// An IPv6 serviceCIDRs entry.
@@ -185,14 +188,32 @@ impl Dataplane {
         maps::uplink_put(&self.pins, ifindex, info).unwrap();
     }
 
-    /// A pod address behind veth `ifindex`, with a zeroed pod_stats entry (as ADD does).
+    /// A pod address behind veth `ifindex`, and the veth's `veths` entry (counters
+    /// zeroed, as ADD does; the veth's first address of each family goes in it).
     pub fn add_pod(&self, addr: Ipv4Addr, ifindex: u32, nat_outgoing: bool) {
         let mut pods: HashMap<MapData, [u8; 4], PodInfo> = self.map(abi::MAP_PODS4);
         let flags = if nat_outgoing { abi::POD_F_NAT_OUTGOING } else { 0 };
-        pods.insert(addr.octets(), PodInfo { ifindex, flags, ..Default::default() }, 0).unwrap();
-        let mut stats: PerCpuHashMap<MapData, u32, PodStats> = self.map(abi::MAP_POD_STATS);
-        let zero = PerCpuValues::try_from(vec![PodStats::default(); ebpf_masq::node::ncpus()]).unwrap();
-        stats.insert(ifindex, zero, 0).unwrap();
+        let pod = PodInfo { ifindex, flags, ..Default::default() };
+        pods.insert(addr.octets(), pod, 0).unwrap();
+        self.veth_add_addr(ifindex, pod, addr.into());
+    }
+
+    /// The veths entry of `ifindex` gains `addr` if its family's slot is free. The
+    /// harness may put "pods" with different facts behind one veth (ADD never does):
+    /// an address goes in only with the facts the entry already has, so every address
+    /// the entry holds has them; the others are left to pods4/pods6.
+    fn veth_add_addr(&self, ifindex: u32, pod: PodInfo, addr: std::net::IpAddr) {
+        let mut v = self.veth_entry(ifindex).unwrap_or(VethInfo { pod, ..Default::default() });
+        if v.pod == pod {
+            v.add_addr(addr);
+        }
+        maps::veth_put(&self.pins, ifindex, v).unwrap();
+    }
+
+    /// CPU 0's copy of the veths entry of `ifindex` (the facts are the same in every copy).
+    pub fn veth_entry(&self, ifindex: u32) -> Option<VethInfo> {
+        let m: PerCpuHashMap<MapData, u32, VethInfo> = self.map(abi::MAP_VETHS);
+        m.get(&ifindex, 0).ok().map(|v| v[0])
     }
 
     pub fn add_excl(&self, net: Ipv4Addr, plen: u32, reason: u32) {
@@ -324,8 +345,8 @@ impl Dataplane {
     }
 
     pub fn pod_stats(&self, ifindex: u32) -> PodStats {
-        let m: PerCpuHashMap<MapData, u32, PodStats> = self.map(abi::MAP_POD_STATS);
-        m.get(&ifindex, 0).unwrap().iter().fold(PodStats::default(), |a, s| PodStats {
+        let m: PerCpuHashMap<MapData, u32, VethInfo> = self.map(abi::MAP_VETHS);
+        m.get(&ifindex, 0).unwrap().iter().map(|v| v.stats).fold(PodStats::default(), |a, s| PodStats {
             packets: a.packets + s.packets,
             bytes: a.bytes + s.bytes,
             spoofed: a.spoofed + s.spoofed,
@@ -485,14 +506,13 @@ impl Dataplane {
         maps::uplink_put(&self.pins, ifindex, info).unwrap();
     }
 
-    /// An IPv6 pod address behind veth `ifindex` (pod_stats zeroed, as ADD does).
+    /// An IPv6 pod address behind veth `ifindex`, and the veth's `veths` entry (as `add_pod`).
     pub fn add_pod6(&self, addr: Ipv6Addr, ifindex: u32, nat_outgoing: bool) {
         let mut pods: HashMap<MapData, [u8; 16], PodInfo> = self.map(abi::MAP_PODS6);
         let flags = if nat_outgoing { abi::POD_F_NAT_OUTGOING } else { 0 };
-        pods.insert(addr.octets(), PodInfo { ifindex, flags, ..Default::default() }, 0).unwrap();
-        let mut stats: PerCpuHashMap<MapData, u32, PodStats> = self.map(abi::MAP_POD_STATS);
-        let zero = PerCpuValues::try_from(vec![PodStats::default(); ebpf_masq::node::ncpus()]).unwrap();
-        stats.insert(ifindex, zero, 0).unwrap();
+        let pod = PodInfo { ifindex, flags, ..Default::default() };
+        pods.insert(addr.octets(), pod, 0).unwrap();
+        self.veth_add_addr(ifindex, pod, addr.into());
     }
 
     pub fn add_excl6(&self, net: Ipv6Addr, plen: u32, reason: u32) {
