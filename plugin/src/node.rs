@@ -145,10 +145,13 @@ pub fn reconcile_with(pins: &Pins, conf: &MasqConfig, uplinks: &[Uplink]) -> Res
         loader::ensure_loaded(pins, conf.nat_max_entries)?;
     } else {
         // A first load: the uplinks' TCX links are made while the programs verify.
+        // One loader for the placeholders and both objects (its constructor's BTF parse once).
         let names: Vec<(u32, String)> = uplinks.iter().map(|u| (u.ifindex, u.name.clone())).collect();
+        let mut ebpf_loader = loader::bare_loader();
+        let placeholders = loader::placeholders(pins, &names, &mut ebpf_loader);
         let (loaded, held) = std::thread::scope(|s| {
-            let held = s.spawn(|| loader::hold_uplink_hooks(pins, &names));
-            let loaded = loader::ensure_loaded(pins, conf.nat_max_entries);
+            let held = s.spawn(|| loader::hold_uplink_hooks(pins, placeholders));
+            let loaded = loader::ensure_loaded_with(pins, conf.nat_max_entries, ebpf_loader);
             (loaded, held.join().unwrap_or_default())
         });
         if let Err(e) = loaded {

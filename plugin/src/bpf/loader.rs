@@ -116,20 +116,36 @@ fn bpf_err(what: impl std::fmt::Display, e: impl std::fmt::Display) -> Error {
     Error::bpf(format!("{what}: {e}"))
 }
 
+/// The loader for our objects. `EbpfLoader::new()` parses the kernel's BTF (~25 ms
+/// of CPU here) for CO-RE relocations, which our programs do not use (hence
+/// `.btf(None)`): a first load makes one and loads every object through it.
+pub fn bare_loader() -> EbpfLoader<'static> {
+    let mut loader = EbpfLoader::new();
+    loader.btf(None);
+    loader
+}
+
 /// Load, verify and pin both objects unless already pinned. The caller holds the
 /// node lock, so two first ADDs never load twice.
 pub fn ensure_loaded(pins: &Pins, nat_max_entries: u32) -> Result<()> {
     if pins.loaded() {
         return Ok(());
     }
+    ensure_loaded_with(pins, nat_max_entries, bare_loader())
+}
+
+/// `ensure_loaded` through `loader` (from `bare_loader`, maybe used for placeholders already).
+pub fn ensure_loaded_with(pins: &Pins, nat_max_entries: u32, loader: EbpfLoader<'_>) -> Result<()> {
+    if pins.loaded() {
+        return Ok(());
+    }
+    let mut loader = loader; // (by value: it may then borrow this function's globals below)
     ensure_bpffs(&pins.base)?;
     for dir in [pins.maps_dir(), pins.progs_dir()] {
         fs::create_dir_all(&dir).map_err(|e| bpf_err(format!("create {}", dir.display()), e))?;
     }
     let objects: [(&[u8], &[&str]); 2] =
         [(VETH_OBJ, &[PROG_VETH_INGRESS]), (UPLINK_OBJ, &[PROG_UPLINK_EGRESS, PROG_UPLINK_INGRESS])];
-    // One loader for both objects: EbpfLoader::new() parses vmlinux BTF (~25 ms)
-    // even though our programs use no CO-RE (hence .btf(None)); parse it once.
     // The shard seed and count are built into the programs: the node's, if a load
     // before this one chose them (the maps, and the pairs in them, are kept).
     let shard = super::nat::recorded_params(pins).unwrap_or_else(|| super::nat::ShardParams {
@@ -137,9 +153,7 @@ pub fn ensure_loaded(pins: &Pins, nat_max_entries: u32) -> Result<()> {
         shards: abi::shards_for(nat_max_entries),
     });
     let mask = shard.shards - 1;
-    let mut loader = EbpfLoader::new();
     loader
-        .btf(None)
         .override_global("nat_seed", &shard.seed, true)
         .override_global("nat_shard_mask", &mask, true)
         .default_map_pin_directory(pins.maps_dir())
@@ -152,7 +166,7 @@ pub fn ensure_loaded(pins: &Pins, nat_max_entries: u32) -> Result<()> {
     }
     super::nat::record_params(pins, shard)?;
     // Verification is most of a first load (the uplink egress program alone takes
-    // ~80 ms): the programs are verified side by side, one thread each. The
+    // ~80 ms): the programs are verified side by side (verify_groups). The
     // forward shards are put in meanwhile (a thread per family: each waits for
     // one RCU grace period, see fill_shards). Programs are pinned only once both
     // are done: a pinned program means a complete data plane to every later process.
@@ -170,7 +184,10 @@ pub fn ensure_loaded(pins: &Pins, nat_max_entries: u32) -> Result<()> {
             s.spawn(move || super::nat::fill_shards::<super::nat::V4>(pins, n, nat_max_entries)),
             s.spawn(move || super::nat::fill_shards::<super::nat::V6>(pins, n, nat_max_entries)),
         ];
-        let verified: Vec<_> = jobs.iter_mut().map(|(name, prog)| s.spawn(move || verify(name, prog))).collect();
+        let verified: Vec<_> = verify_groups(&mut jobs)
+            .into_iter()
+            .map(|group| s.spawn(move || group.into_iter().try_for_each(|(name, prog)| verify(name, prog))))
+            .collect();
         let joined = |t: std::thread::ScopedJoinHandle<'_, Result<()>>| {
             t.join().unwrap_or_else(|_| Err(Error::bpf("load thread panicked")))
         };
@@ -182,10 +199,35 @@ pub fn ensure_loaded(pins: &Pins, nat_max_entries: u32) -> Result<()> {
     jobs.into_iter().try_for_each(|(name, prog)| pin_prog(pins, name, prog))
 }
 
+/// The verifier threads of a first load: one per program where the machine has a
+/// CPU for each; with fewer CPUs the uplink egress program (the longest: ~80 ms
+/// here, the two others ~55 ms together) gets one to itself and the others share
+/// another, so the longest job does not share its CPU with them (on 2 CPUs: first
+/// ADD ~142 -> ~129 ms).
+fn verify_groups<'a, 'b>(jobs: &'a mut [(&'b str, &'b mut Program)]) -> Vec<Vec<(&'b str, &'a mut Program)>> {
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let mut groups: Vec<Vec<(&'b str, &'a mut Program)>> = Vec::new();
+    let mut shared = Vec::new();
+    for (name, prog) in jobs.iter_mut() {
+        if cpus >= 3 || *name == PROG_UPLINK_EGRESS {
+            groups.push(vec![(*name, &mut **prog)]);
+        } else {
+            shared.push((*name, &mut **prog));
+        }
+    }
+    if !shared.is_empty() {
+        groups.push(shared);
+    }
+    groups
+}
+
 /// Load (verify) one program.
 fn verify(name: &str, prog: &mut Program) -> Result<()> {
     let prog: &mut SchedClassifier = prog.try_into().map_err(|e| bpf_err(name, e))?;
-    prog.load().map_err(|e| bpf_err(format!("verify {name}"), e))
+    let t = std::time::Instant::now();
+    prog.load().map_err(|e| bpf_err(format!("verify {name}"), e))?;
+    log::debug!("verified {name} in {:.1} ms", t.elapsed().as_secs_f64() * 1000.0);
+    Ok(())
 }
 
 /// Pin one verified program, replacing a stale pin.
@@ -379,38 +421,53 @@ fn older_link_exists(pins: &Pins, ifindex: u32, dir: TcAttachType) -> bool {
     pins.older_layouts().iter().any(|(_, old)| old.link(ifindex, dir).exists())
 }
 
-/// While a first load verifies the programs (~100 ms), hold each uplink hook
-/// that wants TCX and has no link of ours with a placeholder program that passes
-/// everything (bpf/placeholder.c): a new TCX link waits for an RCU grace period
-/// (~7 ms here), swapping the program of an existing link does not, so `attach`
-/// later replaces it in place for free. Best effort: a hook without a
-/// placeholder is simply attached the slow way. Returns the pins it made.
-pub fn hold_uplink_hooks(pins: &Pins, uplinks: &[(u32, String)]) -> Vec<PathBuf> {
+/// A placeholder program for one uplink hook, loaded (not verified yet): see `hold_uplink_hooks`.
+pub struct Placeholder {
+    ebpf: aya::Ebpf,
+    ifname: String,
+    dir: TcAttachType,
+}
+
+/// The placeholders `hold_uplink_hooks` needs: one per uplink hook that wants TCX
+/// and has no link of ours (nor an older layout's, adopted at attach). Their
+/// object is parsed by `loader` (no second parse of the kernel's BTF); best
+/// effort, like the hold itself.
+pub fn placeholders(pins: &Pins, uplinks: &[(u32, String)], loader: &mut EbpfLoader<'_>) -> Vec<Placeholder> {
     if !wants_tcx(Hook::Uplink) || ensure_bpffs(&pins.base).is_err() {
         return Vec::new(); // (ensure_loaded reports a pinPath off bpffs)
     }
-    let hooks: Vec<(&str, TcAttachType)> = uplinks
-        .iter()
-        .flat_map(|(ifindex, name)| {
-            [TcAttachType::Egress, TcAttachType::Ingress]
-                .into_iter()
-                // A hook with our link, or an older layout's (adopted at attach), needs no placeholder.
-                .filter(move |dir| !pins.link(*ifindex, *dir).exists() && !older_link_exists(pins, *ifindex, *dir))
-                .map(move |dir| (name.as_str(), dir))
-        })
-        .collect();
+    let mut out = Vec::new();
+    for (ifindex, name) in uplinks {
+        for dir in [TcAttachType::Egress, TcAttachType::Ingress] {
+            if pins.link(*ifindex, dir).exists() || older_link_exists(pins, *ifindex, dir) {
+                continue;
+            }
+            if let Ok(ebpf) = loader.load(PLACEHOLDER_OBJ) {
+                out.push(Placeholder { ebpf, ifname: name.clone(), dir });
+            }
+        }
+    }
+    out
+}
+
+/// While a first load verifies the programs (~100 ms), hold each uplink hook
+/// of `held` with a placeholder program that passes everything
+/// (bpf/placeholder.c): a new TCX link waits for an RCU grace period (~7 ms
+/// here), swapping the program of an existing link does not, so `attach` later
+/// replaces it in place for free. Best effort: a hook without a placeholder is
+/// simply attached the slow way. Returns the pins it made.
+pub fn hold_uplink_hooks(pins: &Pins, held: Vec<Placeholder>) -> Vec<PathBuf> {
     // One thread a hook: their grace periods pass together.
     std::thread::scope(|s| {
-        let threads: Vec<_> = hooks
+        let threads: Vec<_> = held
             .into_iter()
-            .map(|(name, dir)| {
+            .map(|mut h| {
                 s.spawn(move || {
-                    let mut ebpf = EbpfLoader::new().btf(None).load(PLACEHOLDER_OBJ).ok()?;
-                    let p: &mut SchedClassifier = ebpf.program_mut("masq_placeholder")?.try_into().ok()?;
+                    let p: &mut SchedClassifier = h.ebpf.program_mut("masq_placeholder")?.try_into().ok()?;
                     p.load().ok()?;
-                    let ifindex = nix::net::if_::if_nametoindex(name).ok()?;
-                    match attach_tcx(pins, p, name, dir, "placeholder") {
-                        Ok(Tcx::Created) => Some(pins.link(ifindex, dir)),
+                    let ifindex = nix::net::if_::if_nametoindex(h.ifname.as_str()).ok()?;
+                    match attach_tcx(pins, p, &h.ifname, h.dir, "placeholder") {
+                        Ok(Tcx::Created) => Some(pins.link(ifindex, h.dir)),
                         _ => None,
                     }
                 })
