@@ -139,6 +139,31 @@ def test_spoofed_source_dropped(topo, masq_pod):
     assert cap.sources() == {NODE_IP: 3}
 
 
+def test_an_address_handed_to_a_new_pod_is_spoofed_from_the_old_pods_veth(topo, plugin):
+    """A pod whose DEL never came keeps its veth and its registration; when IPAM hands its
+    address to a new pod, the new pod takes the address over: packets from it through the old
+    pod's veth are dropped as spoofed (the veth program's per-veth entry lets go of it, not only
+    pods4), and the new pod's are masqueraded."""
+    static = {"type": "bridge", "bridge": "cni0", "isGateway": True, "ipMasq": False,
+              "ipam": {"type": "static", "addresses": [{"address": "10.244.1.50/24", "gateway": "10.244.1.1"}],
+                       "routes": [{"dst": "0.0.0.0/0"}]}}
+    topo.link_plugin(plugin)
+    net = topo.network([static, topo.masq_entry()])
+    old, new = net.add(topo.pod_ns("old")), net.add(topo.pod_ns("new"))
+    assert old.ip == new.ip == "10.244.1.50" and old.host_veth != new.host_veth
+
+    def status():
+        return json.loads(topo.node.enter([plugin, "status", "--json", "--pin-path", topo.lab.pin_path]).stdout)
+
+    spoofed0 = {p["veth"]: p["spoofed_dropped"] for p in status()["pods"]}
+    with topo.ext.capture("eth0", "udp port 5002") as cap:
+        old.ns.exec([PY, "-c", SPOOF, old.ip, EXT, 5002])
+        new.ns.exec([PY, "-c", SPOOF, new.ip, EXT, 5002])
+    assert cap.sources() == {NODE_IP: 3}
+    spoofed = {p["veth"]: p["spoofed_dropped"] - spoofed0[p["veth"]] for p in status()["pods"]}
+    assert spoofed == {old.host_veth: 3, new.host_veth: 0}, spoofed
+
+
 UPLINK_HOOKS = [("eth0", "egress", "masq_up_egress"), ("eth0", "ingress", "masq_up_ingress")]
 
 

@@ -123,16 +123,30 @@ pub fn register(pins: &Pins, key: &AttachmentKey, reg: &Registration) -> Result<
         atts.insert(key, info, 0).map_err(|e| map_err("write attachments", e))?;
         let flags = if reg.nat_outgoing { abi::POD_F_NAT_OUTGOING } else { 0 };
         let pod = PodInfo { ifindex: reg.veth_ifindex, flags, l2: reg.l2 };
-        maps::veth_put(pins, reg.veth_ifindex, VethInfo::new(pod, &reg.addrs))?;
+        // The addresses first, then the veth's entry: an address a veths entry
+        // holds is always one pods4/pods6 gives to that veth (the veth program
+        // trusts the entry without asking them).
         let mut p4: HashMap<MapData, [u8; 4], PodInfo> = maps::open(pins, abi::MAP_PODS4)?;
         let mut p6: HashMap<MapData, [u8; 16], PodInfo> = maps::open(pins, abi::MAP_PODS6)?;
         for a in &reg.addrs {
+            let before = match a {
+                IpAddr::V4(v4) => p4.get(&v4.octets(), 0),
+                IpAddr::V6(v6) => p6.get(&v6.octets(), 0),
+            };
             match a {
                 IpAddr::V4(v4) => p4.insert(v4.octets(), pod, 0),
                 IpAddr::V6(v6) => p6.insert(v6.octets(), pod, 0),
             }
             .map_err(|e| map_err("write pods", e))?;
+            // An address another veth still had (its pod's DEL never came): that
+            // veth's entry lets go of it, so its packets from it are spoofed again.
+            if let Ok(old) = before {
+                if old.ifindex != reg.veth_ifindex {
+                    maps::veth_forget_addr(pins, old.ifindex, *a)?;
+                }
+            }
         }
+        maps::veth_put(pins, reg.veth_ifindex, VethInfo::new(pod, &reg.addrs))?;
         loader::attach(pins, loader::PROG_VETH_INGRESS, &reg.veth_name, TcAttachType::Ingress, loader::Hook::PodVeth)
             .map(|_| ())
     })();
@@ -159,6 +173,16 @@ pub fn unregister(pins: &Pins, key: &AttachmentKey) -> Result<bool> {
     };
     let mut errors: Vec<String> = Vec::new();
     let addrs = addrs_of(&info);
+
+    // The veth's entry before the addresses (the reverse of `register`).
+    match maps::open::<PerCpuHashMap<MapData, u32, VethInfo>>(pins, abi::MAP_VETHS) {
+        Ok(mut s) => match s.remove(&info.veth_ifindex) {
+            Ok(()) => {}
+            Err(e) if maps::is_key_not_found(&e) => {}
+            Err(e) => errors.push(format!("remove veths entry: {e}")),
+        },
+        Err(e) => errors.push(e.msg),
+    }
 
     // Addresses: only while they still point at this pod's veth (the IP may have
     // been handed to a newer pod already).
@@ -206,15 +230,6 @@ pub fn unregister(pins: &Pins, key: &AttachmentKey) -> Result<bool> {
     if let Err(e) = loader::detach(pins, info.veth_ifindex, name, TcAttachType::Ingress) {
         errors.push(e.msg);
     }
-    match maps::open::<PerCpuHashMap<MapData, u32, VethInfo>>(pins, abi::MAP_VETHS) {
-        Ok(mut s) => match s.remove(&info.veth_ifindex) {
-            Ok(()) => {}
-            Err(e) if maps::is_key_not_found(&e) => {}
-            Err(e) => errors.push(format!("remove veths entry: {e}")),
-        },
-        Err(e) => errors.push(e.msg),
-    }
-
     if errors.is_empty() {
         match atts.remove(key) {
             Ok(()) => {}

@@ -370,6 +370,23 @@ impl VethInfo {
         v
     }
 
+    /// This entry without `a` (the same entry if it does not hold it).
+    pub fn without_addr(&self, a: std::net::IpAddr) -> VethInfo {
+        let mut v = *self;
+        match a {
+            std::net::IpAddr::V4(v4) if v.flags & VETH_F_ADDR4 != 0 && v.addr4 == v4.octets() => {
+                v.flags &= !VETH_F_ADDR4;
+                v.addr4 = [0; 4];
+            }
+            std::net::IpAddr::V6(v6) if v.flags & VETH_F_ADDR6 != 0 && v.addr6 == v6.octets() => {
+                v.flags &= !VETH_F_ADDR6;
+                v.addr6 = [0; 16];
+            }
+            _ => {}
+        }
+        v
+    }
+
     /// Take `a` as the pod's address of its family unless one is there already.
     pub fn add_addr(&mut self, a: std::net::IpAddr) {
         match a {
@@ -573,6 +590,12 @@ mod tests {
         let v4 = VethInfo::new(pod, &a[1..3]);
         assert_eq!((v4.addr4, v4.addr6, v4.flags), ([10, 1, 0, 5], [0; 16], VETH_F_ADDR4));
         assert_eq!(VethInfo::new(pod, &[]).flags, 0);
+        // Letting go of an address: only the one it holds, and only that one.
+        let a4: std::net::IpAddr = "10.1.0.5".parse().unwrap();
+        let gone = v.without_addr(a4);
+        assert_eq!((gone.addr4, gone.flags, gone.addr6), ([0; 4], VETH_F_ADDR6, v.addr6));
+        assert_eq!(v.without_addr("10.1.0.8".parse().unwrap()), v);
+        assert_eq!(v.without_addr("fd00::5".parse().unwrap()).flags, VETH_F_ADDR4);
     }
 
     #[test]

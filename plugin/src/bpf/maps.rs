@@ -58,6 +58,23 @@ pub fn veth_put(pins: &Pins, ifindex: u32, info: VethInfo) -> Result<()> {
     map.insert(ifindex, values, 0).map_err(|e| Error::bpf(format!("write veths: {e}")))
 }
 
+/// The `veths` entry of `ifindex` no longer holds `addr` (absent entry: nothing to
+/// do). Every CPU's copy keeps its counters.
+pub fn veth_forget_addr(pins: &Pins, ifindex: u32, addr: std::net::IpAddr) -> Result<()> {
+    let mut map: PerCpuHashMap<MapData, u32, VethInfo> = open(pins, abi::MAP_VETHS)?;
+    let values = match map.get(&ifindex, 0) {
+        Ok(v) => v,
+        Err(e) if is_key_not_found(&e) => return Ok(()),
+        Err(e) => return Err(Error::bpf(format!("read veths: {e}"))),
+    };
+    let kept: Vec<VethInfo> = values.iter().map(|v| v.without_addr(addr)).collect();
+    if kept.first() == values.first() {
+        return Ok(());
+    }
+    let kept = PerCpuValues::try_from(kept).map_err(|e| Error::bpf(format!("veths entry: {e}")))?;
+    map.insert(ifindex, kept, 0).map_err(|e| Error::bpf(format!("write veths: {e}")))
+}
+
 /// True for the error a map returns when a key is absent.
 pub fn is_key_not_found(e: &MapError) -> bool {
     matches!(e, MapError::KeyNotFound)
