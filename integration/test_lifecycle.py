@@ -588,6 +588,9 @@ def test_upgrade_adopts_the_older_layouts_pods_links_and_flows(t, plugin, tmp_pa
     assert {(r["addr"], r["port"]) for r in srv.records("dgram")} == seen
     assert_masqueraded(t, a, 5002)
     assert_masqueraded(t, b, 5003)
+    # The old pod's veth has its entry in the new layout (counters restart at adoption): its packets count.
+    pods = {p["container_id"]: p for p in status(t, plugin)["pods"]}
+    assert pods[cid(a.ns)]["packets"] > 0, pods
     # The old binary's pod is the new one's to delete: its pairs and its veth program go.
     net.delete(a.ns)
     assert set(registrations(t, plugin)) == {cid(b.ns)}
