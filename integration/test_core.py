@@ -139,16 +139,17 @@ def test_spoofed_source_dropped(topo, masq_pod):
     assert cap.sources() == {NODE_IP: 3}
 
 
-def test_an_address_handed_to_a_new_pod_is_spoofed_from_the_old_pods_veth(topo, plugin):
+@pytest.mark.parametrize("keys", [{}, {"fastPath": True}], ids=["default", "fast"])
+def test_an_address_handed_to_a_new_pod_is_spoofed_from_the_old_pods_veth(topo, plugin, keys):
     """A pod whose DEL never came keeps its veth and its registration; when IPAM hands its
     address to a new pod, the new pod takes the address over: packets from it through the old
     pod's veth are dropped as spoofed (the veth program's per-veth entry lets go of it, not only
-    pods4), and the new pod's are masqueraded."""
+    pods4), and the new pod's are masqueraded (with the fast path on too)."""
     static = {"type": "bridge", "bridge": "cni0", "isGateway": True, "ipMasq": False,
               "ipam": {"type": "static", "addresses": [{"address": "10.244.1.50/24", "gateway": "10.244.1.1"}],
                        "routes": [{"dst": "0.0.0.0/0"}]}}
     topo.link_plugin(plugin)
-    net = topo.network([static, topo.masq_entry()])
+    net = topo.network([static, topo.masq_entry(**keys)])
     old, new = net.add(topo.pod_ns("old")), net.add(topo.pod_ns("new"))
     assert old.ip == new.ip == "10.244.1.50" and old.host_veth != new.host_veth
 
