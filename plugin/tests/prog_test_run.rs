@@ -746,6 +746,19 @@ fn veth_every_registered_address_passes_the_first_of_each_from_the_veth_entry() 
     assert_eq!(dp6.drops(drop::SPOOFED_SOURCE), 1);
 }
 
+/// Deleting an absent key fails with ENOENT (aya passes the syscall's error on,
+/// not KeyNotFound): every "already gone is fine" path (a DEL run again after
+/// being killed, an uplink dropped twice) relies on `is_key_not_found` saying so.
+#[test]
+fn deleting_an_absent_key_reads_as_not_found() {
+    let dp = Dataplane::new();
+    let mut veths: aya::maps::PerCpuHashMap<aya::maps::MapData, u32, abi::VethInfo> =
+        ebpf_masq::bpf::maps::open(&dp.pins, abi::MAP_VETHS).unwrap();
+    let err = veths.remove(&4242).unwrap_err();
+    assert!(ebpf_masq::bpf::maps::is_key_not_found(&err), "{err:?}");
+    ebpf_masq::bpf::maps::uplink_remove(&dp.pins, 4242).expect("removing an absent uplink");
+}
+
 #[test]
 fn veth_arp_and_ipv6_link_local_pass() {
     let dp = veth_node();

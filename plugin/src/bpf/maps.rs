@@ -75,8 +75,13 @@ pub fn veth_forget_addr(pins: &Pins, ifindex: u32, addr: std::net::IpAddr) -> Re
     map.insert(ifindex, kept, 0).map_err(|e| Error::bpf(format!("write veths: {e}")))
 }
 
-/// True for the error a map returns when a key is absent.
+/// True for the error a map returns when a key is absent: `KeyNotFound` from a
+/// lookup, ENOENT from a delete (aya 0.14's `remove` passes the syscall's error on).
 pub fn is_key_not_found(e: &MapError) -> bool {
-    matches!(e, MapError::KeyNotFound)
+    match e {
+        MapError::KeyNotFound => true,
+        MapError::SyscallError(s) => s.io_error.raw_os_error() == Some(libc::ENOENT),
+        _ => false,
+    }
 }
 
