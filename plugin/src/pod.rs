@@ -129,15 +129,11 @@ pub fn register(pins: &Pins, key: &AttachmentKey, reg: &Registration) -> Result<
         let mut p4: HashMap<MapData, [u8; 4], PodInfo> = maps::open(pins, abi::MAP_PODS4)?;
         let mut p6: HashMap<MapData, [u8; 16], PodInfo> = maps::open(pins, abi::MAP_PODS6)?;
         for a in &reg.addrs {
-            let before = match a {
-                IpAddr::V4(v4) => p4.get(&v4.octets(), 0),
-                IpAddr::V6(v6) => p6.get(&v6.octets(), 0),
+            let (before, put) = match a {
+                IpAddr::V4(v4) => (p4.get(&v4.octets(), 0), p4.insert(v4.octets(), pod, 0)),
+                IpAddr::V6(v6) => (p6.get(&v6.octets(), 0), p6.insert(v6.octets(), pod, 0)),
             };
-            match a {
-                IpAddr::V4(v4) => p4.insert(v4.octets(), pod, 0),
-                IpAddr::V6(v6) => p6.insert(v6.octets(), pod, 0),
-            }
-            .map_err(|e| map_err("write pods", e))?;
+            put.map_err(|e| map_err("write pods", e))?;
             // An address another veth still had (its pod's DEL never came): that
             // veth's entry lets go of it, so its packets from it are spoofed again.
             if let Ok(old) = before {

@@ -129,7 +129,7 @@ pub fn bare_loader() -> EbpfLoader<'static> {
 /// node lock, so two first ADDs never load twice.
 pub fn ensure_loaded(pins: &Pins, nat_max_entries: u32) -> Result<()> {
     if pins.loaded() {
-        return Ok(());
+        return Ok(()); // (before making a loader: a warm ADD never pays its BTF parse)
     }
     ensure_loaded_with(pins, nat_max_entries, bare_loader())
 }
