@@ -163,6 +163,11 @@ def test_an_address_handed_to_a_new_pod_is_spoofed_from_the_old_pods_veth(topo, 
     assert cap.sources() == {NODE_IP: 3}
     spoofed = {p["veth"]: p["spoofed_dropped"] - spoofed0[p["veth"]] for p in status()["pods"]}
     assert spoofed == {old.host_veth: 3, new.host_veth: 0}, spoofed
+    # CHECK says so: the old pod's address is another veth's now.
+    p = net.cnitool("check", old.ns, check=False)
+    assert p.returncode != 0 and "10.244.1.50 is registered to another veth" in p.stdout + p.stderr, p
+    p = net.cnitool("check", new.ns, check=False)
+    assert p.returncode == 0, p.stdout + p.stderr
 
 
 UPLINK_HOOKS = [("eth0", "egress", "masq_up_egress"), ("eth0", "ingress", "masq_up_ingress")]

@@ -139,6 +139,28 @@ def test_check(t, plugin):
     assert pod.host_veth in r.out["msg"] and "not attached" in r.out["msg"], r.out
 
 
+def test_check_sees_the_data_plane_entries(t, plugin):
+    """CHECK fails, naming what is missing, when the pod's entries in the data plane went
+    behind our back: its veth's `veths` entry, then its address in pods4."""
+    net = masq_network(t, plugin)
+    pod = net.add(t.pod_ns())
+    conf = masq_conf(t, net.name, "1.0.0", pod.result)
+    maps = f"{t.lab.pin_path}/v{LAYOUT}/maps"
+    ifindex = json.loads(t.node.enter(["ip", "-j", "link", "show", "dev", pod.host_veth]).stdout)[0]["ifindex"]
+    assert invoke_pod(t, plugin, "CHECK", conf, pod.ns).rc == 0
+
+    t.node.enter(["bpftool", "map", "delete", "pinned", f"{maps}/veths", "key",
+                  *[str(b) for b in ifindex.to_bytes(4, "little")]])
+    r = invoke_pod(t, plugin, "CHECK", conf, pod.ns)
+    assert r.rc != 0 and r.out and r.out["code"] == 102, r.log
+    assert f"veth ifindex {ifindex} has no veths entry" in r.out["msg"], r.out
+
+    t.node.enter(["bpftool", "map", "delete", "pinned", f"{maps}/pods4", "key", *pod.ip.split(".")])
+    r = invoke_pod(t, plugin, "CHECK", conf, pod.ns)
+    assert r.rc != 0 and r.out and f"address {pod.ip} is not registered" in r.out["msg"], r.log
+    assert net.delete(pod.ns, check=False).returncode == 0  # DEL still cleans up what is left
+
+
 def test_check_unregistered_fails(t, plugin):
     net = masq_network(t, plugin)
     pod = net.add(t.pod_ns())

@@ -282,6 +282,9 @@ fn cmd_check(env: &CniEnv, conf: &NetConf, pins: &Pins) -> Result<()> {
     if (info.flags & abi::ATT_F_NAT_OUTGOING != 0) != conf.masq.nat_outgoing {
         return Err(Error::state("natOutgoing differs from the registration"));
     }
+    if let Some(problem) = pod::data_plane_problem(pins, info)? {
+        return Err(Error::state(problem));
+    }
     let veth = pod::cstr(&info.veth_name);
     match netlink::get_link_by_name(&veth)? {
         Some(l) if l.index == info.veth_ifindex => {}

@@ -155,6 +155,34 @@ pub fn register(pins: &Pins, key: &AttachmentKey, reg: &Registration) -> Result<
     Ok(())
 }
 
+/// What CHECK asks of the data plane for a registered pod: each of its addresses
+/// is still its veth's in pods4/pods6 (not gone, not handed to another pod since),
+/// and the veth has its `veths` entry. The first problem, or None.
+pub fn data_plane_problem(pins: &Pins, info: &AttachmentInfo) -> Result<Option<String>> {
+    let p4: HashMap<MapData, [u8; 4], PodInfo> = maps::open(pins, abi::MAP_PODS4)?;
+    let p6: HashMap<MapData, [u8; 16], PodInfo> = maps::open(pins, abi::MAP_PODS6)?;
+    for a in addrs_of(info) {
+        let entry = match a {
+            IpAddr::V4(v4) => p4.get(&v4.octets(), 0),
+            IpAddr::V6(v6) => p6.get(&v6.octets(), 0),
+        };
+        match entry {
+            Ok(p) if p.ifindex == info.veth_ifindex => {}
+            Ok(p) => return Ok(Some(format!("address {a} is registered to another veth (ifindex {})", p.ifindex))),
+            Err(e) if maps::is_key_not_found(&e) => return Ok(Some(format!("address {a} is not registered"))),
+            Err(e) => return Err(map_err("read pods", e)),
+        }
+    }
+    let veths: PerCpuHashMap<MapData, u32, VethInfo> = maps::open(pins, abi::MAP_VETHS)?;
+    match veths.get(&info.veth_ifindex, 0) {
+        Ok(_) => Ok(None),
+        Err(e) if maps::is_key_not_found(&e) => {
+            Ok(Some(format!("veth ifindex {} has no veths entry", info.veth_ifindex)))
+        }
+        Err(e) => Err(map_err("read veths", e)),
+    }
+}
+
 /// Remove everything `register` made for `key`. Idempotent: an unknown key is
 /// success. Keeps going after a failure and reports every failure together.
 pub fn unregister(pins: &Pins, key: &AttachmentKey) -> Result<bool> {
