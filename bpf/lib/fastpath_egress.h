@@ -129,8 +129,9 @@ static __noinline int fp_route_v6(struct __sk_buff *skb, const struct flow6 *f, 
 
 /*
  * fp_egress_v4 - the packet from the pod behind skb->ifindex (source already
- * checked; @pod its pods4 entry), fastPath on (@cfg). TC_ACT_REDIRECT when sent, MASQ_PASS when
- * left to the stack, a drop only when a rewrite half-failed.
+ * checked; @pod the pod's facts: its veths or pods4 entry), fastPath on (@cfg).
+ * TC_ACT_REDIRECT when sent, MASQ_PASS when left to the stack, a drop only when
+ * a rewrite half-failed.
  */
 static __noinline int fp_egress_v4(struct __sk_buff *skb, const struct masq_config *cfg,
 				const struct pod_info *pod)

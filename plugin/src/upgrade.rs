@@ -102,7 +102,7 @@ fn adopt_registrations(pins: &Pins, old: &Pins) -> Result<()> {
     }
     let mine: HashMap<MapData, AttachmentKey, AttachmentInfo> = maps::open(pins, abi::MAP_ATTACHMENTS)?;
     // The pods' L2 facts: layout 6 and before kept them in pod_l2 (by veth);
-    // since, they are in each pods4/pods6 entry.
+    // since, they are in each pods4/pods6 entry (and, from layout 8, the veths entry).
     let l2 = open_if_shaped::<u32, PodL2>(old, abi::MAP_POD_L2);
     let pods4 = open_if_shaped::<[u8; 4], PodInfo>(old, abi::MAP_PODS4);
     let pods6 = open_if_shaped::<[u8; 16], PodInfo>(old, abi::MAP_PODS6);
