@@ -75,10 +75,12 @@ def world(tmp_path_factory):
         lab.close()
 
 
-def ping(ns, dst, src=None):
+def ping(ns, dst, src=None, ident=None):
     cmd = ["ping", "-n", "-q", "-c", 2, "-i", 0.2, "-W", 1]
     if src:
         cmd += ["-I", src]
+    if ident is not None:
+        cmd += ["-e", ident]
     ns.exec([*cmd, dst], check=False, timeout=30)
 
 
@@ -116,9 +118,10 @@ CASES = [
     ("host-own-traffic", "node", EXT, ["icmp"], "ping", "ext", "host_traffic"),
     ("unregistered-source", "node-from-eth1", EXT, ["icmp"], "ping", "ext", "not_pod"),
     ("not-an-uplink", "pod", TUN, ["icmp"], "ping", "tun", "not_uplink"),
-    # native pings the pod; the pod's echo replies leave by eth1: dropped to a destination
-    # the policy masquerades (no flow to map them to), untouched to an excluded one
-    ("echo-reply", "pod-reply", NATIVE_OTHER, ["icmp", "--icmp-type", "0"], "pinged", "native", "echo_reply"),
+    # native pings the pod; the pod's echo replies leave by eth1: untouched, to a destination
+    # the policy masquerades because the ping is a flow begun outside, to an excluded one
+    # because it is excluded (explained after the ping, with its identifier)
+    ("echo-reply", "pod-reply", NATIVE_OTHER, ["icmp", "--icmp-type", "0"], "pinged", "native", "inbound_flow"),
     ("echo-reply-excluded", "pod-reply", NATIVE, ["icmp", "--icmp-type", "0"], "pinged", "native", "native_routing"),
     ("unsupported-protocol", "pod", EXT, ["47"], "raw47", "ext", "unsupported_protocol"),
 ]
@@ -143,9 +146,13 @@ def test_explain_matches_real_packets(world, case):
     sport = str(40000 + secrets.randbelow(20000))
     if how == "udp":
         extra += ["--sport", sport]
-    x = w.explain(src, dst, proto, *extra)
-    assert x["code"] == code, x
-    assert x["family"] == "ipv4"
+    ident = 1000 + secrets.randbelow(30000)
+    if how == "pinged":  # explained after the ping: its state decides
+        extra += ["--sport", str(ident)]
+    else:
+        x = w.explain(src, dst, proto, *extra)
+        assert x["code"] == code, x
+        assert x["family"] == "ipv4"
 
     rx = {"ext": w.topo.ext, "native": w.topo.native, "tun": w.tun}[where]
     if how == "udp":  # the source port changes when masqueraded; the destination port is the case's own
@@ -165,9 +172,12 @@ def test_explain_matches_real_packets(world, case):
             sender(w, who).exec([PY, "-c", RAW_SEND, dst, 47])
         elif how == "pinged":  # the destination pings the pod: the pod's echo replies leave by eth1
             with w.pod.ns.capture("eth0", f"icmp[icmptype] = icmp-echoreply and dst host {dst}") as at_pod:
-                ping(w.topo.native, w.pod.ip, src=dst)
+                ping(w.topo.native, w.pod.ip, src=dst, ident=ident)
             assert at_pod.sources()[w.pod.ip] >= 1, "the pod did not answer"
     seen = cap.sources()
+    if how == "pinged":
+        x = w.explain(src, dst, proto, *extra)
+        assert x["code"] == code, x
 
     if x["verdict"] == "drop":
         assert seen == {}, (x, seen)

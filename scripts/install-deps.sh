@@ -18,6 +18,8 @@ pkgs=(
   tar gzip xz-utils ca-certificates
   # real container runtimes for integration/test_runtimes.py (podman pulls conmon)
   podman containerd runc
+  # a STUN server and an RFC 5780 behaviour-discovery client (integration/test_stun.py)
+  coturn
 )
 
 missing=()

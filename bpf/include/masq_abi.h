@@ -15,7 +15,7 @@
 #include <linux/in6.h>
 #include <linux/bpf.h>   /* struct bpf_timer */
 
-#define MASQ_LAYOUT_VERSION 8
+#define MASQ_LAYOUT_VERSION 9
 
 /* ---- config (ARRAY, 1 entry): node-wide knobs written by the plugin ---- */
 struct masq_config {
@@ -135,6 +135,10 @@ struct rule_stats {
  * fwd key: the pod's tuple as it leaves   {pod, remote, pod port, remote port}
  * rev key: the reply's tuple as it enters {remote, nat addr, remote port, nat port}
  * ICMP echo uses the identifier as the pod/nat "port" and 0 as the remote port.
+ * A flow begun outside (NAT_F_INBOUND) is a forward half alone, keyed like a pod
+ * flow's ({pod, remote, pod port, remote port}, as the pod's replies leave), whose
+ * value is the pod's own address and port: found by the pod's packets, it tells the
+ * egress program to leave them untranslated; it expires like a pair.
  */
 #define NAT_SHARDS_MAX 64
 #define NAT_SHARD_ENTRIES 1024   /* a shard holds at least this many pairs */
@@ -149,6 +153,9 @@ struct nat4_key {
 #define NAT_F_TCP_CLOSING 0x1      /* FIN or RST seen: short timeout */
 #define NAT_F_BY_RULE     0x2      /* made by a masqueradeRules entry, not a pod registration */
 #define NAT_F_FAST        0x4      /* made by the fast path: replies may be redirected to the pod */
+#define NAT_F_INBOUND     0x8      /* a flow begun outside (its first packet came in on an uplink,
+				    * addressed to a pod or a rule's source): a forward half alone,
+				    * addr/port the pod's own, whose packets leave untranslated */
 struct nat4_entry {
 	__be32 addr;               /* fwd: nat address; rev: pod address */
 	__be16 port;               /* fwd: nat port;    rev: pod port */
@@ -200,6 +207,38 @@ struct nat6_entry {
 	__u64 last_seen_ns;
 	__u64 packets;
 	__u64 bytes;
+};
+
+/* ---- nat4_bind / nat6_bind (LRU_HASH, natMaxEntries entries): endpoint-independent
+ * mapping (RFC 4787 REQ-1, RFC 5382 REQ-1, RFC 5508 REQ-1 for echo ids). The node
+ * address and port a pod endpoint (address, port, protocol) was first mapped to; a
+ * new flow from that endpoint, to any remote, tries that port first, then the pod's
+ * own port (port preservation, when it is inside portRange), then random ones. A
+ * hint, not state: the port is claimed through nat*_rev as for any flow (BPF_NOEXIST),
+ * so a stale or evicted binding costs one probe and never misdelivers a packet.
+ * Written when a flow of an endpoint without a (usable) binding gets its port.
+ */
+struct nat4_bind_key {
+	__be32 addr;               /* the pod endpoint */
+	__be16 port;
+	__u8 proto;
+	__u8 pad;
+};
+struct nat4_bind {
+	__be32 addr;               /* its mapping */
+	__be16 port;
+	__u16 pad;
+};
+struct nat6_bind_key {
+	struct in6_addr addr;
+	__be16 port;
+	__u8 proto;
+	__u8 pad;
+};
+struct nat6_bind {
+	struct in6_addr addr;
+	__be16 port;
+	__u16 pad;
 };
 
 /* ---- nat_gc (ARRAY, 1 entry): the expiry sweep's timer and its progress ----
@@ -337,6 +376,11 @@ enum masq_counter {
 	CNT_FP_FALLBACK,           /* fast path on: pod packets left to the host stack */
 	CNT_PORT_PROBES,           /* ports tried by new flows' port searches (the successful one too) */
 	CNT_NAT_GC_ARM_FAILED,     /* the expiry sweep's timer could not be armed (the next new pair retries) */
+	CNT_INBOUND_CREATED,       /* flows begun outside (towards a pod or a rule's source) tracked */
+	CNT_INBOUND_PKTS,          /* packets of such flows leaving by an uplink, left untranslated */
+	CNT_INBOUND_UNTRACKED,     /* such flows not tracked: the table (shard) was full */
+	CNT_MAP_REUSED,            /* new flows given their endpoint's existing mapping (nat*_bind) */
+	CNT_MAP_PRESERVED,         /* new flows given the pod's own port (port preservation) */
 	CNT_MAX
 };
 

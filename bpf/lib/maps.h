@@ -208,6 +208,23 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } nat6_rev SEC(".maps");
 
+/* Endpoint-independent mapping hints (masq_abi.h); the loader sizes them to natMaxEntries. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct nat4_bind_key);
+	__type(value, struct nat4_bind);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} nat4_bind SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct nat6_bind_key);
+	__type(value, struct nat6_bind);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} nat6_bind SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);

@@ -26,6 +26,11 @@
  * every probe is a map operation on the packet's CPU.
  */
 #define NAT_SWEEP 1024
+/*
+ * Before either, the ports a new flow prefers (nat_tmpl.h map_prefer): its pod
+ * endpoint's existing mapping, then the pod's own port. A power of two.
+ */
+#define NAT_PREFERRED 2
 
 /*
  * A sweep cycle (every shard once) takes NAT_GC_MIN_NS, stretched by
@@ -159,6 +164,23 @@ static __noinline void decide6(__u32 ifindex, const struct uplink_info *up, cons
 	masq_decide_v6(ifindex, up, &f->saddr, &f->daddr, d, true);
 }
 
+/*
+ * The decision for the reply of a packet that came in on @ifindex: would a
+ * packet from its destination to its source leave masqueraded? Asked quietly
+ * (no "skipped" counters): it is about a packet that does not exist yet.
+ */
+static __noinline void decide4_reply(__u32 ifindex, const struct uplink_info *up, const struct flow4 *f,
+				     struct masq_decision4 *d)
+{
+	masq_decide_v4(ifindex, up, f->daddr, f->saddr, d, false);
+}
+
+static __noinline void decide6_reply(__u32 ifindex, const struct uplink_info *up, const struct flow6 *f,
+				     struct masq_decision6 *d)
+{
+	masq_decide_v6(ifindex, up, &f->daddr, &f->saddr, d, false);
+}
+
 /* ---- IPv4 ---- */
 #define NAT_FN(x) x##_v4
 #define FLOW_T struct flow4
@@ -170,6 +192,10 @@ static __noinline void decide6(__u32 ifindex, const struct uplink_info *up, cons
 #define MAP_FWD nat4_fwd
 #define SHARD_FN nat_shard4
 #define MAP_REV nat4_rev
+#define MAP_BIND nat4_bind
+#define BINDKEY_T struct nat4_bind_key
+#define BIND_T struct nat4_bind
+#define ADDR_T __be32
 #define MAP_FRAG frag4
 #define ADDR_EQ(a, b) (*(a) == *(b))
 #define UPLINK_HAS(up) ((up)->flags & UPLINK_F_HAS_V4)
@@ -177,11 +203,13 @@ static __noinline void decide6(__u32 ifindex, const struct uplink_info *up, cons
 #define PARSE parse_flow4
 #define PARSE_INNER parse_inner4
 #define DECIDE decide4
+#define DECIDE_REPLY decide4_reply
 #define REWRITE nat4_rewrite
 #define REWRITE_ADDR nat4_rewrite_addr
 #define ICMP_ERR_REWRITE icmp4_err_rewrite
 #define QUOTES_POD inner4_quotes_pod
 #define ECHO_REPLY ICMP_ECHOREPLY
+#define ECHO_REQUEST ICMP_ECHO
 #define ICMP_PROTO IPPROTO_ICMP
 #define CNT_SNAT_PKTS CNT_SNAT_PKTS_V4
 #define CNT_SNAT_BYTES CNT_SNAT_BYTES_V4
@@ -202,6 +230,10 @@ static __noinline void decide6(__u32 ifindex, const struct uplink_info *up, cons
 #define MAP_FWD nat6_fwd
 #define SHARD_FN nat_shard6
 #define MAP_REV nat6_rev
+#define MAP_BIND nat6_bind
+#define BINDKEY_T struct nat6_bind_key
+#define BIND_T struct nat6_bind
+#define ADDR_T struct in6_addr
 #define MAP_FRAG frag6
 #define ADDR_EQ(a, b) ipv6_addr_equal((a), (b))
 #define UPLINK_HAS(up) ((up)->flags & UPLINK_F_HAS_V6)
@@ -209,11 +241,13 @@ static __noinline void decide6(__u32 ifindex, const struct uplink_info *up, cons
 #define PARSE parse_flow6
 #define PARSE_INNER parse_inner6
 #define DECIDE decide6
+#define DECIDE_REPLY decide6_reply
 #define REWRITE nat6_rewrite
 #define REWRITE_ADDR nat6_rewrite_addr
 #define ICMP_ERR_REWRITE icmp6_err_rewrite
 #define QUOTES_POD inner6_quotes_pod
 #define ECHO_REPLY ICMPV6_ECHO_REPLY
+#define ECHO_REQUEST ICMPV6_ECHO_REQUEST
 #define ICMP_PROTO IPPROTO_ICMPV6
 #define CNT_SNAT_PKTS CNT_SNAT_PKTS_V6
 #define CNT_SNAT_BYTES CNT_SNAT_BYTES_V6

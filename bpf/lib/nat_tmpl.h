@@ -8,11 +8,17 @@
  *   KEY_T ENTRY_T    struct nat4_key / nat6_key, struct nat4_entry / nat6_entry
  *   FRAGKEY_T DEC_T  struct frag4_key / frag6_key, struct masq_decision4 / 6
  *   MAP_FWD MAP_REV MAP_FRAG SHARD_FN (the forward map's shard function)
+ *   MAP_BIND BINDKEY_T BIND_T ADDR_T  the mapping hints (nat4_bind / nat6_bind), the address type
  *   ADDR_EQ(a, b)    address equality (pointers)
  *   UPLINK_HAS(up) UPLINK_ADDR(up)   the uplink's address of this family
- *   PARSE PARSE_INNER DECIDE REWRITE REWRITE_ADDR ICMP_ERR_REWRITE QUOTES_POD
- *   ECHO_REPLY ICMP_PROTO CNT_SNAT_PKTS CNT_SNAT_BYTES CNT_RNAT_PKTS CNT_RNAT_BYTES
+ *   PARSE PARSE_INNER DECIDE DECIDE_REPLY REWRITE REWRITE_ADDR ICMP_ERR_REWRITE QUOTES_POD
+ *   ECHO_REPLY ECHO_REQUEST ICMP_PROTO CNT_SNAT_PKTS CNT_SNAT_BYTES CNT_RNAT_PKTS CNT_RNAT_BYTES
  *   FP_REPLY         the fast path's reply redirect (fastpath.h)
+ *
+ * Mapping is endpoint-independent (RFC 4787 REQ-1, RFC 5382 REQ-1): a new flow
+ * tries its pod endpoint's existing mapping first (MAP_BIND), then the pod's own
+ * port (preservation), then random ones (snat_create). Filtering is address-and-
+ * port-dependent: only the remote a pair was made for reaches it back.
  *
  * Every masqueraded flow is a pair of entries that exist together:
  *   fwd[{pod, remote, pod port, remote port}]    -> {nat addr, nat port}
@@ -28,6 +34,14 @@
  * comes round, a new flow may take over an idle pair's port (probe_port). The maps
  * are plain hash maps: nothing evicts one half alone, and a full table refuses
  * new flows (DROP_NAT_FULL).
+ *
+ * Direction: a flow whose first packet comes in on an uplink, addressed to a
+ * source the egress program would masquerade (a registered pod, a rule's source),
+ * began outside (a routed pod CIDR: a load balancer, a BGP peer, a tunnel
+ * client's peer). It gets a forward half alone, NAT_F_INBOUND, whose value is
+ * the pod's own address and port: the pod's replies find it and leave untouched,
+ * as netfilter leaves the replies of a connection it saw begin outside.
+ * Such a half lives and expires like a pair (the sweep finds no reverse half).
  */
 
 #define NAT_NOT_OURS (-100)
@@ -193,13 +207,16 @@ struct NAT_FN(probe) {
 	__u64 now;
 	__u32 range;
 	__u32 start;        /* first port of the sequential sweep, as an offset in the range */
-	__u32 claimed;
+	__u32 claimed;      /* 0, or 1 + the probe that claimed its port */
 	__u32 full;         /* the reverse map holds natMaxEntries entries */
+	__u32 tried;        /* ports tried (the preferred slots left empty are not) */
+	__be16 want[NAT_PREFERRED]; /* ports tried first: the endpoint's binding, its own port; 0: none */
 };
 
 /*
- * One probe: a random port from the range; claim it if free, or if its pair
- * expired (the stale forward half goes). Returns 1 (stop) once claimed.
+ * One probe: the preferred ports first (want[]), then random ports from the
+ * range, then a sweep; claim the port if free, or if its pair expired (the stale
+ * forward half goes). Returns 1 (stop) once claimed.
  * Run through bpf_loop() so the verifier checks it once, not once per probe.
  */
 static long NAT_FN(probe_port)(__u32 i, void *ctx)
@@ -207,16 +224,25 @@ static long NAT_FN(probe_port)(__u32 i, void *ctx)
 	struct NAT_FN(probe) *p = ctx;
 	const struct masq_config *cfg = p->cfg;
 	ENTRY_T *old;
-
-	/* Random probes first; then a sweep, so a nearly full range still finds its last ports. */
-	__u32 off = i < NAT_PROBES ? bpf_get_prandom_u32() : p->start + (i - NAT_PROBES);
-
 	long err;
 
-	p->rk.dport = bpf_htons(cfg->port_min + off % p->range);
+	if (i < NAT_PREFERRED) {
+		__be16 want = p->want[i & (NAT_PREFERRED - 1)];
+
+		if (!want)
+			return 0;
+		p->rk.dport = want;
+	} else {
+		/* Random probes first; then a sweep, so a nearly full range still finds its last ports. */
+		__u32 j = i - NAT_PREFERRED;
+		__u32 off = j < NAT_PROBES ? bpf_get_prandom_u32() : p->start + (j - NAT_PROBES);
+
+		p->rk.dport = bpf_htons(cfg->port_min + off % p->range);
+	}
+	p->tried++;
 	err = bpf_map_update_elem(&MAP_REV, &p->rk, &p->e, BPF_NOEXIST);
 	if (err == 0) {
-		p->claimed = 1;
+		p->claimed = i + 1;
 		return 1;
 	}
 	if (err == -E2BIG) {
@@ -239,11 +265,40 @@ static long NAT_FN(probe_port)(__u32 i, void *ctx)
 		p->fk = mine;
 		if (bpf_map_update_elem(&MAP_REV, &p->rk, &p->e, BPF_ANY) == 0) {
 			count_add(CNT_NAT_RECLAIMED, 1);
-			p->claimed = 1;
+			p->claimed = i + 1;
 			return 1;
 		}
 	}
 	return 0;
+}
+
+/*
+ * map_prefer - the ports a new flow from @f tries first: the mapping its pod
+ * endpoint already has towards @nat_addr (endpoint-independent mapping), then the
+ * endpoint's own port when it lies in portRange (port preservation, RFC 4787
+ * REQ-3: a port below it is not preserved). True when the endpoint has a binding
+ * to @nat_addr (it is then kept as it is, whatever port this flow gets).
+ */
+static __noinline bool NAT_FN(map_prefer)(const FLOW_T *f, const struct masq_config *cfg,
+					  const ADDR_T *nat_addr, __be16 *want)
+{
+	BINDKEY_T bk = { .addr = f->saddr, .port = f->sport, .proto = f->proto };
+	BIND_T *b = bpf_map_lookup_elem(&MAP_BIND, &bk);
+	__u16 own = bpf_ntohs(f->sport);
+	bool bound = b && ADDR_EQ(&b->addr, nat_addr);
+
+	want[0] = bound ? b->port : 0;
+	want[1] = (own >= cfg->port_min && own <= cfg->port_max && f->sport != want[0]) ? f->sport : 0;
+	return bound;
+}
+
+/* map_bind - record @f's endpoint's mapping (nat_addr, port) for its next flows. */
+static __noinline void NAT_FN(map_bind)(const FLOW_T *f, const ADDR_T *nat_addr, __be16 port)
+{
+	BINDKEY_T bk = { .addr = f->saddr, .port = f->sport, .proto = f->proto };
+	BIND_T b = { .addr = *nat_addr, .port = port };
+
+	bpf_map_update_elem(&MAP_BIND, &bk, &b, BPF_ANY);
 }
 
 /*
@@ -257,7 +312,8 @@ static __noinline ENTRY_T *NAT_FN(snat_create)(const FLOW_T *f, const struct mas
 					       const DEC_T *d, __u64 now, __u32 *reason)
 {
 	void *shard;
-	long err, probes;
+	long err;
+	bool bound;
 	struct NAT_FN(probe) p = {
 		.fk = { .saddr = f->saddr, .daddr = f->daddr,
 			.sport = f->sport, .dport = f->dport, .proto = f->proto },
@@ -275,10 +331,11 @@ static __noinline ENTRY_T *NAT_FN(snat_create)(const FLOW_T *f, const struct mas
 	*reason = DROP_NO_PORT;
 	if (cfg->port_min == 0 || cfg->port_max < cfg->port_min)
 		return NULL;
+	bound = NAT_FN(map_prefer)(f, cfg, &d->nat_addr, p.want);
 	p.start = bpf_get_prandom_u32();
-	probes = bpf_loop(NAT_PROBES + (p.range < NAT_SWEEP ? p.range : NAT_SWEEP), NAT_FN(probe_port), &p, 0);
-	if (probes > 0)
-		count_add(CNT_PORT_PROBES, probes); /* per new flow: ~1/(1 - share of the range in use) */
+	bpf_loop(NAT_PREFERRED + NAT_PROBES + (p.range < NAT_SWEEP ? p.range : NAT_SWEEP), NAT_FN(probe_port), &p, 0);
+	if (p.tried)
+		count_add(CNT_PORT_PROBES, p.tried); /* per new flow: ~1/(1 - share of the range in use) */
 	if (p.full) {
 		*reason = DROP_NAT_FULL;
 		return NULL;
@@ -299,6 +356,12 @@ static __noinline ENTRY_T *NAT_FN(snat_create)(const FLOW_T *f, const struct mas
 		*reason = err == -E2BIG ? DROP_NAT_FULL : DROP_NAT_INSERT;
 		return shard ? bpf_map_lookup_elem(shard, &p.fk) : NULL;
 	}
+	if (p.claimed == 1)
+		count_add(CNT_MAP_REUSED, 1);
+	else if (p.claimed == 2)
+		count_add(CNT_MAP_PRESERVED, 1);
+	if (!bound)
+		NAT_FN(map_bind)(f, &d->nat_addr, p.rk.dport);
 	count_add(CNT_NAT_CREATED, 1);
 	nat_gc_ensure(NAT_IS_V6);
 	return bpf_map_lookup_elem(shard, &p.fk);
@@ -344,6 +407,10 @@ static __noinline int NAT_FN(snat_fragment)(struct __sk_buff *skb, const struct 
 		};
 		ENTRY_T *fwd = NAT_FN(fwd_get)(&fk);
 
+		if (fwd && (fwd->flags & NAT_F_INBOUND)) {
+			count_add(CNT_INBOUND_PKTS, 1);
+			return MASQ_PASS;
+		}
 		if (fwd) {
 			if (REWRITE_ADDR(skb, f, true, &fwd->addr))
 				return drop_with(DROP_CSUM);
@@ -408,6 +475,8 @@ static __noinline int NAT_FN(icmp_err_egress)(struct __sk_buff *skb, const FLOW_
 	fwd = NAT_FN(fwd_get)(&fk);
 	if (!fwd)
 		return NAT_NOT_OURS;
+	if (fwd->flags & NAT_F_INBOUND)
+		return MASQ_PASS; /* about a flow begun outside: nothing was translated */
 	if (ICMP_ERR_REWRITE(skb, f, &in, true, ADDR_EQ(&in.daddr, &f->saddr), &fwd->addr, fwd->port))
 		return drop_with(DROP_CSUM);
 	count_add(CNT_ICMP_ERR_OUT, 1);
@@ -472,6 +541,15 @@ static __noinline int NAT_FN(snat_egress)(struct __sk_buff *skb, const struct up
 		};
 		fwd = NAT_FN(fwd_get_hot)(&fk);
 		if (fwd) {
+			if (fwd->flags & NAT_F_INBOUND) {
+				/* A reply of a flow begun outside: it leaves as it is
+				 * (its later fragments too: snat_fragment). */
+				NAT_FN(nat_touch)(fwd, &f, now);
+				if (f.frag == FRAG_FIRST)
+					NAT_FN(frag_remember)(&f);
+				count_add(CNT_INBOUND_PKTS, 1);
+				return MASQ_PASS;
+			}
 			if (!NAT_FN(snat_refresh)(&f, fwd, now)) {
 				/* Our pair is going, or its reply slot was taken over: start afresh. */
 				NAT_FN(fwd_del)(&fk);
@@ -532,6 +610,62 @@ rewrite:
 	return MASQ_PASS;
 }
 
+/*
+ * inbound_track - a packet that came in on an uplink and answers no pair of
+ * ours, addressed to someone else than the node: if its reply would be
+ * masqueraded (its destination is a registered pod with natOutgoing, or a rule's
+ * source, towards its source), it belongs to a flow begun outside. Its state (a
+ * NAT_F_INBOUND forward half) is made on the first packet and refreshed by every
+ * later one. Only packets that may open a flow make one: TCP (any segment, as
+ * netfilter's loose tracking picks up a connection in the middle), UDP, echo
+ * requests. The packet itself always goes on untouched.
+ */
+static __noinline void NAT_FN(inbound_track)(struct __sk_buff *skb, const struct uplink_info *up,
+					     const FLOW_T *f, __u64 now)
+{
+	KEY_T fk = {
+		.saddr = f->daddr, .daddr = f->saddr,
+		.sport = f->dport, .dport = f->sport, .proto = f->proto,
+	};
+	ENTRY_T *e = NAT_FN(fwd_get)(&fk);
+	DEC_T d = {};
+	void *shard;
+	long err;
+
+	if (e) {
+		if (e->flags & NAT_F_INBOUND)
+			NAT_FN(nat_touch)(e, f, now);
+		return;
+	}
+	if (f->proto == ICMP_PROTO && f->icmp_type != ECHO_REQUEST)
+		return;
+	DECIDE_REPLY(skb->ifindex, up, f, &d);
+	if (d.verdict == VERDICT_NONE)
+		return;
+	ENTRY_T n = {
+		.addr = f->daddr, .port = f->dport,
+		.flags = NAT_F_INBOUND | (d.verdict == VERDICT_RULE ? NAT_F_BY_RULE : 0),
+		.ifindex = skb->ifindex, .rule_id = d.rule_id,
+		.created_ns = bpf_ktime_get_ns(), .last_seen_ns = now,
+	};
+	shard = NAT_FWD_SHARD(&MAP_FWD, &fk, SHARD_FN);
+	if (!shard)
+		return;
+	err = bpf_map_update_elem(shard, &fk, &n, BPF_NOEXIST);
+	if (err) {
+		/* EEXIST: another CPU made it (or the pod's own flow) meanwhile; E2BIG: full,
+		 * and the reply, needing a pair of its own, is refused (DROP_NAT_FULL). */
+		if (err == -E2BIG)
+			count_add(CNT_INBOUND_UNTRACKED, 1);
+		return;
+	}
+	count_add(CNT_INBOUND_CREATED, 1);
+	nat_gc_ensure(NAT_IS_V6);
+	e = bpf_map_lookup_elem(shard, &fk);
+	if (e)
+		NAT_FN(nat_touch)(e, f, now);
+}
+
 static __noinline int NAT_FN(rnat_ingress)(struct __sk_buff *skb, const struct uplink_info *up)
 {
 	ENTRY_T *rev;
@@ -551,12 +685,16 @@ static __noinline int NAT_FN(rnat_ingress)(struct __sk_buff *skb, const struct u
 		.saddr = f.saddr, .daddr = f.daddr,
 		.sport = f.sport, .dport = f.dport, .proto = f.proto,
 	};
-	/* No entry: the host's own traffic, or unsolicited. Never ours to touch. */
+	/* No entry: the host's own traffic, unsolicited, or a flow begun outside
+	 * (towards a pod: tracked, never translated). */
 	rev = bpf_map_lookup_elem(&MAP_REV, &rk);
-	if (!rev)
-		return MASQ_PASS;
-
 	now = bpf_ktime_get_coarse_ns(); /* last_seen needs seconds, not ns: the cheap clock */
+	if (!rev) {
+		if (!(UPLINK_HAS(up) && ADDR_EQ(&f.daddr, UPLINK_ADDR(up))))
+			NAT_FN(inbound_track)(skb, up, &f, now);
+		return MASQ_PASS;
+	}
+
 	if (NAT_FN(nat_touch)(rev, &f, now))
 		NAT_FN(rnat_sync_fwd)(&f, rev, now);
 	if (f.frag == FRAG_FIRST)
@@ -584,6 +722,10 @@ static __noinline int NAT_FN(rnat_ingress)(struct __sk_buff *skb, const struct u
 #undef MAP_FWD
 #undef SHARD_FN
 #undef MAP_REV
+#undef MAP_BIND
+#undef BINDKEY_T
+#undef BIND_T
+#undef ADDR_T
 #undef MAP_FRAG
 #undef ADDR_EQ
 #undef UPLINK_HAS
@@ -591,11 +733,13 @@ static __noinline int NAT_FN(rnat_ingress)(struct __sk_buff *skb, const struct u
 #undef PARSE
 #undef PARSE_INNER
 #undef DECIDE
+#undef DECIDE_REPLY
 #undef REWRITE
 #undef REWRITE_ADDR
 #undef ICMP_ERR_REWRITE
 #undef QUOTES_POD
 #undef ECHO_REPLY
+#undef ECHO_REQUEST
 #undef ICMP_PROTO
 #undef CNT_SNAT_PKTS
 #undef CNT_SNAT_BYTES

@@ -211,8 +211,9 @@ fn old_forward<F: Family>(old: &Pins) -> Result<Vec<(F::Key, F::Value)>> {
     }
 }
 
-/// Copy every complete pair (forward half with its reverse half) of an older
-/// layout that the new maps do not have yet; returns how many were copied.
+/// Copy every complete pair (forward half with its reverse half), and every flow
+/// begun outside (a forward half alone, NAT_F_INBOUND), of an older layout that
+/// the new maps do not have yet; returns how many were copied.
 fn copy_pairs<F: Family>(pins: &Pins, old: &Pins) -> Result<usize> {
     let (k, v) = (std::mem::size_of::<F::Key>(), std::mem::size_of::<F::Value>());
     if !old.map(F::REV).exists() || !same_shape(old, F::REV, k, v) {
@@ -224,13 +225,17 @@ fn copy_pairs<F: Family>(pins: &Pins, old: &Pins) -> Result<usize> {
     let mut n = 0;
     for (fk, fv) in old_forward::<F>(old)? {
         let (t, e) = (F::tuple(&fk), F::entry(&fv));
+        const NOEXIST: u64 = 1;
+        if e.flags & abi::NAT_F_INBOUND != 0 {
+            n += usize::from(fwd.insert(&fk, &fv, NOEXIST).is_ok());
+            continue;
+        }
         let rk = F::key(&nat::reverse_of(&t, &e));
         let Ok(rv) = old_rev.get(&rk, 0) else { continue };
         if F::entry(&rv).created_ns != e.created_ns {
             continue; // not one pair (being removed)
         }
         // The reverse half claims the port; a flow the new programs made meanwhile keeps it.
-        const NOEXIST: u64 = 1;
         if rev.insert(rk, rv, NOEXIST).is_err() {
             continue;
         }

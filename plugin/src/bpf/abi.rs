@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-pub const LAYOUT_VERSION: u32 = 8;
+pub const LAYOUT_VERSION: u32 = 9;
 
 // Map names (pinned by name under <pinPath>/v<LAYOUT_VERSION>/maps/).
 pub const MAP_CONFIG: &str = "masq_config";
@@ -36,13 +36,15 @@ pub const MAP_FRAG6: &str = "frag6";
 pub const MAP_POD_L2: &str = "pod_l2";
 pub const MAP_SVC4: &str = "svc4";
 pub const MAP_SVC6: &str = "svc6";
+pub const MAP_NAT4_BIND: &str = "nat4_bind";
+pub const MAP_NAT6_BIND: &str = "nat6_bind";
 
 /// Every map the objects define: a node is only loaded when all of them are pinned.
-pub const ALL_MAPS: [&str; 26] = [
+pub const ALL_MAPS: [&str; 28] = [
     MAP_CONFIG, MAP_PODS4, MAP_PODS6, MAP_UPLINKS, MAP_UPLINKS_DIRECT, MAP_EXCL4, MAP_EXCL6, MAP_RULES4,
     MAP_RULE_EXCEPT4, MAP_RULE_STATS, MAP_NAT4_FWD, MAP_NAT4_REV, MAP_VETHS, MAP_COUNTERS, MAP_DROPS,
     MAP_ATTACHMENTS, MAP_RULES6, MAP_RULE_EXCEPT6, MAP_NAT6_FWD, MAP_NAT6_REV, MAP_FRAG4, MAP_FRAG6, MAP_SVC4,
-    MAP_SVC6, MAP_NAT_GC, MAP_RESERVED_PORTS,
+    MAP_SVC6, MAP_NAT_GC, MAP_RESERVED_PORTS, MAP_NAT4_BIND, MAP_NAT6_BIND,
 ];
 
 pub const MAX_RULES: u32 = 256;
@@ -191,6 +193,38 @@ pub struct Nat6Entry {
     pub bytes: u64,
 }
 
+/// nat4_bind / nat6_bind: a pod endpoint's mapping (endpoint-independent mapping hints).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Nat4BindKey {
+    pub addr: [u8; 4],
+    pub port: [u8; 2],
+    pub proto: u8,
+    pub pad: u8,
+}
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Nat4Bind {
+    pub addr: [u8; 4],
+    pub port: [u8; 2],
+    pub pad: u16,
+}
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Nat6BindKey {
+    pub addr: [u8; 16],
+    pub port: [u8; 2],
+    pub proto: u8,
+    pub pad: u8,
+}
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Nat6Bind {
+    pub addr: [u8; 16],
+    pub port: [u8; 2],
+    pub pad: u16,
+}
+
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Nat4Key {
@@ -205,6 +239,7 @@ pub struct Nat4Key {
 pub const NAT_F_TCP_CLOSING: u8 = 0x1;
 pub const NAT_F_BY_RULE: u8 = 0x2;
 pub const NAT_F_FAST: u8 = 0x4;
+pub const NAT_F_INBOUND: u8 = 0x8;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Nat4Entry {
@@ -450,7 +485,12 @@ pub mod counter {
     pub const FP_FALLBACK: u32 = 19;
     pub const PORT_PROBES: u32 = 20;
     pub const NAT_GC_ARM_FAILED: u32 = 21;
-    pub const MAX: u32 = 22;
+    pub const INBOUND_CREATED: u32 = 22;
+    pub const INBOUND_PKTS: u32 = 23;
+    pub const INBOUND_UNTRACKED: u32 = 24;
+    pub const MAP_REUSED: u32 = 25;
+    pub const MAP_PRESERVED: u32 = 26;
+    pub const MAX: u32 = 27;
     pub const NAMES: [&str; MAX as usize] = [
         "snat_packets_v4",
         "snat_bytes_v4",
@@ -474,6 +514,11 @@ pub mod counter {
         "fastpath_fallback",
         "port_probes",
         "nat_expiry_arm_failures",
+        "inbound_flows_tracked",
+        "inbound_packets_untranslated",
+        "inbound_flows_untracked",
+        "mappings_reused",
+        "ports_preserved",
     ];
 }
 
@@ -523,6 +568,10 @@ pod! {
     FragPorts = 8,
     Nat4Key = 16,
     Nat4Entry = 48,
+    Nat4BindKey = 8,
+    Nat4Bind = 8,
+    Nat6BindKey = 20,
+    Nat6Bind = 20,
     PodStats = 24,
     VethInfo = 80,
     NatGc = 112,
@@ -568,10 +617,13 @@ mod tests {
         assert_eq!(define("UPLINKS_DIRECT"), UPLINKS_DIRECT);
         assert_eq!(define("VETH_F_ADDR4"), VETH_F_ADDR4);
         assert_eq!(define("VETH_F_ADDR6"), VETH_F_ADDR6);
+        assert_eq!(define("NAT_F_INBOUND"), NAT_F_INBOUND as u32);
         let counters = enum_members("masq_counter", "CNT_MAX");
         assert_eq!(counters.len(), counter::MAX as usize, "{counters:?}");
         assert_eq!(counters[counter::PORT_PROBES as usize], "CNT_PORT_PROBES");
         assert_eq!(counters[counter::NAT_GC_ARM_FAILED as usize], "CNT_NAT_GC_ARM_FAILED");
+        assert_eq!(counters[counter::INBOUND_UNTRACKED as usize], "CNT_INBOUND_UNTRACKED");
+        assert_eq!(counters[counter::MAP_PRESERVED as usize], "CNT_MAP_PRESERVED");
         assert_eq!(counters[counter::FP_FALLBACK as usize], "CNT_FP_FALLBACK");
         let drops = enum_members("masq_drop_reason", "DROP_MAX");
         assert_eq!(drops.len(), drop_reason::MAX as usize, "{drops:?}");

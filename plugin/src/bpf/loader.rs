@@ -158,7 +158,9 @@ pub fn ensure_loaded_with(pins: &Pins, nat_max_entries: u32, loader: EbpfLoader<
         .override_global("nat_shard_mask", &mask, true)
         .default_map_pin_directory(pins.maps_dir())
         .map_max_entries(abi::MAP_NAT4_REV, nat_max_entries)
-        .map_max_entries(abi::MAP_NAT6_REV, nat_max_entries);
+        .map_max_entries(abi::MAP_NAT6_REV, nat_max_entries)
+        .map_max_entries(abi::MAP_NAT4_BIND, nat_max_entries)
+        .map_max_entries(abi::MAP_NAT6_BIND, nat_max_entries);
     // Objects one after the other: the first creates and pins the maps the second reuses.
     let mut loaded = Vec::new();
     for (obj, progs) in objects {

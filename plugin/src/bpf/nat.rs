@@ -12,7 +12,7 @@ use std::os::fd::{AsFd, AsRawFd};
 use aya::maps::{Array, ArrayOfMaps, HashMap, MapData, MapError};
 
 use super::{
-    abi::{self, Nat4Entry, Nat4Key, Nat6Entry, Nat6Key},
+    abi::{self, Nat4Bind, Nat4BindKey, Nat4Entry, Nat4Key, Nat6Bind, Nat6BindKey, Nat6Entry, Nat6Key},
     loader::Pins,
     maps,
 };
@@ -45,8 +45,14 @@ pub struct Entry {
 pub trait Family {
     type Key: aya::Pod;
     type Value: aya::Pod;
+    type BindKey: aya::Pod;
+    type Bind: aya::Pod;
     const FWD: &'static str;
     const REV: &'static str;
+    /// The endpoint-independent mapping hints (nat4_bind / nat6_bind).
+    const BIND: &'static str;
+    /// The pod address a mapping hint belongs to.
+    fn bind_addr(k: &Self::BindKey) -> IpAddr;
     fn tuple(k: &Self::Key) -> Tuple;
     fn key(t: &Tuple) -> Self::Key;
     fn entry(v: &Self::Value) -> Entry;
@@ -73,8 +79,14 @@ fn v6(a: &IpAddr) -> [u8; 16] {
 impl Family for V4 {
     type Key = Nat4Key;
     type Value = Nat4Entry;
+    type BindKey = Nat4BindKey;
+    type Bind = Nat4Bind;
     const FWD: &'static str = abi::MAP_NAT4_FWD;
     const REV: &'static str = abi::MAP_NAT4_REV;
+    const BIND: &'static str = abi::MAP_NAT4_BIND;
+    fn bind_addr(k: &Nat4BindKey) -> IpAddr {
+        Ipv4Addr::from(k.addr).into()
+    }
     fn tuple(k: &Nat4Key) -> Tuple {
         Tuple {
             saddr: Ipv4Addr::from(k.saddr).into(),
@@ -114,8 +126,14 @@ impl Family for V4 {
 impl Family for V6 {
     type Key = Nat6Key;
     type Value = Nat6Entry;
+    type BindKey = Nat6BindKey;
+    type Bind = Nat6Bind;
     const FWD: &'static str = abi::MAP_NAT6_FWD;
     const REV: &'static str = abi::MAP_NAT6_REV;
+    const BIND: &'static str = abi::MAP_NAT6_BIND;
+    fn bind_addr(k: &Nat6BindKey) -> IpAddr {
+        Ipv6Addr::from(k.addr).into()
+    }
     fn tuple(k: &Nat6Key) -> Tuple {
         Tuple {
             saddr: Ipv6Addr::from(k.saddr).into(),
@@ -472,6 +490,13 @@ pub fn flush<F: Family>(pins: &Pins, addrs: &[IpAddr]) -> Result<usize> {
     for t in orphans {
         ignore_not_found(rev.remove(&F::key(&t))).map_err(map_err(F::REV))?;
         n += 1;
+    }
+    // The pod's mapping hints: a later pod given the address starts with none.
+    let mut bind: HashMap<MapData, F::BindKey, F::Bind> = maps::open(pins, F::BIND)?;
+    let hints: Vec<F::BindKey> =
+        bind.keys().filter_map(|k| k.ok()).filter(|k| mine.contains(&F::bind_addr(k))).collect();
+    for k in hints {
+        ignore_not_found(bind.remove(&k)).map_err(map_err(F::BIND))?;
     }
     Ok(n)
 }

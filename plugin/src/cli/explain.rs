@@ -275,6 +275,7 @@ pub enum Why {
     NoConfig,
     EchoReply,
     ExistingFlow,
+    InboundFlow,
     FragmentOfFlow,
     Rule,
     RuleNoAddress,
@@ -590,8 +591,12 @@ pub fn explain<L: Lookups>(l: &L, pkt: &Packet, out: &OutIf) -> Result<Explanati
 
     match l4 {
         L4::Ok => {
-            if let Some((reason, addr, port)) = existing_flow(&mut c, sport, dport, proto)? {
-                return Ok(c.finish(Verdict::Masquerade, Why::ExistingFlow, reason, Some((addr, Some(port)))));
+            match existing_flow(&mut c, sport, dport, proto)? {
+                Some(Existing::Masqueraded(reason, addr, port)) => {
+                    return Ok(c.finish(Verdict::Masquerade, Why::ExistingFlow, reason, Some((addr, Some(port)))));
+                }
+                Some(Existing::Inbound(reason)) => return Ok(c.untouched(Why::InboundFlow, reason)),
+                None => {}
             }
         }
         L4::Fragment => return fragment(c, proto),
@@ -610,12 +615,13 @@ pub fn explain<L: Lookups>(l: &L, pkt: &Packet, out: &OutIf) -> Result<Explanati
     // From here on the packet must leave masqueraded or not at all. An echo reply
     // answers a ping that reached the source directly: no flow of ours to map it to.
     if l4 == L4::Ok && pkt.proto == Proto::Icmp && pkt.icmp_type() == pkt.echo_reply_type() {
-        c.step("an ICMP echo reply has no flow to be translated with");
+        c.step("an ICMP echo reply with no tracked ping from outside has no flow to be translated with");
         return Ok(c.drop(
             Why::EchoReply,
             format!(
-                "dropped (drops.unsupported_protocol): an ICMP echo reply (to a ping that reached the source directly) \
-                 may not leave with its own address, and has no flow to be masqueraded with; the policy says {reason}"
+                "dropped (drops.unsupported_protocol): an ICMP echo reply that answers no ping tracked as begun \
+                 outside (give its identifier as --sport to look it up) may not leave with its own address, and has \
+                 no flow to be masqueraded with; the policy says {reason}"
             ),
         ));
     }
@@ -641,13 +647,21 @@ pub fn explain<L: Lookups>(l: &L, pkt: &Packet, out: &OutIf) -> Result<Explanati
     Ok(c.finish(Verdict::Masquerade, code, reason, Some((nat, None))))
 }
 
-/// An existing flow for the exact tuple: Some((reason, nat address, nat port)) when it is reused.
+/// What the NAT table holds for the packet's exact tuple.
+enum Existing {
+    /// A masqueraded flow, reused: (reason, nat address, nat port).
+    Masqueraded(String, IpAddr, u16),
+    /// A flow begun outside: the packet leaves untranslated.
+    Inbound(String),
+}
+
+/// An existing flow for the exact tuple, when the data plane would use it.
 fn existing_flow<L: Lookups>(
     c: &mut Ctx<'_, L>,
     sport: Option<u16>,
     dport: Option<u16>,
     proto: u8,
-) -> Result<Option<(String, IpAddr, u16)>> {
+) -> Result<Option<Existing>> {
     let (Some(sport), Some(dport)) = (sport, dport) else {
         c.step("existing NAT flows not checked (give --sport and --dport, or the echo id as --sport)");
         c.notes.push("an existing flow for the exact tuple would be reused as it is, whatever the policy says now".into());
@@ -660,6 +674,15 @@ fn existing_flow<L: Lookups>(
         return Ok(None);
     };
     let now = l.now_ns();
+    if fwd.flags & abi::NAT_F_INBOUND != 0 {
+        let idle = now.saturating_sub(fwd.last_seen_ns) as f64 / 1e9;
+        c.step(format!("the NAT table holds this tuple as a flow begun outside (idle {idle:.1} s)"));
+        return Ok(Some(Existing::Inbound(format!(
+            "inbound, not masqueraded: a flow {} opened towards {} (its first packet came in on an uplink); \
+             its packets leave with their own source",
+            c.pkt.dst, c.pkt.src
+        ))));
+    }
     // nat_touch refreshes at most once a second; only then does snat_sync_rev
     // check that the reply slot is still this flow's.
     let refreshes = now > fwd.last_seen_ns.saturating_add(NSEC_PER_SEC);
@@ -686,7 +709,7 @@ fn existing_flow<L: Lookups>(
     }
     let how = by_rule.map(|id| format!(", made by rule {id}")).unwrap_or_default();
     c.step(format!("the NAT table holds this tuple: {to}{how}"));
-    Ok(Some((format!("masqueraded: existing flow to {to}{how}"), fwd.addr, fwd.port)))
+    Ok(Some(Existing::Masqueraded(format!("masqueraded: existing flow to {to}{how}"), fwd.addr, fwd.port)))
 }
 
 /// snat_fragment: a later fragment follows its first fragment's flow, or is
@@ -1435,6 +1458,19 @@ mod tests {
         f.fwd.push((tuple(77, 0, IPPROTO_ICMP), entry("10.0.0.5", 900, 100)));
         let x = run(&f, &Packet { sport: Some(77), ..pkt(POD, EXT, Proto::Icmp) }, ETH0);
         check(&x, Verdict::Masquerade, Why::ExistingFlow, "existing flow to 10.0.0.5:900");
+    }
+
+    #[test]
+    fn flow_begun_outside_leaves_untranslated() {
+        let mut f = node();
+        let pod_own = Entry { flags: abi::NAT_F_INBOUND, ..entry(POD, 8080, 99) };
+        f.fwd.push((tuple(8080, 5001, IPPROTO_TCP), pod_own));
+        let x = run(&f, &Packet { sport: Some(8080), dport: Some(5001), ..pkt(POD, EXT, Proto::Tcp) }, ETH0);
+        check(&x, Verdict::Untouched, Why::InboundFlow, "inbound, not masqueraded");
+        assert_eq!(x.source_seen.as_deref(), Some(POD), "{x:#?}");
+        // The pod's own flow from another port is still masqueraded.
+        let x = run(&f, &Packet { sport: Some(40000), dport: Some(5001), ..pkt(POD, EXT, Proto::Tcp) }, ETH0);
+        check(&x, Verdict::Masquerade, Why::Pod, "pod registration");
     }
 
     #[test]

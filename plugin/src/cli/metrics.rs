@@ -192,6 +192,32 @@ pub fn render(s: &Snapshot) -> String {
             "nat_expiry_arm_failures",
             "Times the NAT expiry sweep's timer could not be armed (the next new pair retries).",
         ),
+        (
+            "ebpf_masq_inbound_flows_tracked_total",
+            "inbound_flows_tracked",
+            "Flows begun outside (their first packet came in on an uplink, to a pod or a rule's source) tracked: \
+             their packets leave untranslated.",
+        ),
+        (
+            "ebpf_masq_inbound_packets_untranslated_total",
+            "inbound_packets_untranslated",
+            "Packets of flows begun outside that left by an uplink untranslated.",
+        ),
+        (
+            "ebpf_masq_inbound_flows_untracked_total",
+            "inbound_flows_untracked",
+            "Flows begun outside that could not be tracked: the NAT table (the flow's shard) was full.",
+        ),
+        (
+            "ebpf_masq_mappings_reused_total",
+            "mappings_reused",
+            "New flows given the node address and port their pod endpoint already had (endpoint-independent mapping).",
+        ),
+        (
+            "ebpf_masq_ports_preserved_total",
+            "ports_preserved",
+            "New flows given the pod's own source port (port preservation).",
+        ),
     ] {
         family(&mut out, name, "counter", help).sample(&[], s.counter(counter));
     }

@@ -26,6 +26,10 @@ pub struct Flow {
     pub reply_bytes: u64,
     pub closing: bool,
     pub by_rule: Option<u32>,
+    /// A flow begun outside (its first packet came in on an uplink, to the pod):
+    /// its packets leave untranslated, and it has no reverse half.
+    pub inbound: bool,
+    /// Both halves present (a flow begun outside has only the one).
     pub complete: bool,
 }
 
@@ -41,6 +45,7 @@ pub fn proto_name(p: u8) -> String {
 
 fn flows_of<F: nat::Family>(pins: &Pins, now: u64, out: &mut Vec<Flow>) -> Result<()> {
     for (t, e, r) in nat::pairs::<F>(pins)? {
+        let inbound = e.flags & abi::NAT_F_INBOUND != 0;
         out.push(Flow {
             proto: proto_name(t.proto),
             family: if t.saddr.is_ipv4() { "ipv4" } else { "ipv6" },
@@ -58,7 +63,8 @@ fn flows_of<F: nat::Family>(pins: &Pins, now: u64, out: &mut Vec<Flow>) -> Resul
             reply_bytes: r.map(|r| r.bytes).unwrap_or(0),
             closing: e.flags & abi::NAT_F_TCP_CLOSING != 0,
             by_rule: (e.flags & abi::NAT_F_BY_RULE != 0).then_some(e.rule_id),
-            complete: r.is_some(),
+            inbound,
+            complete: r.is_some() || inbound,
         });
     }
     Ok(())
@@ -87,11 +93,12 @@ pub fn list(pins: &Pins, json: bool) -> Result<()> {
         "PROTO", "POD", "NODE (NAT)", "REMOTE", "AGE", "PKTS", "REPLIES"
     );
     for f in &flows {
+        let node = if f.inbound { "(inbound, not masqueraded)".to_string() } else { endpoint(&f.nat_addr, f.nat_port) };
         println!(
             "{:<6} {:<30} {:<30} {:<30} {:>7.1}s {:>9} {:>9}{}",
             f.proto,
             endpoint(&f.pod_addr, f.pod_port),
-            endpoint(&f.nat_addr, f.nat_port),
+            node,
             endpoint(&f.remote_addr, f.remote_port),
             f.age_s,
             f.packets,
