@@ -9,6 +9,7 @@ Filtering (RFC 4787 REQ-8's default here); a free source port inside portRange
 is preserved (REQ-3). ICE/WebRTC, Tailscale direct connections, VoIP and games in
 pods depend on the first.
 """
+import json
 import re
 import shutil
 
@@ -23,11 +24,15 @@ MODES = {"iptables": None, "ebpf-masq": {}, "ebpf-masq-fastpath": {"fastPath": T
 @pytest.fixture(params=list(MODES))
 def stun(request, lab, topo, plugin):
     """(mode, topo, pod): a STUN server with two addresses in ext, a pod behind the NAT."""
+    return request.param, topo, stun_lab(lab, topo, plugin, MODES[request.param])
+
+
+def stun_lab(lab, topo, plugin, keys):
+    """The pod behind the NAT (keys None: iptables), the STUN server in ext."""
     for tool in ("turnserver", "turnutils_natdiscovery"):
         if not shutil.which(tool):
             pytest.fail(f"{tool} not found: install coturn (scripts/install-deps.sh)", pytrace=False)
     topo.ext.ip("addr", "add", f"{EXT2}/24", "dev", "eth0")
-    keys = MODES[request.param]
     if keys is None:
         net = topo.network([topo.bridge_plugin(ip_masq=True)])
     else:
@@ -38,7 +43,7 @@ def stun(request, lab, topo, plugin):
                     "--listening-port", 3478, "--no-tls", "--no-dtls", "--no-cli", "--simple-log",
                     "--log-file", log, "--userdb", lab.tmp / "turndb", "--pidfile", lab.tmp / "turnserver.pid"])
     wait_for(lambda: "3479" in topo.ext.exec(["ss", "-Hlun"]).stdout, timeout=15, what="turnserver on 3478/3479")
-    return request.param, topo, pod
+    return pod
 
 
 def discover(pod, *args):
@@ -95,3 +100,17 @@ def test_tcp_mapping_is_reused_towards_two_remotes(stun):
     seen = {(r["addr"], r["port"]) for r in srv.records("done")}
     assert {a for a, _ in seen} == {NODE_IP}, (mode, seen)
     assert len({p for _, p in seen}) == 1, f"{mode}: one pod endpoint, two node ports: {seen}"
+
+
+@pytest.mark.parametrize("filtering, expect", [("endpoint-independent", "Endpoint Independent"),
+                                               ("address-dependent", "Address Dependent")])
+@pytest.mark.parametrize("fast", [False, True], ids=["default", "fastpath"])
+def test_nat_filtering_is_what_the_config_says(lab, topo, plugin, filtering, expect, fast):
+    """`natFiltering` (RFC 4787 REQ-8): the discovery client sees the configured
+    filtering, and the mapping stays endpoint-independent."""
+    pod = stun_lab(lab, topo, plugin, {"natFiltering": filtering, "fastPath": fast})
+    found, out = discover(pod, "-m", "-f")
+    assert found.get("Mapping") == "Endpoint Independent", out
+    assert found.get("Filtering") == expect, out
+    s = json.loads(topo.node.enter([plugin, "status", "--json", "--pin-path", lab.pin_path]).stdout)
+    assert s["counters"]["filter_admitted"] > 0, s["counters"]

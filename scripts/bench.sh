@@ -55,6 +55,14 @@
 #         against an accept()+close() server in ext; connects/s. The client
 #         closes with RST: with orderly closes the pod's ports pile up in
 #         TIME_WAIT and port reuse, not the path, capped every mode at ~14k/s.
+#   churn benchtool tcp-churn: 2 client processes in the pod (tcp_tw_reuse=1,
+#         the default ephemeral range) each open short connections to one ext
+#         endpoint as fast as they can: connect, 16-byte request, answer,
+#         orderly close (the client's ports cycle through TIME_WAIT), for
+#         --duration s; connections/s, and those that failed or took > 1 s
+#         (a lost SYN). Issue 17's scenario: replicas against one database;
+#         what limits it is the NAT's port space and reuse of finished flows
+#         towards one remote endpoint (ipt is the anchor)
 #   cpu   with each rate, the CPU time it took (getrusage of the sender /
 #         client, iperf3's own for client + server), per packet, connection or
 #         GB. This kernel charges softirq work to the task it interrupts, and on
@@ -146,7 +154,7 @@ MODES=(none ipt hooks redir ebpf fast)
 EXT_IP=10.0.0.2
 NODE_IP=10.0.0.5
 POD_SUBNET=10.244.1.0/24
-IPERF_PORT=5201 UDP_PORT=5300 CPS_PORT=5301
+IPERF_PORT=5201 UDP_PORT=5300 CPS_PORT=5301 CHURN_PORT=5302
 
 # ---------------------------------------------------------------- options
 ROUNDS=5 DURATION=2 PINGS=50 UDP_LEN=64 STATS_SECS=1 JSON_OUT="" BUILD=0 QUICK=0
@@ -329,6 +337,9 @@ setup_mode() {   # setup_mode MODE [dual]: dual = IPv6 on the node, ext and pod 
   spawn "$mode" ext iperf3 iperf3 -s -p "$IPERF_PORT"
   spawn "$mode" ext udp-sink "$TOOL" udp-sink "$UDP_PORT"
   spawn "$mode" ext tcp-accept "$TOOL" tcp-accept "$CPS_PORT"
+  spawn "$mode" ext tcp-serve "$TOOL" tcp-serve "$CHURN_PORT" 2
+  nx "$mode" pod sysctl -qw net.ipv4.tcp_tw_reuse=1   # what a client of many short connections sets
+  wait_listen "$mode" t "$CHURN_PORT"
   wait_listen "$mode" t "$IPERF_PORT"
   wait_listen "$mode" u "$UDP_PORT"
   wait_listen "$mode" t "$CPS_PORT"
@@ -480,6 +491,19 @@ m_cps() {   # m_cps ROUND MODE SECS [norecord]
   show cps "$2" "$v conn/s, client CPU $cpu us/conn ($fail failed$( [ "$fail" = 0 ] || echo ": $(tail -c 200 "$f")"))"
 }
 
+m_churn() {   # m_churn ROUND MODE SECS
+  local f="$WORK/out/churn-$2-$1.json" ok fail stalled secs v
+  timeout $(($3 + 30)) ip netns exec "$(ns "$2" pod)" \
+    "$TOOL" tcp-churn "$EXT_IP" "$CHURN_PORT" "$3" 2 >"$f" 2>&1 || true
+  ok=$("$PY" "$UTIL" get "$f" ok)
+  fail=$("$PY" "$UTIL" get "$f" fail)
+  stalled=$("$PY" "$UTIL" get "$f" stalled)
+  secs=$("$PY" "$UTIL" get "$f" secs)
+  v=$(calc "a[0]/a[1]" "$ok" "$secs")
+  record "$1" "$2" churn "$v"; record "$1" "$2" churn_fail "$(calc "a[0]+a[1]" "$fail" "$stalled")"
+  show churn "$2" "$v conn/s ($fail failed, $stalled stalled > 1 s$( [ "$fail$stalled" = 00 ] || echo ": $(tail -c 200 "$f")"))"
+}
+
 m_ping() {  # m_ping ROUND MODE
   # Two flavours. Back-to-back (-A: next echo as soon as the reply is in,
   # 10x --pings of them, it takes milliseconds): on veths the whole round trip
@@ -562,7 +586,7 @@ main() {
   for r in $(seq "$ROUNDS"); do
     if [ "$r" = 1 ]; then order=("${MODES[@]}"); else mapfile -t order < <(printf '%s\n' "${MODES[@]}" | shuf); fi
     log "bench: round $r/$ROUNDS, order ${order[*]}"
-    for test in tcp udp cps ping; do
+    for test in tcp udp cps churn ping; do
       for mode in "${order[@]}"; do
         case $test in
           ping) m_ping "$r" "$mode" ;;

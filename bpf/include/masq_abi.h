@@ -33,6 +33,14 @@ struct masq_config {
 };
 
 #define MASQ_F_FAST_PATH 0x1      /* fastPath: route, translate and redirect pod flows in BPF */
+#define MASQ_F_OPEN_MAPPINGS 0x2  /* some pod or rule has natFiltering other than address-and-port-
+				   * dependent: uplink ingress looks unanswered packets up in nat*_open */
+
+/* natFiltering (RFC 4787 REQ-8), in pod_info.flags, rule_info/rule6_info.flags and
+ * attachment_info.flags alike; neither bit: address-and-port-dependent (the default). */
+#define NAT_FILTER_AD 0x2          /* address-dependent: any port of a remote the endpoint sent to */
+#define NAT_FILTER_EI 0x4          /* endpoint-independent: any remote ("full cone") */
+#define NAT_FILTER_MASK (NAT_FILTER_AD | NAT_FILTER_EI)
 
 /* What the fast path needs to move a pod's packets without the host stack
  * (written at ADD for every pod, in each of its pods4/pods6 entries: the lookup
@@ -156,6 +164,14 @@ struct nat4_key {
 #define NAT_F_INBOUND     0x8      /* a flow begun outside (its first packet came in on an uplink,
 				    * addressed to a pod or a rule's source): a forward half alone,
 				    * addr/port the pod's own, whose packets leave untranslated */
+#define NAT_F_FIN         0x10     /* this half's direction sent a FIN (fwd: the pod, rev: the remote) */
+#define NAT_F_RST         0x20     /* this half's direction sent a RST */
+#define NAT_F_ENDS        (NAT_F_FIN | NAT_F_RST) /* per half: never copied to the other half */
+#define NAT_F_OPEN        0x40     /* the pod endpoint's natFiltering lets others in: its refresh keeps
+				    * the endpoint's nat*_open entry (and nat*_permit entry) alive */
+/* A TCP pair is finished when both directions sent a FIN, or either sent a RST:
+ * a new flow that needs its port takes it over at once (CNT_NAT_FINISHED_REUSED),
+ * as netfilter reuses a TIME_WAIT or CLOSE entry. */
 struct nat4_entry {
 	__be32 addr;               /* fwd: nat address; rev: pod address */
 	__be16 port;               /* fwd: nat port;    rev: pod port */
@@ -218,7 +234,7 @@ struct nat6_entry {
  * so a stale or evicted binding costs one probe and never misdelivers a packet.
  * Written when a flow of an endpoint without a (usable) binding gets its port.
  */
-struct nat4_bind_key {
+struct nat4_ep {
 	__be32 addr;               /* the pod endpoint */
 	__be16 port;
 	__u8 proto;
@@ -229,7 +245,7 @@ struct nat4_bind {
 	__be16 port;
 	__u16 pad;
 };
-struct nat6_bind_key {
+struct nat6_ep {
 	struct in6_addr addr;
 	__be16 port;
 	__u8 proto;
@@ -239,6 +255,60 @@ struct nat6_bind {
 	struct in6_addr addr;
 	__be16 port;
 	__u16 pad;
+};
+
+/* ---- nat4_open / nat6_open (LRU_HASH, natMaxEntries, key nat4_ep / nat6_ep: the
+ * node address, port and protocol of a mapping): the mappings of pod endpoints whose
+ * natFiltering lets packets from others in. A packet in on an uplink that answers no
+ * pair, to such a mapping, from a remote the filter admits (endpoint-independent: any;
+ * address-dependent: one with a nat*_permit entry), while the mapping is active
+ * (last_seen within the protocol's timeout, refreshed with its pairs), gets a pair of
+ * its own on the mapping's port and is translated to the pod endpoint. LRU: a mapping
+ * no flow uses any more may be evicted, which only closes it. */
+struct nat4_open {
+	__be32 addr;               /* the pod endpoint */
+	__be16 port;
+	__u8 filter;               /* NAT_FILTER_AD or NAT_FILTER_EI */
+	__u8 flags;                /* NAT_F_BY_RULE for the pairs made from it */
+	__u32 ifindex;
+	__u32 rule_id;
+	__u64 last_seen_ns;
+};
+struct nat6_open {
+	struct in6_addr addr;
+	__be16 port;
+	__u8 filter;
+	__u8 flags;
+	__u32 ifindex;
+	__u32 rule_id;
+	__u32 pad;
+	__u64 last_seen_ns;
+};
+/* ---- nat4_permit / nat6_permit (LRU_HASH, natMaxEntries): for address-dependent
+ * filtering, the remote addresses a mapping has sent to: {remote, nat addr, nat port,
+ * proto} -> the pod endpoint's address and when it last did. */
+struct nat4_permit_key {
+	__be32 remote;
+	__be32 addr;
+	__be16 port;
+	__u8 proto;
+	__u8 pad;
+};
+struct nat4_permit {
+	__be32 pod;
+	__u32 pad;
+	__u64 last_seen_ns;
+};
+struct nat6_permit_key {
+	struct in6_addr remote;
+	struct in6_addr addr;
+	__be16 port;
+	__u8 proto;
+	__u8 pad;
+};
+struct nat6_permit {
+	struct in6_addr pod;
+	__u64 last_seen_ns;
 };
 
 /* ---- nat_gc (ARRAY, 1 entry): the expiry sweep's timer and its progress ----
@@ -341,6 +411,7 @@ struct attachment_key {
 	char ifname[ATT_IFNAME_LEN];
 };
 #define ATT_F_NAT_OUTGOING 0x1
+/* and the pod's NAT_FILTER_* bits */
 struct attachment_info {
 	__u32 veth_ifindex;
 	__u32 flags;               /* ATT_F_* */
@@ -381,6 +452,8 @@ enum masq_counter {
 	CNT_INBOUND_UNTRACKED,     /* such flows not tracked: the table (shard) was full */
 	CNT_MAP_REUSED,            /* new flows given their endpoint's existing mapping (nat*_bind) */
 	CNT_MAP_PRESERVED,         /* new flows given the pod's own port (port preservation) */
+	CNT_NAT_FINISHED_REUSED,   /* finished TCP pairs (FIN both ways, or RST) whose port a new flow took over */
+	CNT_FILTER_ADMITTED,       /* packets from a new remote let in to a mapping by natFiltering (a pair made) */
 	CNT_MAX
 };
 

@@ -212,7 +212,7 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);
-	__type(key, struct nat4_bind_key);
+	__type(key, struct nat4_ep);
 	__type(value, struct nat4_bind);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } nat4_bind SEC(".maps");
@@ -220,10 +220,43 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);
-	__type(key, struct nat6_bind_key);
+	__type(key, struct nat6_ep);
 	__type(value, struct nat6_bind);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } nat6_bind SEC(".maps");
+
+/* natFiltering's open mappings and address permits (masq_abi.h); sized to natMaxEntries. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct nat4_ep);
+	__type(value, struct nat4_open);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} nat4_open SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct nat6_ep);
+	__type(value, struct nat6_open);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} nat6_open SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct nat4_permit_key);
+	__type(value, struct nat4_permit);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} nat4_permit SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct nat6_permit_key);
+	__type(value, struct nat6_permit);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} nat6_permit SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

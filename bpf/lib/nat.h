@@ -31,6 +31,12 @@
  * endpoint's existing mapping, then the pod's own port. A power of two.
  */
 #define NAT_PREFERRED 2
+/*
+ * A finished TCP pair (FIN both ways, or RST) gives its port to a new flow once
+ * it has been quiet this long (its last state change refreshed last_seen): time
+ * for the last FIN's ACK, or a retransmission of it, to pass through the pair.
+ */
+#define NAT_FINISHED_GRACE_NS (2 * NSEC_PER_SEC)
 
 /*
  * A sweep cycle (every shard once) takes NAT_GC_MIN_NS, stretched by
@@ -181,6 +187,17 @@ static __noinline void decide6_reply(__u32 ifindex, const struct uplink_info *up
 	masq_decide_v6(ifindex, up, &f->daddr, &f->saddr, d, false);
 }
 
+/*
+ * The flags a half takes from its other half (@from) when the two are brought in
+ * step: the pair's state (closing) comes across; how each direction ended
+ * (NAT_F_ENDS) stays with its own half, and is forgotten once the pair is open
+ * again (a new connection on the same tuple).
+ */
+static __always_inline __u8 nat_flags_synced(__u8 from, __u8 to)
+{
+	return (from & ~NAT_F_ENDS) | ((from & NAT_F_TCP_CLOSING) ? (to & NAT_F_ENDS) : 0);
+}
+
 /* ---- IPv4 ---- */
 #define NAT_FN(x) x##_v4
 #define FLOW_T struct flow4
@@ -193,8 +210,13 @@ static __noinline void decide6_reply(__u32 ifindex, const struct uplink_info *up
 #define SHARD_FN nat_shard4
 #define MAP_REV nat4_rev
 #define MAP_BIND nat4_bind
-#define BINDKEY_T struct nat4_bind_key
+#define EP_T struct nat4_ep
 #define BIND_T struct nat4_bind
+#define MAP_OPEN nat4_open
+#define OPEN_T struct nat4_open
+#define MAP_PERMIT nat4_permit
+#define PERMITKEY_T struct nat4_permit_key
+#define PERMIT_T struct nat4_permit
 #define ADDR_T __be32
 #define MAP_FRAG frag4
 #define ADDR_EQ(a, b) (*(a) == *(b))
@@ -231,8 +253,13 @@ static __noinline void decide6_reply(__u32 ifindex, const struct uplink_info *up
 #define SHARD_FN nat_shard6
 #define MAP_REV nat6_rev
 #define MAP_BIND nat6_bind
-#define BINDKEY_T struct nat6_bind_key
+#define EP_T struct nat6_ep
 #define BIND_T struct nat6_bind
+#define MAP_OPEN nat6_open
+#define OPEN_T struct nat6_open
+#define MAP_PERMIT nat6_permit
+#define PERMITKEY_T struct nat6_permit_key
+#define PERMIT_T struct nat6_permit
 #define ADDR_T struct in6_addr
 #define MAP_FRAG frag6
 #define ADDR_EQ(a, b) ipv6_addr_equal((a), (b))

@@ -8,7 +8,8 @@
  *   KEY_T ENTRY_T    struct nat4_key / nat6_key, struct nat4_entry / nat6_entry
  *   FRAGKEY_T DEC_T  struct frag4_key / frag6_key, struct masq_decision4 / 6
  *   MAP_FWD MAP_REV MAP_FRAG SHARD_FN (the forward map's shard function)
- *   MAP_BIND BINDKEY_T BIND_T ADDR_T  the mapping hints (nat4_bind / nat6_bind), the address type
+ *   MAP_BIND EP_T BIND_T ADDR_T  the mapping hints (nat4_bind / nat6_bind), the address type
+ *   MAP_OPEN OPEN_T MAP_PERMIT PERMITKEY_T PERMIT_T  natFiltering's open mappings and permits
  *   ADDR_EQ(a, b)    address equality (pointers)
  *   UPLINK_HAS(up) UPLINK_ADDR(up)   the uplink's address of this family
  *   PARSE PARSE_INNER DECIDE DECIDE_REPLY REWRITE REWRITE_ADDR ICMP_ERR_REWRITE QUOTES_POD
@@ -18,7 +19,10 @@
  * Mapping is endpoint-independent (RFC 4787 REQ-1, RFC 5382 REQ-1): a new flow
  * tries its pod endpoint's existing mapping first (MAP_BIND), then the pod's own
  * port (preservation), then random ones (snat_create). Filtering is address-and-
- * port-dependent: only the remote a pair was made for reaches it back.
+ * port-dependent by default: only the remote a pair was made for reaches it back;
+ * a pod or rule with natFiltering address-dependent or endpoint-independent has its
+ * mappings in MAP_OPEN, and a packet from another remote to one (open_ingress) gets
+ * a pair of its own on the mapping's port.
  *
  * Every masqueraded flow is a pair of entries that exist together:
  *   fwd[{pod, remote, pod port, remote port}]    -> {nat addr, nat port}
@@ -86,7 +90,11 @@ static __always_inline bool NAT_FN(nat_expired)(const ENTRY_T *e, const struct m
 	return now - seen > nat_timeout_ns(cfg, proto, e->flags);
 }
 
-/* Account one packet; true when last_seen was refreshed (once a second at most). */
+/*
+ * Account one packet on the half of its direction; true when last_seen was
+ * refreshed (once a second at most, and at once when the TCP state changes: the
+ * caller then brings the other half in step, nat_flags_synced).
+ */
 static __always_inline bool NAT_FN(nat_touch)(ENTRY_T *e, const FLOW_T *f, __u64 now)
 {
 	/* Plain adds, not atomics: a flow's packets come in on one CPU at a time
@@ -94,16 +102,18 @@ static __always_inline bool NAT_FN(nat_touch)(ENTRY_T *e, const FLOW_T *f, __u64
 	e->packets += 1;
 	e->bytes += f->len;
 	if (f->proto == IPPROTO_TCP) {
-		if (f->tcp_flags & (TCP_FLAG_FIN | TCP_FLAG_RST)) {
-			if (!(e->flags & NAT_F_TCP_CLOSING)) {
-				e->flags |= NAT_F_TCP_CLOSING;
+		__u8 end = (f->tcp_flags & TCP_FLAG_RST) ? NAT_F_RST : (f->tcp_flags & TCP_FLAG_FIN) ? NAT_F_FIN : 0;
+
+		if (end) {
+			if ((e->flags & (end | NAT_F_TCP_CLOSING)) != (end | NAT_F_TCP_CLOSING)) {
+				e->flags |= end | NAT_F_TCP_CLOSING;
 				e->last_seen_ns = now;
 				return true;
 			}
 		} else if ((f->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN &&
 			   (e->flags & NAT_F_TCP_CLOSING)) {
 			/* The pod reuses the tuple for a new connection. */
-			e->flags &= ~NAT_F_TCP_CLOSING;
+			e->flags &= ~(NAT_F_TCP_CLOSING | NAT_F_ENDS);
 			e->last_seen_ns = now;
 			return true;
 		}
@@ -113,6 +123,28 @@ static __always_inline bool NAT_FN(nat_touch)(ENTRY_T *e, const FLOW_T *f, __u64
 		return true;
 	}
 	return false;
+}
+
+/*
+ * open_refresh - a pair of an endpoint with natFiltering (NAT_F_OPEN) was refreshed
+ * by a pod packet @f: its mapping's open entry, and for address-dependent
+ * filtering the remote's permit, stay active (outbound refresh, RFC 4787 REQ-6).
+ */
+static __noinline void NAT_FN(open_refresh)(const FLOW_T *f, const ENTRY_T *fwd, __u64 now)
+{
+	EP_T k = { .addr = fwd->addr, .port = fwd->port, .proto = f->proto };
+	OPEN_T *o = bpf_map_lookup_elem(&MAP_OPEN, &k);
+	PERMIT_T *pv;
+
+	if (!o || !ADDR_EQ(&o->addr, &f->saddr) || o->port != f->sport)
+		return;
+	o->last_seen_ns = now;
+	if (!(o->filter & NAT_FILTER_AD))
+		return;
+	PERMITKEY_T pk = { .remote = f->daddr, .addr = fwd->addr, .port = fwd->port, .proto = f->proto };
+	pv = bpf_map_lookup_elem(&MAP_PERMIT, &pk);
+	if (pv && ADDR_EQ(&pv->pod, &f->saddr))
+		pv->last_seen_ns = now;
 }
 
 /*
@@ -132,7 +164,9 @@ static __noinline bool NAT_FN(snat_sync_rev)(const FLOW_T *f, const ENTRY_T *fwd
 	if (!rev || rev->created_ns != fwd->created_ns)
 		return false;
 	rev->last_seen_ns = now;
-	rev->flags = fwd->flags;
+	rev->flags = nat_flags_synced(fwd->flags, rev->flags);
+	if (fwd->flags & NAT_F_OPEN)
+		NAT_FN(open_refresh)(f, fwd, now);
 	return true;
 }
 
@@ -161,7 +195,7 @@ static __noinline void NAT_FN(rnat_sync_fwd)(const FLOW_T *f, const ENTRY_T *rev
 
 	if (fwd && fwd->created_ns == rev->created_ns) {
 		fwd->last_seen_ns = now;
-		fwd->flags = rev->flags;
+		fwd->flags = nat_flags_synced(rev->flags, fwd->flags);
 	}
 }
 
@@ -214,6 +248,55 @@ struct NAT_FN(probe) {
 };
 
 /*
+ * take_over - give the port of the pair whose reverse half is @old to the new
+ * flow: when the pair expired (@cnt CNT_NAT_RECLAIMED), or when it is a TCP flow
+ * that is over, FIN both ways or a RST either way, and quiet for
+ * NAT_FINISHED_GRACE_NS since (CNT_NAT_FINISHED_REUSED: the forward half, which
+ * holds the pod's side of it, is checked). The stale forward
+ * half goes, then the claim is overwritten. Returns 1 (stop) once claimed.
+ *
+ * p->fk doubles as the stale pair's forward key for a moment. The forward half
+ * under that key is the stale pair's own: a pod tuple gets a new pair only after
+ * its old forward half is gone, and a reverse half whose pair lost its forward
+ * half does not outlive it (gc_pair and flush remove the reverse half first;
+ * snat_create removes a claim it could not complete).
+ */
+static __always_inline long NAT_FN(take_over)(struct NAT_FN(probe) *p, __u32 i, ENTRY_T *old, __u32 cnt)
+{
+	KEY_T mine = p->fk;
+	ENTRY_T *fwd;
+	long ret = 0;
+
+	p->fk.saddr = old->addr;
+	p->fk.sport = old->port;
+	if (cnt == CNT_NAT_FINISHED_REUSED) {
+		__u8 ends;
+
+		fwd = NAT_FN(fwd_get)(&p->fk);
+		if (!fwd || fwd->created_ns != old->created_ns)
+			goto out; /* not one pair (being removed): leave it */
+		ends = (old->flags & NAT_F_ENDS) | (fwd->flags & NAT_F_ENDS);
+		if (!(ends & NAT_F_RST) && !((old->flags & NAT_F_FIN) && (fwd->flags & NAT_F_FIN)))
+			goto out; /* one direction still open */
+		/* The last FIN's ACK (and its retransmissions) must still find the pair:
+		 * taken over under it, the peer would sit in LAST_ACK and answer the new
+		 * flow's SYN with a challenge ACK, a 1 s stall. */
+		if (p->now < old->last_seen_ns + NAT_FINISHED_GRACE_NS ||
+		    p->now < fwd->last_seen_ns + NAT_FINISHED_GRACE_NS)
+			goto out;
+	}
+	NAT_FN(fwd_del)(&p->fk);
+	if (bpf_map_update_elem(&MAP_REV, &p->rk, &p->e, BPF_ANY) == 0) {
+		count_add(cnt, 1);
+		p->claimed = i + 1;
+		ret = 1;
+	}
+out:
+	p->fk = mine;
+	return ret;
+}
+
+/*
  * One probe: the preferred ports first (want[]), then random ports from the
  * range, then a sweep; claim the port if free, or if its pair expired (the stale
  * forward half goes). Returns 1 (stop) once claimed.
@@ -251,24 +334,12 @@ static long NAT_FN(probe_port)(__u32 i, void *ctx)
 		return 1;
 	}
 	old = bpf_map_lookup_elem(&MAP_REV, &p->rk);
-	if (old && NAT_FN(nat_expired)(old, cfg, p->fk.proto, p->now)) {
-		/* fk doubles as the stale pair's forward key for a moment. The forward
-		 * half under that key is the stale pair's own: a pod tuple gets a new
-		 * pair only after its old forward half is gone, and a reverse half whose
-		 * pair lost its forward half does not outlive it (gc_pair and flush remove the
-		 * reverse half first; snat_create removes a claim it could not complete). */
-		KEY_T mine = p->fk;
-
-		p->fk.saddr = old->addr;
-		p->fk.sport = old->port;
-		NAT_FN(fwd_del)(&p->fk);
-		p->fk = mine;
-		if (bpf_map_update_elem(&MAP_REV, &p->rk, &p->e, BPF_ANY) == 0) {
-			count_add(CNT_NAT_RECLAIMED, 1);
-			p->claimed = i + 1;
-			return 1;
-		}
-	}
+	if (!old)
+		return 0;
+	if (NAT_FN(nat_expired)(old, cfg, p->fk.proto, p->now))
+		return NAT_FN(take_over)(p, i, old, CNT_NAT_RECLAIMED);
+	if (old->flags & NAT_F_TCP_CLOSING)
+		return NAT_FN(take_over)(p, i, old, CNT_NAT_FINISHED_REUSED);
 	return 0;
 }
 
@@ -282,7 +353,7 @@ static long NAT_FN(probe_port)(__u32 i, void *ctx)
 static __noinline bool NAT_FN(map_prefer)(const FLOW_T *f, const struct masq_config *cfg,
 					  const ADDR_T *nat_addr, __be16 *want)
 {
-	BINDKEY_T bk = { .addr = f->saddr, .port = f->sport, .proto = f->proto };
+	EP_T bk = { .addr = f->saddr, .port = f->sport, .proto = f->proto };
 	BIND_T *b = bpf_map_lookup_elem(&MAP_BIND, &bk);
 	__u16 own = bpf_ntohs(f->sport);
 	bool bound = b && ADDR_EQ(&b->addr, nat_addr);
@@ -295,10 +366,32 @@ static __noinline bool NAT_FN(map_prefer)(const FLOW_T *f, const struct masq_con
 /* map_bind - record @f's endpoint's mapping (nat_addr, port) for its next flows. */
 static __noinline void NAT_FN(map_bind)(const FLOW_T *f, const ADDR_T *nat_addr, __be16 port)
 {
-	BINDKEY_T bk = { .addr = f->saddr, .port = f->sport, .proto = f->proto };
+	EP_T bk = { .addr = f->saddr, .port = f->sport, .proto = f->proto };
 	BIND_T b = { .addr = *nat_addr, .port = port };
 
 	bpf_map_update_elem(&MAP_BIND, &bk, &b, BPF_ANY);
+}
+
+/* open_put - @f's endpoint, mapped to (@nat_addr, @port), lets others in (natFiltering). */
+static __noinline void NAT_FN(open_put)(const FLOW_T *f, const DEC_T *d, __be16 port, __u64 now)
+{
+	EP_T k = { .addr = d->nat_addr, .port = port, .proto = f->proto };
+	OPEN_T o = {
+		.addr = f->saddr, .port = f->sport, .filter = d->filter,
+		.flags = d->verdict == VERDICT_RULE ? NAT_F_BY_RULE : 0,
+		.ifindex = d->ifindex, .rule_id = d->rule_id, .last_seen_ns = now,
+	};
+
+	bpf_map_update_elem(&MAP_OPEN, &k, &o, BPF_ANY);
+}
+
+/* permit_put - address-dependent filtering: the remote @f goes to may answer from any port. */
+static __noinline void NAT_FN(permit_put)(const FLOW_T *f, const DEC_T *d, __be16 port, __u64 now)
+{
+	PERMITKEY_T pk = { .remote = f->daddr, .addr = d->nat_addr, .port = port, .proto = f->proto };
+	PERMIT_T pv = { .pod = f->saddr, .last_seen_ns = now };
+
+	bpf_map_update_elem(&MAP_PERMIT, &pk, &pv, BPF_ANY);
 }
 
 /*
@@ -319,7 +412,8 @@ static __noinline ENTRY_T *NAT_FN(snat_create)(const FLOW_T *f, const struct mas
 			.sport = f->sport, .dport = f->dport, .proto = f->proto },
 		.rk = { .saddr = f->daddr, .daddr = d->nat_addr, .sport = f->dport, .proto = f->proto },
 		.e = { .addr = f->saddr, .port = f->sport,
-		       .flags = (d->verdict == VERDICT_RULE ? NAT_F_BY_RULE : 0) | d->nat_flags,
+		       .flags = (d->verdict == VERDICT_RULE ? NAT_F_BY_RULE : 0) | d->nat_flags |
+				(d->filter ? NAT_F_OPEN : 0),
 		       .ifindex = d->ifindex, .rule_id = d->rule_id,
 		       /* The fine clock here: created_ns tells a pair from a later one. */
 		       .created_ns = bpf_ktime_get_ns(), .last_seen_ns = now },
@@ -362,6 +456,14 @@ static __noinline ENTRY_T *NAT_FN(snat_create)(const FLOW_T *f, const struct mas
 		count_add(CNT_MAP_PRESERVED, 1);
 	if (!bound)
 		NAT_FN(map_bind)(f, &d->nat_addr, p.rk.dport);
+	if (d->filter && f->proto != ICMP_PROTO) {
+		/* Only the endpoint's mapping is opened (not a port it got towards one
+		 * remote because its mapping was taken there). */
+		if (!bound || p.claimed == 1)
+			NAT_FN(open_put)(f, d, p.rk.dport, now);
+		if (d->filter & NAT_FILTER_AD)
+			NAT_FN(permit_put)(f, d, p.rk.dport, now);
+	}
 	count_add(CNT_NAT_CREATED, 1);
 	nat_gc_ensure(NAT_IS_V6);
 	return bpf_map_lookup_elem(shard, &p.fk);
@@ -666,6 +768,76 @@ static __noinline void NAT_FN(inbound_track)(struct __sk_buff *skb, const struct
 		NAT_FN(nat_touch)(e, f, now);
 }
 
+/*
+ * open_ingress - a packet that answers no pair, to a mapping whose natFiltering
+ * lets it in (nat*_open: endpoint-independent, or address-dependent with a permit
+ * for its source), while the mapping is active: a pair of its own on the
+ * mapping's port (reverse half first, BPF_NOEXIST, as every pair), then it is
+ * translated to the pod endpoint. NAT_NOT_OURS when no open mapping admits it.
+ * TCP and UDP only: ICMP echo ids are not opened.
+ */
+static __noinline int NAT_FN(open_ingress)(struct __sk_buff *skb, const FLOW_T *f,
+					   const struct masq_config *cfg, __u64 now)
+{
+	EP_T k = { .addr = f->daddr, .port = f->dport, .proto = f->proto };
+	__u64 timeout = nat_timeout_ns(cfg, f->proto, 0);
+	OPEN_T *o;
+	ENTRY_T *rev;
+	void *shard;
+
+	if (f->proto != IPPROTO_TCP && f->proto != IPPROTO_UDP)
+		return NAT_NOT_OURS;
+	o = bpf_map_lookup_elem(&MAP_OPEN, &k);
+	if (!o || (now > o->last_seen_ns && now - o->last_seen_ns > timeout))
+		return NAT_NOT_OURS;
+	if (!(o->filter & NAT_FILTER_EI)) {
+		PERMITKEY_T pk = { .remote = f->saddr, .addr = f->daddr, .port = f->dport, .proto = f->proto };
+		PERMIT_T *pv = bpf_map_lookup_elem(&MAP_PERMIT, &pk);
+
+		if (!pv || !ADDR_EQ(&pv->pod, &o->addr) ||
+		    (now > pv->last_seen_ns && now - pv->last_seen_ns > timeout))
+			return NAT_NOT_OURS;
+	}
+	ENTRY_T e = {
+		.addr = o->addr, .port = o->port, .flags = NAT_F_OPEN | o->flags,
+		.ifindex = o->ifindex, .rule_id = o->rule_id,
+		.created_ns = bpf_ktime_get_ns(), .last_seen_ns = now,
+	};
+	KEY_T rk = {
+		.saddr = f->saddr, .daddr = f->daddr,
+		.sport = f->sport, .dport = f->dport, .proto = f->proto,
+	};
+	if (bpf_map_update_elem(&MAP_REV, &rk, &e, BPF_NOEXIST))
+		return NAT_NOT_OURS; /* full, or made meanwhile by another CPU */
+	/* The forward half: {pod, remote, pod port, remote port} -> the mapping. */
+	KEY_T fk = {
+		.saddr = o->addr, .daddr = f->saddr,
+		.sport = o->port, .dport = f->sport, .proto = f->proto,
+	};
+	e.addr = f->daddr;
+	e.port = f->dport;
+	shard = NAT_FWD_SHARD(&MAP_FWD, &fk, SHARD_FN);
+	if (!shard || bpf_map_update_elem(shard, &fk, &e, BPF_NOEXIST)) {
+		/* The pod endpoint has a flow to this remote endpoint already (on another port). */
+		bpf_map_delete_elem(&MAP_REV, &rk);
+		return NAT_NOT_OURS;
+	}
+	count_add(CNT_NAT_CREATED, 1);
+	count_add(CNT_FILTER_ADMITTED, 1);
+	nat_gc_ensure(NAT_IS_V6);
+	rev = bpf_map_lookup_elem(&MAP_REV, &rk);
+	if (!rev)
+		return MASQ_PASS;
+	NAT_FN(nat_touch)(rev, f, now);
+	if (f->frag == FRAG_FIRST)
+		NAT_FN(frag_remember)(f);
+	if (REWRITE(skb, f, false, &rev->addr, rev->port))
+		return drop_with(DROP_CSUM);
+	count_add(CNT_RNAT_PKTS, 1);
+	count_add(CNT_RNAT_BYTES, f->len);
+	return MASQ_PASS;
+}
+
 static __noinline int NAT_FN(rnat_ingress)(struct __sk_buff *skb, const struct uplink_info *up)
 {
 	ENTRY_T *rev;
@@ -690,6 +862,15 @@ static __noinline int NAT_FN(rnat_ingress)(struct __sk_buff *skb, const struct u
 	rev = bpf_map_lookup_elem(&MAP_REV, &rk);
 	now = bpf_ktime_get_coarse_ns(); /* last_seen needs seconds, not ns: the cheap clock */
 	if (!rev) {
+		__u32 zero = 0;
+		const struct masq_config *cfg = bpf_map_lookup_elem(&masq_config, &zero);
+
+		if (cfg && (cfg->flags & MASQ_F_OPEN_MAPPINGS)) {
+			int ret = NAT_FN(open_ingress)(skb, &f, cfg, now);
+
+			if (ret != NAT_NOT_OURS)
+				return ret;
+		}
 		if (!(UPLINK_HAS(up) && ADDR_EQ(&f.daddr, UPLINK_ADDR(up))))
 			NAT_FN(inbound_track)(skb, up, &f, now);
 		return MASQ_PASS;
@@ -723,8 +904,13 @@ static __noinline int NAT_FN(rnat_ingress)(struct __sk_buff *skb, const struct u
 #undef SHARD_FN
 #undef MAP_REV
 #undef MAP_BIND
-#undef BINDKEY_T
+#undef EP_T
 #undef BIND_T
+#undef MAP_OPEN
+#undef OPEN_T
+#undef MAP_PERMIT
+#undef PERMITKEY_T
+#undef PERMIT_T
 #undef ADDR_T
 #undef MAP_FRAG
 #undef ADDR_EQ

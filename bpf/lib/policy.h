@@ -30,6 +30,7 @@ struct masq_decision4 {
 	__u32 ifindex;      /* the uplink, for the NAT entry */
 	__be32 nat_addr;
 	__u32 nat_flags;    /* extra NAT_F_* for a new pair (NAT_F_FAST), set by the caller */
+	__u32 filter;       /* NAT_FILTER_* of the pod or rule (natFiltering) */
 };
 
 struct masq_decision6 {
@@ -37,6 +38,7 @@ struct masq_decision6 {
 	__u32 rule_id;
 	__u32 ifindex;
 	__u32 nat_flags;
+	__u32 filter;
 	struct in6_addr nat_addr;
 };
 
@@ -79,6 +81,7 @@ static __always_inline void masq_decide_v4(__u32 ifindex, const struct uplink_in
 			return;
 		d->verdict = VERDICT_RULE;
 		d->rule_id = rule->id;
+		d->filter = rule->flags & NAT_FILTER_MASK;
 		return;
 	}
 
@@ -98,6 +101,7 @@ static __always_inline void masq_decide_v4(__u32 ifindex, const struct uplink_in
 	if (!(up->flags & UPLINK_F_HAS_V4))
 		return;
 	d->verdict = VERDICT_POD;
+	d->filter = pod->flags & NAT_FILTER_MASK;
 	d->nat_addr = up->masq_v4;
 }
 
@@ -137,6 +141,7 @@ static __always_inline void masq_decide_v6(__u32 ifindex, const struct uplink_in
 			return;
 		d->verdict = VERDICT_RULE;
 		d->rule_id = rule->id;
+		d->filter = rule->flags & NAT_FILTER_MASK;
 		return;
 	}
 
@@ -157,6 +162,7 @@ static __always_inline void masq_decide_v6(__u32 ifindex, const struct uplink_in
 	if (!(up->flags & UPLINK_F_HAS_V6))
 		return;
 	d->verdict = VERDICT_POD;
+	d->filter = pod->flags & NAT_FILTER_MASK;
 	__builtin_memcpy(&d->nat_addr, up->masq_v6, sizeof(d->nat_addr));
 }
 

@@ -246,6 +246,7 @@ fn cmd_add(env: &CniEnv, conf: &NetConf, pins: &Pins) -> Result<serde_json::Valu
         veth_name: veth.name.clone(),
         addrs,
         nat_outgoing: conf.masq.nat_outgoing,
+        nat_filtering: crate::node::filter_bits(conf.masq.nat_filtering),
         l2: pod_l2(env, &prev, &veth)?,
     };
     pod::register(pins, &key, &reg)?;

@@ -67,11 +67,19 @@ pub mod key {
     pub const NAT_MAX_ENTRIES: &str = "natMaxEntries";
     pub const FAST_PATH: &str = "fastPath";
     pub const SERVICE_CIDRS: &str = "serviceCIDRs";
+    pub const NAT_TIMEOUTS: &str = "natTimeouts";
+    pub const NAT_FILTERING: &str = "natFiltering";
+
+    pub const TIMEOUT_TCP: &str = "tcp";
+    pub const TIMEOUT_TCP_CLOSING: &str = "tcpClosing";
+    pub const TIMEOUT_UDP: &str = "udp";
+    pub const TIMEOUT_ICMP: &str = "icmp";
 
     pub const RULE_SOURCE: &str = "source";
     pub const RULE_OUT_INTERFACE: &str = "outInterface";
     pub const RULE_EXCEPT: &str = "except";
     pub const RULE_TO_ADDRESS: &str = "toAddress";
+    pub const RULE_NAT_FILTERING: &str = "natFiltering";
 }
 
 /// Standard CNI keys that may appear in a plugin config besides ours.
@@ -108,13 +116,26 @@ const MASQ_KEYS: &[&str] = &[
     key::NAT_MAX_ENTRIES,
     key::FAST_PATH,
     key::SERVICE_CIDRS,
+    key::NAT_TIMEOUTS,
+    key::NAT_FILTERING,
 ];
+
+const TIMEOUT_KEYS: &[&str] = &[
+    key::TIMEOUT_TCP,
+    key::TIMEOUT_TCP_CLOSING,
+    key::TIMEOUT_UDP,
+    key::TIMEOUT_ICMP,
+];
+
+/// Longest accepted idle timeout (seconds): a week.
+pub const NAT_TIMEOUT_MAX_S: u32 = 7 * 24 * 3600;
 
 const RULE_KEYS: &[&str] = &[
     key::RULE_SOURCE,
     key::RULE_OUT_INTERFACE,
     key::RULE_EXCEPT,
     key::RULE_TO_ADDRESS,
+    key::RULE_NAT_FILTERING,
 ];
 
 #[derive(Debug, Clone, PartialEq)]
@@ -170,6 +191,66 @@ pub struct MasqConfig {
     pub fast_path: bool,
     /// "serviceCIDRs", default [].
     pub service_cidrs: Vec<IpNetwork>,
+    /// "natTimeouts": idle timeouts of NAT pairs, seconds.
+    pub nat_timeouts: NatTimeouts,
+    /// "natFiltering": who may send to a pod endpoint's mapping (RFC 4787 REQ-8).
+    pub nat_filtering: NatFiltering,
+}
+
+/// RFC 4787 filtering behaviour of a mapping: who may send to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NatFiltering {
+    /// Only the remote address and port the flow was opened to (the default, as iptables MASQUERADE).
+    #[default]
+    AddressAndPortDependent,
+    /// Any port of a remote address the endpoint has sent to.
+    AddressDependent,
+    /// Anyone ("full cone"), while the mapping is active.
+    EndpointIndependent,
+}
+
+impl NatFiltering {
+    pub const NAMES: [&'static str; 3] = ["address-and-port-dependent", "address-dependent", "endpoint-independent"];
+
+    pub fn name(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
+
+    fn parse(key: &str, v: &Value) -> Result<Self> {
+        let s = expect_str(key, v)?;
+        match Self::NAMES.iter().position(|n| *n == s) {
+            Some(0) => Ok(Self::AddressAndPortDependent),
+            Some(1) => Ok(Self::AddressDependent),
+            Some(_) => Ok(Self::EndpointIndependent),
+            None => Err(Error::config(
+                key,
+                format!("{} is not a filtering behaviour; expected one of {}", quote(s), Self::NAMES.map(quote).join(", ")),
+            )),
+        }
+    }
+}
+
+/// Idle timeouts of NAT pairs (and of flows begun outside), in seconds. The
+/// defaults follow the RFCs' floors: RFC 5382 REQ-5 (established TCP at least
+/// 2 h 4 min, transitory TCP at least 4 min), RFC 4787 REQ-5 (UDP at least 2 min),
+/// RFC 5508 REQ-1 b (ICMP query at least 60 s). A finished TCP pair (FIN both ways,
+/// or a RST) gives its port up at once when a new flow needs it, whatever tcpClosing says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NatTimeouts {
+    /// "tcp": established TCP.
+    pub tcp: u32,
+    /// "tcpClosing": after a FIN or RST was seen.
+    pub tcp_closing: u32,
+    /// "udp".
+    pub udp: u32,
+    /// "icmp": echo.
+    pub icmp: u32,
+}
+
+impl Default for NatTimeouts {
+    fn default() -> Self {
+        NatTimeouts { tcp: 7440, tcp_closing: 240, udp: 120, icmp: 60 }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -182,6 +263,8 @@ pub struct MasqRule {
     pub except: Vec<IpNetwork>,
     /// "toAddress", optional; same family as `source`.
     pub to_address: Option<IpAddr>,
+    /// "natFiltering", default address-and-port-dependent (not the network's: a rule is explicit).
+    pub nat_filtering: NatFiltering,
 }
 
 impl Default for MasqConfig {
@@ -203,6 +286,8 @@ impl Default for MasqConfig {
             nat_max_entries: DEFAULT_NAT_MAX_ENTRIES,
             fast_path: false,
             service_cidrs: Vec::new(),
+            nat_timeouts: NatTimeouts::default(),
+            nat_filtering: NatFiltering::default(),
         }
     }
 }
@@ -385,6 +470,9 @@ pub fn masq_to_json(m: &MasqConfig) -> Value {
                 if let Some(a) = r.to_address {
                     ro.insert(key::RULE_TO_ADDRESS.into(), Value::String(a.to_string()));
                 }
+                if r.nat_filtering != NatFiltering::default() {
+                    ro.insert(key::RULE_NAT_FILTERING.into(), Value::String(r.nat_filtering.name().into()));
+                }
                 Value::Object(ro)
             })
             .collect();
@@ -398,6 +486,22 @@ pub fn masq_to_json(m: &MasqConfig) -> Value {
     }
     if !m.service_cidrs.is_empty() {
         o.insert(key::SERVICE_CIDRS.into(), cidrs(&m.service_cidrs));
+    }
+    if m.nat_filtering != d.nat_filtering {
+        o.insert(key::NAT_FILTERING.into(), Value::String(m.nat_filtering.name().into()));
+    }
+    if m.nat_timeouts != d.nat_timeouts {
+        let t = m.nat_timeouts;
+        let mut to = Map::new();
+        for (k, v) in [
+            (key::TIMEOUT_TCP, t.tcp),
+            (key::TIMEOUT_TCP_CLOSING, t.tcp_closing),
+            (key::TIMEOUT_UDP, t.udp),
+            (key::TIMEOUT_ICMP, t.icmp),
+        ] {
+            to.insert(k.into(), Value::from(v));
+        }
+        o.insert(key::NAT_TIMEOUTS.into(), Value::Object(to));
     }
     Value::Object(o)
 }
@@ -917,6 +1021,40 @@ fn parse_log_level(key: &str, s: &str) -> Result<log::LevelFilter> {
     })
 }
 
+/// "natTimeouts": an object of seconds; the keys left out keep their defaults.
+fn parse_nat_timeouts(base: &str, v: &Value) -> Result<NatTimeouts> {
+    let obj = v.as_object().ok_or_else(|| wrong_type(base, "an object of timeouts in seconds", v))?;
+    for k in obj.keys() {
+        if !TIMEOUT_KEYS.contains(&k.as_str()) {
+            return Err(unknown_key_error(&format!("{base}.{}", key_display(k)), k, TIMEOUT_KEYS));
+        }
+    }
+    let mut t = NatTimeouts::default();
+    for (k, slot) in [
+        (key::TIMEOUT_TCP, &mut t.tcp),
+        (key::TIMEOUT_TCP_CLOSING, &mut t.tcp_closing),
+        (key::TIMEOUT_UDP, &mut t.udp),
+        (key::TIMEOUT_ICMP, &mut t.icmp),
+    ] {
+        let Some(v) = obj.get(k) else { continue };
+        let path = format!("{base}.{k}");
+        let Value::Number(n) = v else {
+            return Err(wrong_type(&path, "an integer number of seconds", v));
+        };
+        match (n.as_u64(), n.as_i64()) {
+            (Some(s), _) if (1..=u64::from(NAT_TIMEOUT_MAX_S)).contains(&s) => *slot = s as u32,
+            (Some(_), _) | (None, Some(_)) => {
+                return Err(Error::config(
+                    &path,
+                    format!("must be between 1 and {NAT_TIMEOUT_MAX_S} seconds, got {n}"),
+                ))
+            }
+            (None, None) => return Err(wrong_type(&path, "an integer number of seconds", v)),
+        }
+    }
+    Ok(t)
+}
+
 fn parse_nat_max_entries(key: &str, v: &Value) -> Result<u32> {
     let Value::Number(n) = v else {
         return Err(wrong_type(key, "an integer", v));
@@ -1071,7 +1209,12 @@ fn parse_rule(idx: usize, v: &Value) -> Result<MasqRule> {
         }
         None => None,
     };
+    let nat_filtering = match obj.get(key::RULE_NAT_FILTERING) {
+        Some(v) => NatFiltering::parse(&path(key::RULE_NAT_FILTERING), v)?,
+        None => NatFiltering::default(),
+    };
     Ok(MasqRule {
+        nat_filtering,
         source,
         out_interface,
         except,
@@ -1180,6 +1323,12 @@ fn parse_masq(obj: &Map<String, Value>) -> Result<MasqConfig> {
     }
     if let Some(v) = obj.get(key::SERVICE_CIDRS) {
         m.service_cidrs = parse_cidr_list(key::SERVICE_CIDRS, v)?;
+    }
+    if let Some(v) = obj.get(key::NAT_TIMEOUTS) {
+        m.nat_timeouts = parse_nat_timeouts(key::NAT_TIMEOUTS, v)?;
+    }
+    if let Some(v) = obj.get(key::NAT_FILTERING) {
+        m.nat_filtering = NatFiltering::parse(key::NAT_FILTERING, v)?;
     }
     Ok(m)
 }
@@ -1656,6 +1805,22 @@ mod tests {
             (json!({"natMaxEntries": -5}), C, "\"natMaxEntries\""),
             (json!({"natMaxEntries": 4096.5}), C, "\"natMaxEntries\""),
             (json!({"natMaxEntries": "65536"}), C, "\"natMaxEntries\""),
+            // natTimeouts
+            (json!({"natTimeouts": 60}), C, "\"natTimeouts\""),
+            (json!({"natTimeouts": {"tcp": 0}}), C, "\"natTimeouts.tcp\""),
+            (json!({"natTimeouts": {"udp": -1}}), C, "\"natTimeouts.udp\""),
+            (json!({"natTimeouts": {"icmp": 1.5}}), C, "\"natTimeouts.icmp\""),
+            (json!({"natTimeouts": {"tcpClosing": "240"}}), C, "\"natTimeouts.tcpClosing\""),
+            (json!({"natTimeouts": {"tcp": 604_801}}), C, "\"natTimeouts.tcp\""),
+            (json!({"natTimeouts": {"tcp_closing": 30}}), C, "did you mean \"tcpClosing\""),
+            // natFiltering
+            (json!({"natFiltering": "full-cone"}), C, "\"natFiltering\""),
+            (json!({"natFiltering": true}), C, "\"natFiltering\""),
+            (
+                json!({"masqueradeRules": [{"source": "192.168.6.0/24", "outInterface": "eth0", "natFiltering": "cone"}]}),
+                C,
+                "\"masqueradeRules[0].natFiltering\"",
+            ),
             // masqueradeRules
             (json!({"masqueradeRules": {}}), C, "\"masqueradeRules\""),
             (
@@ -1763,6 +1928,10 @@ mod tests {
         assert_eq!(d.log_file, None);
         assert!(d.masquerade_rules.is_empty() && d.service_cidrs.is_empty());
         assert_eq!(d.nat_max_entries, 1 << 20);
+        // The RFCs' floors: RFC 5382 REQ-5 (2 h 4 min established, 4 min transitory),
+        // RFC 4787 REQ-5 (UDP 2 min), RFC 5508 REQ-1 b (ICMP query 60 s).
+        let t = d.nat_timeouts;
+        assert!(t.tcp >= 7440 && t.tcp_closing >= 240 && t.udp >= 120 && t.icmp >= 60, "{t:?}");
         // The default config emits nothing but its type.
         assert_eq!(masq_to_json(&d), json!({"type": "ebpf-masq"}));
     }
@@ -1859,6 +2028,19 @@ mod tests {
             }),
             (json!({"natMaxEntries": 1024}), |c| {
                 assert_eq!(c.masq.nat_max_entries, 1024)
+            }),
+            (json!({"natTimeouts": {"udp": 300, "tcpClosing": 30}}), |c| {
+                let t = c.masq.nat_timeouts;
+                assert_eq!((t.tcp, t.tcp_closing, t.udp, t.icmp), (7440, 30, 300, 60), "the rest keep their defaults")
+            }),
+            (json!({"natFiltering": "endpoint-independent"}), |c| {
+                assert_eq!(c.masq.nat_filtering, NatFiltering::EndpointIndependent)
+            }),
+            (json!({"natFiltering": "address-dependent"}), |c| {
+                assert_eq!(c.masq.nat_filtering, NatFiltering::AddressDependent)
+            }),
+            (json!({"natTimeouts": {}}), |c| {
+                assert_eq!(c.masq.nat_timeouts, NatTimeouts::default())
             }),
             (json!({"natMaxEntries": 16_777_216}), |c| {
                 assert_eq!(c.masq.nat_max_entries, 16_777_216)
@@ -2029,17 +2211,21 @@ mod tests {
                     out_interface: "wg0".into(),
                     except: vec![cidr("10.244.1.0/24")],
                     to_address: "10.1.1.1".parse().ok(),
+                    nat_filtering: NatFiltering::EndpointIndependent,
                 },
                 MasqRule {
                     source: cidr("fd00:1::/64"),
                     out_interface: "eth0".into(),
                     except: vec![],
                     to_address: None,
+                    nat_filtering: NatFiltering::default(),
                 },
             ],
             nat_max_entries: 4096,
             fast_path: true,
             service_cidrs: vec![cidr("10.96.0.0/12")],
+            nat_timeouts: NatTimeouts { tcp: 3600, tcp_closing: 60, udp: 300, icmp: 90 },
+            nat_filtering: NatFiltering::AddressDependent,
         };
         let only_v6 = MasqConfig {
             masquerade_address_v6: "2001:db8::2".parse().ok(),

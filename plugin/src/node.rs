@@ -32,12 +32,6 @@ use crate::{
     netlink,
 };
 
-/// Idle timeouts (seconds). Documented in the README.
-pub const TCP_TIMEOUT_S: u32 = 7440;
-pub const TCP_CLOSING_TIMEOUT_S: u32 = 10;
-pub const UDP_TIMEOUT_S: u32 = 60;
-pub const ICMP_TIMEOUT_S: u32 = 30;
-
 const LOCK_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Exclusive lock on one node's pin directory (flock on the bpffs directory itself,
@@ -188,18 +182,33 @@ fn warn_if_resized(pins: &Pins, wanted: u32) {
     }
 }
 
+/// natFiltering as the data plane's NAT_FILTER_* bits.
+pub fn filter_bits(f: crate::config::NatFiltering) -> u32 {
+    match f {
+        crate::config::NatFiltering::AddressAndPortDependent => 0,
+        crate::config::NatFiltering::AddressDependent => abi::NAT_FILTER_AD,
+        crate::config::NatFiltering::EndpointIndependent => abi::NAT_FILTER_EI,
+    }
+}
+
 fn write_config(pins: &Pins, conf: &MasqConfig) -> Result<()> {
     let mut cfg: Array<MapData, AbiConfig> = maps::open(pins, abi::MAP_CONFIG)?;
     // The shard seed and count are the loader's (built into the programs): kept.
-    let (seed, shards) = cfg.get(&0, 0).map(|c| (c.nat_seed, c.nat_shards)).unwrap_or((0, 0));
+    let old = cfg.get(&0, 0).ok();
+    let (seed, shards) = old.map(|c| (c.nat_seed, c.nat_shards)).unwrap_or((0, 0));
+    // Sticky: pods of another network (or of an earlier config) may still have open
+    // mappings; the flag only costs a lookup for unanswered packets.
+    let open = conf.nat_filtering != crate::config::NatFiltering::default()
+        || conf.masquerade_rules.iter().any(|r| r.nat_filtering != crate::config::NatFiltering::default())
+        || old.is_some_and(|c| c.flags & abi::MASQ_F_OPEN_MAPPINGS != 0);
     let v = AbiConfig {
         port_min: conf.port_range.0,
         port_max: conf.port_range.1,
-        flags: if conf.fast_path { abi::MASQ_F_FAST_PATH } else { 0 },
-        tcp_timeout_s: TCP_TIMEOUT_S,
-        tcp_closing_timeout_s: TCP_CLOSING_TIMEOUT_S,
-        udp_timeout_s: UDP_TIMEOUT_S,
-        icmp_timeout_s: ICMP_TIMEOUT_S,
+        flags: if conf.fast_path { abi::MASQ_F_FAST_PATH } else { 0 } | if open { abi::MASQ_F_OPEN_MAPPINGS } else { 0 },
+        tcp_timeout_s: conf.nat_timeouts.tcp,
+        tcp_closing_timeout_s: conf.nat_timeouts.tcp_closing,
+        udp_timeout_s: conf.nat_timeouts.udp,
+        icmp_timeout_s: conf.nat_timeouts.icmp,
         nat_seed: seed,
         nat_shards: shards,
     };
@@ -302,7 +311,7 @@ fn reconcile_rules(pins: &Pins, conf: &MasqConfig, uplinks: &[Uplink]) -> Result
     for (id, r) in conf.masquerade_rules.iter().enumerate() {
         let id = id as u32;
         let ifindex_be = ifindex_of[r.out_interface.as_str()].to_be_bytes();
-        let to_address = if r.to_address.is_some() { abi::RULE_F_TO_ADDRESS } else { 0 };
+        let to_address = if r.to_address.is_some() { abi::RULE_F_TO_ADDRESS } else { 0 } | filter_bits(r.nat_filtering);
         // First rule wins for the same (interface, source).
         match r.source {
             IpNetwork::V4(src) => {

@@ -53,6 +53,8 @@ pub struct Registration {
     pub veth_name: String,
     pub addrs: Vec<IpAddr>,
     pub nat_outgoing: bool,
+    /// natFiltering as its NAT_FILTER_* bits (kept in the attachment too, for adoption).
+    pub nat_filtering: u32,
     /// The fast path's view of the pod (MACs, L3 interface), kept in `pod_l2`.
     pub l2: PodL2,
 }
@@ -63,6 +65,7 @@ impl Registration {
         if self.nat_outgoing {
             info.flags |= abi::ATT_F_NAT_OUTGOING;
         }
+        info.flags |= self.nat_filtering & abi::NAT_FILTER_MASK;
         for a in &self.addrs {
             match a {
                 IpAddr::V4(v4) => {
@@ -121,7 +124,7 @@ pub fn register(pins: &Pins, key: &AttachmentKey, reg: &Registration) -> Result<
         let mut atts: HashMap<MapData, AttachmentKey, AttachmentInfo> = maps::open(pins, abi::MAP_ATTACHMENTS)?;
         // Record first: a crash after this point leaves something DEL/GC can find.
         atts.insert(key, info, 0).map_err(|e| map_err("write attachments", e))?;
-        let flags = if reg.nat_outgoing { abi::POD_F_NAT_OUTGOING } else { 0 };
+        let flags = if reg.nat_outgoing { abi::POD_F_NAT_OUTGOING } else { 0 } | (reg.nat_filtering & abi::NAT_FILTER_MASK);
         let pod = PodInfo { ifindex: reg.veth_ifindex, flags, l2: reg.l2 };
         // The addresses first, then the veth's entry: an address a veths entry
         // holds is always one pods4/pods6 gives to that veth (the veth program
@@ -304,6 +307,7 @@ mod tests {
             veth_name: "veth1".into(),
             addrs: (1..=5).map(|i| IpAddr::from([10, 0, 0, i])).collect(),
             nat_outgoing: true,
+            nat_filtering: 0,
             l2: PodL2::default(),
         };
         assert_eq!(reg.to_info().unwrap_err().code, 7);

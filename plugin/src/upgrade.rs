@@ -128,6 +128,7 @@ fn adopt_registrations(pins: &Pins, old: &Pins) -> Result<()> {
             veth_name: pod::cstr(&info.veth_name),
             addrs: pod::addrs_of(&info),
             nat_outgoing: info.flags & abi::ATT_F_NAT_OUTGOING != 0,
+            nat_filtering: info.flags & abi::NAT_FILTER_MASK,
             l2: l2_of(&info),
         };
         let name = pod::cstr(&key.container_id);

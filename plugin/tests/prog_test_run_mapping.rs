@@ -9,7 +9,9 @@ mod support;
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use ebpf_masq::bpf::abi::counter;
+use ebpf_masq::bpf::abi::{
+    counter, NAT_FILTER_AD, NAT_FILTER_EI, NAT_F_BY_RULE, NAT_F_FIN, NAT_F_OPEN, NAT_F_TCP_CLOSING,
+};
 use support::{harness::*, packet::*, packet6::*};
 
 const MASQ: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
@@ -129,4 +131,180 @@ fn ipv6_endpoint_keeps_its_mapping() {
     let kept = summary6(&dp.egress(&udp6(pod, a("2001:db8:100::10"), 20011, 53)).passed()).sport;
     assert_eq!(kept, 20011);
     assert_eq!((dp.counter(counter::MAP_REUSED), dp.counter(counter::MAP_PRESERVED)), (2, 1));
+}
+
+// ---- reuse of finished TCP pairs (netfilter reuses TIME_WAIT/CLOSE entries) ----
+
+/// One NAT port (20000) and long timeouts: only a takeover can free it.
+fn one_port_node() -> Dataplane {
+    let dp = node();
+    dp.set_config(20000, 20000, 3600);
+    dp
+}
+
+/// Both halves of POD:40000 -> REMOTE:443's pair quiet for `secs` (as if its last packet were that old).
+fn age_pair(dp: &Dataplane, port: u16, secs: u64) {
+    let fk = nat_key(POD, REMOTE, 40000, 443, TCP);
+    let rk = reverse_key(&fk, MASQ, port);
+    let then = monotonic_ns() - secs * 1_000_000_000;
+    let (mut fe, mut re) = (dp.get_fwd(&fk).unwrap(), dp.get_rev(&rk).unwrap());
+    fe.last_seen_ns = then;
+    re.last_seen_ns = then;
+    dp.put_fwd(&fk, fe);
+    dp.put_rev(&rk, re);
+}
+
+/// POD:40000 <-> REMOTE:443 opened through the one port; returns it.
+fn open_flow(dp: &Dataplane) -> u16 {
+    let p = mapped(dp, &tcp(POD, REMOTE, 40000, 443, SYN), MASQ);
+    dp.ingress(&tcp(REMOTE, MASQ, 443, p, SYN | ACK)).passed();
+    mapped(dp, &tcp(POD, REMOTE, 40000, 443, ACK), MASQ);
+    p
+}
+
+#[test]
+fn a_pair_finished_both_ways_gives_its_port_to_a_new_flow_once_quiet() {
+    let dp = one_port_node();
+    let p = open_flow(&dp);
+    mapped(&dp, &tcp(POD, REMOTE, 40000, 443, FIN | ACK), MASQ);
+    dp.ingress(&tcp(REMOTE, MASQ, 443, p, FIN | ACK)).passed();
+    let (fe, re) = dp.assert_single_pair(nat_key(POD, REMOTE, 40000, 443, TCP), MASQ, p);
+    // Each half knows how its own direction ended; both are closing.
+    assert_eq!(fe.flags & (NAT_F_FIN | NAT_F_TCP_CLOSING), NAT_F_FIN | NAT_F_TCP_CLOSING, "{fe:?}");
+    assert_eq!(re.flags & (NAT_F_FIN | NAT_F_TCP_CLOSING), NAT_F_FIN | NAT_F_TCP_CLOSING, "{re:?}");
+    // Right after the last FIN its ACK must still find the pair: the port is not given yet.
+    mapped(&dp, &tcp(POD, REMOTE, 40000, 443, ACK), MASQ);
+    dp.egress(&tcp(POD2, REMOTE, 40001, 443, SYN)).dropped();
+    assert_eq!((dp.drops(drop::NO_PORT), dp.counter(counter::NAT_FINISHED_REUSED)), (1, 0));
+    // Quiet for the grace period (2 s): another pod's new connection to the same remote
+    // endpoint needs the port, and takes it.
+    age_pair(&dp, p, 3);
+    assert_eq!(mapped(&dp, &tcp(POD2, REMOTE, 40001, 443, SYN), MASQ), p);
+    assert_eq!(dp.counter(counter::NAT_FINISHED_REUSED), 1);
+    dp.assert_single_pair(nat_key(POD2, REMOTE, 40001, 443, TCP), MASQ, p);
+    let back = dp.ingress(&tcp(REMOTE, MASQ, 443, p, SYN | ACK)).passed();
+    assert_eq!((summary(&back).dst, summary(&back).dport), (POD2, 40001));
+    assert_eq!(dp.total_drops(), 1, "only the SYN inside the grace period");
+}
+
+#[test]
+fn a_reset_finishes_a_pair_either_way() {
+    for from_remote in [true, false] {
+        let dp = one_port_node();
+        let p = open_flow(&dp);
+        if from_remote {
+            dp.ingress(&tcp(REMOTE, MASQ, 443, p, RST)).passed();
+        } else {
+            mapped(&dp, &tcp(POD, REMOTE, 40000, 443, RST), MASQ);
+        }
+        age_pair(&dp, p, 3);
+        assert_eq!(mapped(&dp, &tcp(POD2, REMOTE, 40001, 443, SYN), MASQ), p, "from_remote {from_remote}");
+        assert_eq!(dp.counter(counter::NAT_FINISHED_REUSED), 1);
+    }
+}
+
+#[test]
+fn a_half_closed_pair_keeps_its_port() {
+    for pod_fin in [true, false] {
+        let dp = one_port_node();
+        let p = open_flow(&dp);
+        if pod_fin {
+            mapped(&dp, &tcp(POD, REMOTE, 40000, 443, FIN | ACK), MASQ);
+        } else {
+            dp.ingress(&tcp(REMOTE, MASQ, 443, p, FIN | ACK)).passed();
+        }
+        age_pair(&dp, p, 3);
+        // The other direction may still send: the port is not free, however quiet.
+        dp.egress(&tcp(POD2, REMOTE, 40001, 443, SYN)).dropped();
+        assert_eq!(dp.drops(drop::NO_PORT), 1, "pod_fin {pod_fin}");
+        assert_eq!(dp.counter(counter::NAT_FINISHED_REUSED), 0);
+        // ... and the flow still works both ways.
+        mapped(&dp, &tcp(POD, REMOTE, 40000, 443, ACK), MASQ);
+        let back = dp.ingress(&tcp(REMOTE, MASQ, 443, p, ACK)).passed();
+        assert_eq!(summary(&back).dst, POD);
+    }
+}
+
+#[test]
+fn a_pod_reopening_its_finished_tuple_keeps_the_pair_and_reopens_it() {
+    let dp = one_port_node();
+    let p = open_flow(&dp);
+    mapped(&dp, &tcp(POD, REMOTE, 40000, 443, FIN | ACK), MASQ);
+    dp.ingress(&tcp(REMOTE, MASQ, 443, p, FIN | ACK)).passed();
+    // tcp_tw_reuse: the pod opens a new connection on the same tuple.
+    assert_eq!(mapped(&dp, &tcp(POD, REMOTE, 40000, 443, SYN), MASQ), p);
+    let (fe, re) = dp.assert_single_pair(nat_key(POD, REMOTE, 40000, 443, TCP), MASQ, p);
+    assert_eq!((fe.flags & 0x31, re.flags & 0x31), (0, 0), "open again on both halves: {fe:?} {re:?}");
+    age_pair(&dp, p, 3);
+    // So it is not finished any more: another pod cannot take the port.
+    dp.egress(&tcp(POD2, REMOTE, 40001, 443, SYN)).dropped();
+    assert_eq!(dp.counter(counter::NAT_FINISHED_REUSED), 0);
+}
+
+// ---- natFiltering (RFC 4787 REQ-8) ----
+
+#[test]
+fn endpoint_independent_filtering_lets_any_remote_reach_an_active_mapping() {
+    let dp = node();
+    dp.set_pod_filtering(POD, NAT_FILTER_EI);
+    let p = mapped(&dp, &udp(POD, REMOTE, 40000, 3478), MASQ);
+    // Someone the pod never sent to, from any port: in, to the pod endpoint, on a pair of its own.
+    let hello = udp(REMOTE2, MASQ, 9999, p);
+    let out = dp.ingress(&hello).passed();
+    assert_checksums(&out);
+    assert_eq!(out, udp(REMOTE2, POD, 9999, 40000));
+    assert_eq!(dp.counter(counter::FILTER_ADMITTED), 1);
+    let (fe, _) = dp.assert_single_pair_of(nat_key(POD, REMOTE2, 40000, 9999, UDP), MASQ, p);
+    assert_eq!(fe.flags & NAT_F_OPEN, NAT_F_OPEN);
+    // The pod's answer leaves from the mapping, like any pair's.
+    assert_eq!(mapped(&dp, &udp(POD, REMOTE2, 40000, 9999), MASQ), p);
+    assert_eq!(dp.assert_pairs_complete(), 2);
+    // Another pod endpoint's mapping is still closed (POD2 has the default).
+    let q = mapped(&dp, &udp(POD2, REMOTE, 40001, 3478), MASQ);
+    let knock = udp(REMOTE2, MASQ, 9999, q);
+    assert_eq!(dp.ingress(&knock).passed(), knock, "a default (APDF) mapping let a stranger in");
+    assert_eq!(dp.counter(counter::FILTER_ADMITTED), 1);
+}
+
+#[test]
+fn address_dependent_filtering_admits_other_ports_of_known_remotes_only() {
+    let dp = node();
+    dp.set_pod_filtering(POD, NAT_FILTER_AD);
+    let p = mapped(&dp, &udp(POD, REMOTE, 40000, 3478), MASQ);
+    let other_port = udp(REMOTE, MASQ, 3479, p);
+    assert_eq!(dp.ingress(&other_port).passed(), udp(REMOTE, POD, 3479, 40000));
+    let stranger = udp(REMOTE2, MASQ, 3478, p);
+    assert_eq!(dp.ingress(&stranger).passed(), stranger, "address-dependent let another address in");
+    assert_eq!(dp.counter(counter::FILTER_ADMITTED), 1);
+    // Once the pod sends to REMOTE2, it may answer from any port too.
+    assert_eq!(mapped(&dp, &udp(POD, REMOTE2, 40000, 3478), MASQ), p);
+    assert_eq!(dp.ingress(&udp(REMOTE2, MASQ, 5000, p)).passed(), udp(REMOTE2, POD, 5000, 40000));
+}
+
+#[test]
+fn an_idle_open_mapping_closes_and_tcp_may_be_opened_too() {
+    let dp = node();
+    dp.set_config(20000, 20099, 1);
+    dp.set_pod_filtering(POD, NAT_FILTER_EI);
+    let p = mapped(&dp, &udp(POD, REMOTE, 40000, 3478), MASQ);
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let late = udp(REMOTE2, MASQ, 9999, p);
+    assert_eq!(dp.ingress(&late).passed(), late, "an idle mapping (past the UDP timeout) still let a stranger in");
+    // TCP: a listener's mapping (e.g. a P2P node) admits a SYN from anyone.
+    dp.set_config(20000, 20099, 3600);
+    dp.set_open_mappings(true); // set_config writes the flags afresh
+    let t = mapped(&dp, &tcp(POD, REMOTE, 41000, 443, SYN), MASQ);
+    let syn = tcp(REMOTE2, MASQ, 5555, t, SYN);
+    assert_eq!(dp.ingress(&syn).passed(), tcp(REMOTE2, POD, 5555, 41000, SYN));
+}
+
+#[test]
+fn filtering_by_rule_opens_a_tunnel_clients_mapping() {
+    let dp = node();
+    dp.add_rule_filtered(LO, Ipv4Addr::new(192, 168, 6, 0), 24, 1, NAT_FILTER_EI);
+    dp.set_open_mappings(true);
+    let p = mapped(&dp, &udp(TUNNEL_CLIENT, REMOTE, 40000, 3478), MASQ);
+    assert_eq!(dp.ingress(&udp(REMOTE2, MASQ, 7, p)).passed(), udp(REMOTE2, TUNNEL_CLIENT, 7, 40000));
+    let (fe, _) = dp.assert_single_pair_of(nat_key(TUNNEL_CLIENT, REMOTE2, 40000, 7, UDP), MASQ, p);
+    assert_eq!((fe.flags & NAT_F_BY_RULE, fe.rule_id), (NAT_F_BY_RULE, 1));
 }

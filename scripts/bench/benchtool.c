@@ -13,6 +13,20 @@
  *                               lost SYN) counts as a failure.
  *                               Prints {"ok":N,"fail":F,"secs":T,"cpu_s":C,"errno":{...}}.
  *   tcp-accept PORT             accept() and close() forever.
+ *   tcp-churn DST PORT SECS WORKERS
+ *                               WORKERS processes, each one connection at a
+ *                               time, as fast as it can: connect(), send a
+ *                               16-byte request, read the 16-byte answer,
+ *                               close() (an orderly close: the client's port
+ *                               goes to TIME_WAIT, reused by tcp_tw_reuse), for
+ *                               SECS seconds. A connection that fails, or takes
+ *                               over 1 s (a lost SYN: the retransmission comes
+ *                               after 1 s), is counted; the slowest is reported.
+ *                               Prints {"ok":N,"fail":F,"stalled":S,"max_ms":M,
+ *                               "secs":T,"errno":{...}}.
+ *   tcp-serve PORT WORKERS      WORKERS processes accept() on one socket; each
+ *                               connection: read 16 bytes, answer them, read to
+ *                               EOF, close() (the client closes first).
  *   tcx-attach PROG DEV ingress|egress LINK
  *                               attach the program pinned at PROG to DEV's TCX
  *                               hook (in this netns) and pin the link at LINK
@@ -38,6 +52,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -201,7 +216,8 @@ static int tcp_cps(const char *dst, const char *port, double secs)
 	return 0;
 }
 
-static int tcp_accept(const char *port)
+/* A TCP socket listening on PORT, every address. */
+static int listen_on(const char *port)
 {
 	struct sockaddr_in sa = addr_of(NULL, port);
 	int fd, one = 1;
@@ -215,11 +231,143 @@ static int tcp_accept(const char *port)
 		die("bind");
 	if (listen(fd, 4096))
 		die("listen");
+	return fd;
+}
+
+static int tcp_accept(const char *port)
+{
+	int fd = listen_on(port);
+
 	for (;;) {
 		int c = accept(fd, NULL, NULL);
 
 		if (c >= 0)
 			close(c);
+	}
+	return 0;
+}
+
+/* One tcp-churn worker's tally, sent to the parent through a pipe. */
+struct churn_tally {
+	unsigned long long ok, fail, stalled;
+	double max_s;
+	unsigned long long by_errno[256];
+};
+
+static int churn_one(const struct sockaddr_in *sa, double *took)
+{
+	struct timeval tmo = { .tv_sec = 2 };
+	char buf[16] = "0123456789abcdef";
+	double t0 = now_s();
+	int fd = socket(AF_INET, SOCK_STREAM, 0), err = 0;
+	ssize_t n, got = 0;
+
+	if (fd < 0)
+		die("socket");
+	/* Linux applies SO_SNDTIMEO to connect(): bounds lost SYNs to 2 s (one retransmission). */
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tmo, sizeof(tmo));
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tmo, sizeof(tmo));
+	if (connect(fd, (const struct sockaddr *)sa, sizeof(*sa)) || send(fd, buf, sizeof(buf), 0) != sizeof(buf)) {
+		err = errno ? errno : EIO;
+		goto out;
+	}
+	while (got < (ssize_t)sizeof(buf) && (n = recv(fd, buf, sizeof(buf) - got, 0)) > 0)
+		got += n;
+	if (got != sizeof(buf))
+		err = n < 0 ? errno : ECONNRESET;
+out:
+	close(fd);
+	*took = now_s() - t0;
+	return err;
+}
+
+static int tcp_churn(const char *dst, const char *port, double secs, int workers)
+{
+	struct sockaddr_in sa = addr_of(dst, port);
+	struct churn_tally all = { 0 };
+	double t0 = now_s();
+	int pipes[256][2], w, i, first = 1;
+
+	if (workers < 1 || workers > 256) {
+		fprintf(stderr, "benchtool: WORKERS must be 1..256\n");
+		return 2;
+	}
+	for (w = 0; w < workers; w++) {
+		if (pipe(pipes[w]))
+			die("pipe");
+		if (fork() == 0) {
+			struct churn_tally t = { 0 };
+			double took;
+
+			close(pipes[w][0]);
+			do {
+				int err = churn_one(&sa, &took);
+
+				if (err) {
+					t.fail++;
+					t.by_errno[err & 255]++;
+				} else if (took > 1.0) {
+					t.stalled++;
+				} else {
+					t.ok++;
+				}
+				if (took > t.max_s)
+					t.max_s = took;
+			} while (now_s() - t0 < secs);
+			if (write(pipes[w][1], &t, sizeof(t)) != sizeof(t))
+				_exit(1);
+			_exit(0);
+		}
+		close(pipes[w][1]);
+	}
+	for (w = 0; w < workers; w++) {
+		struct churn_tally t;
+
+		if (read(pipes[w][0], &t, sizeof(t)) != sizeof(t))
+			die("a worker died");
+		all.ok += t.ok;
+		all.fail += t.fail;
+		all.stalled += t.stalled;
+		if (t.max_s > all.max_s)
+			all.max_s = t.max_s;
+		for (i = 0; i < 256; i++)
+			all.by_errno[i] += t.by_errno[i];
+	}
+	while (wait(NULL) > 0)
+		;
+	printf("{\"ok\":%llu,\"fail\":%llu,\"stalled\":%llu,\"max_ms\":%.1f,\"secs\":%.6f,\"errno\":{",
+	       all.ok, all.fail, all.stalled, all.max_s * 1e3, now_s() - t0);
+	for (i = 0; i < 256; i++) {
+		if (all.by_errno[i]) {
+			printf("%s\"%s\":%llu", first ? "" : ",",
+			       i == EINPROGRESS || i == EAGAIN ? "timeout (2 s)" : strerror(i), all.by_errno[i]);
+			first = 0;
+		}
+	}
+	printf("}}\n");
+	return 0;
+}
+
+static int tcp_serve(const char *port, int workers)
+{
+	int fd = listen_on(port), w;
+
+	for (w = 1; w < workers; w++)
+		if (fork() == 0)
+			break;
+	for (;;) {
+		char buf[64];
+		ssize_t n, got = 0;
+		int c = accept(fd, NULL, NULL);
+
+		if (c < 0)
+			continue;
+		while (got < 16 && (n = recv(c, buf, sizeof(buf), 0)) > 0)
+			got += n;
+		if (got >= 16 && send(c, buf, 16, 0) == 16)
+			while (recv(c, buf, sizeof(buf), 0) > 0)
+				; /* until the client's FIN */
+		close(c);
 	}
 	return 0;
 }
@@ -265,10 +413,15 @@ int main(int argc, char **argv)
 		return tcp_cps(argv[2], argv[3], atof(argv[4]));
 	if (argc == 3 && !strcmp(argv[1], "tcp-accept"))
 		return tcp_accept(argv[2]);
+	if (argc == 6 && !strcmp(argv[1], "tcp-churn"))
+		return tcp_churn(argv[2], argv[3], atof(argv[4]), atoi(argv[5]));
+	if (argc == 4 && !strcmp(argv[1], "tcp-serve"))
+		return tcp_serve(argv[2], atoi(argv[3]));
 	if (argc == 6 && !strcmp(argv[1], "tcx-attach"))
 		return tcx_attach(argv[2], argv[3], argv[4], argv[5]);
 	fprintf(stderr, "usage: benchtool udp-send DST PORT SECS LEN | udp-sink PORT |\n"
 			"                 tcp-cps DST PORT SECS | tcp-accept PORT |\n"
+			"                 tcp-churn DST PORT SECS WORKERS | tcp-serve PORT WORKERS |\n"
 			"                 tcx-attach PROG DEV ingress|egress LINK\n");
 	return 2;
 }

@@ -68,9 +68,13 @@ METRICS = {
     "cps": ("TCP connect+close", "conn/s", True),
     "cps_cpu_us_conn": ("  CPU of the client (incl. the path)", "us/conn", False),
     "cps_fail": ("  connects failed/timed out (sum of rounds)", "count", False),
+    "churn": ("TCP churn to one endpoint (2 clients, orderly close)", "conn/s", True),
+    "churn_fail": ("  failed or stalled > 1 s (sum of rounds)", "count", False),
     "ping_hot_us": ("ping RTT IQ-mean, back-to-back (-A)", "us", False),
     "ping_us": ("ping RTT median, 10 ms apart", "us", False),
 }
+# Counts of rare events: summed over rounds, no ratios.
+COUNT_METRICS = {"cps_fail", "churn_fail"}
 # Only the hooks, redir, ebpf and fast modes have these: ns per program run while the named
 # traffic ran, from kernel.bpf_stats_enabled (run_time_ns / run_cnt deltas); the
 # redir mode's programs carry ebpf-masq's names, so its column lines up with the fast path's.
@@ -273,7 +277,7 @@ def summarize(data):
         if not by_mode:
             continue
         s = {"median": {m: med(list(by_mode[m].values())) for m in MODES if m in by_mode}}
-        if key == "cps_fail":  # a count of rare events: the total says more than a median or a ratio
+        if key in COUNT_METRICS:  # a count of rare events: the total says more than a median or a ratio
             s["sum"] = {m: sum(by_mode[m].values()) for m in MODES if m in by_mode}
             summary[key] = s
             continue
@@ -314,7 +318,7 @@ def print_table(summary, meta):
             continue
         s = summary[key]
         arrow = " (higher=better)" if higher else " (lower=better)"
-        if key == "cps_fail":
+        if key in COUNT_METRICS:
             arrow = ""
         vals = s.get("sum", s["median"])
         rows.append([label + arrow, unit] + [fmt_num(vals.get(m)) for m in MODES]
@@ -356,6 +360,8 @@ TARGETS = [
     ("fast path: UDP 64B rate vs no-NAT", "udp_rx_kpps", "fast_vs_none", 1.10, True),
     ("fast path: new TCP connections/s vs no-NAT", "cps", "fast_vs_none", 1.10, True),
     ("fast path: TCP throughput vs no-NAT", "tcp_gbps", "fast_vs_none", 1.00, True),
+    ("default: TCP churn to one endpoint vs iptables", "churn", "ebpf_vs_ipt", 1.00, True),
+    ("fast path: TCP churn to one endpoint vs iptables", "churn", "fast_vs_ipt", 1.00, True),
 ]
 UPLINK_NS_TARGET = 60.0
 

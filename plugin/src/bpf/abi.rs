@@ -38,16 +38,28 @@ pub const MAP_SVC4: &str = "svc4";
 pub const MAP_SVC6: &str = "svc6";
 pub const MAP_NAT4_BIND: &str = "nat4_bind";
 pub const MAP_NAT6_BIND: &str = "nat6_bind";
+pub const MAP_NAT4_OPEN: &str = "nat4_open";
+pub const MAP_NAT6_OPEN: &str = "nat6_open";
+pub const MAP_NAT4_PERMIT: &str = "nat4_permit";
+pub const MAP_NAT6_PERMIT: &str = "nat6_permit";
 
 /// Every map the objects define: a node is only loaded when all of them are pinned.
-pub const ALL_MAPS: [&str; 28] = [
+pub const ALL_MAPS: [&str; 32] = [
     MAP_CONFIG, MAP_PODS4, MAP_PODS6, MAP_UPLINKS, MAP_UPLINKS_DIRECT, MAP_EXCL4, MAP_EXCL6, MAP_RULES4,
     MAP_RULE_EXCEPT4, MAP_RULE_STATS, MAP_NAT4_FWD, MAP_NAT4_REV, MAP_VETHS, MAP_COUNTERS, MAP_DROPS,
     MAP_ATTACHMENTS, MAP_RULES6, MAP_RULE_EXCEPT6, MAP_NAT6_FWD, MAP_NAT6_REV, MAP_FRAG4, MAP_FRAG6, MAP_SVC4,
-    MAP_SVC6, MAP_NAT_GC, MAP_RESERVED_PORTS, MAP_NAT4_BIND, MAP_NAT6_BIND,
+    MAP_SVC6, MAP_NAT_GC, MAP_RESERVED_PORTS, MAP_NAT4_BIND, MAP_NAT6_BIND, MAP_NAT4_OPEN,
+    MAP_NAT6_OPEN, MAP_NAT4_PERMIT, MAP_NAT6_PERMIT,
 ];
 
 pub const MAX_RULES: u32 = 256;
+
+/// LRU maps are preallocated whole, so the mapping hints (nat4_bind/nat6_bind) hold at
+/// most this many pod endpoints (~64 and ~96 bytes each), not natMaxEntries: past it the
+/// least recently mapped endpoints lose their hint (their next flow may get a new port).
+pub const BIND_ENTRIES_MAX: u32 = 65_536;
+/// The same for natFiltering's open mappings and address permits (nat*_open, nat*_permit).
+pub const OPEN_ENTRIES_MAX: u32 = 16_384;
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -67,6 +79,12 @@ pub struct MasqConfig {
 
 /// `masq_config.flags`: fastPath is on.
 pub const MASQ_F_FAST_PATH: u32 = 0x1;
+/// `masq_config.flags`: some pod or rule has a natFiltering other than the default (sticky).
+pub const MASQ_F_OPEN_MAPPINGS: u32 = 0x2;
+/// natFiltering bits, in pod_info, rule_info/rule6_info and attachment_info flags alike.
+pub const NAT_FILTER_AD: u32 = 0x2;
+pub const NAT_FILTER_EI: u32 = 0x4;
+pub const NAT_FILTER_MASK: u32 = NAT_FILTER_AD | NAT_FILTER_EI;
 
 pub const POD_F_NAT_OUTGOING: u32 = 0x1;
 #[repr(C)]
@@ -193,10 +211,66 @@ pub struct Nat6Entry {
     pub bytes: u64,
 }
 
+/// natFiltering's open mappings (key: the mapping, a Nat4Ep / Nat6Ep) and address permits.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Nat4Open {
+    pub addr: [u8; 4],
+    pub port: [u8; 2],
+    pub filter: u8,
+    pub flags: u8,
+    pub ifindex: u32,
+    pub rule_id: u32,
+    pub last_seen_ns: u64,
+}
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Nat6Open {
+    pub addr: [u8; 16],
+    pub port: [u8; 2],
+    pub filter: u8,
+    pub flags: u8,
+    pub ifindex: u32,
+    pub rule_id: u32,
+    pub pad: u32,
+    pub last_seen_ns: u64,
+}
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Nat4PermitKey {
+    pub remote: [u8; 4],
+    pub addr: [u8; 4],
+    pub port: [u8; 2],
+    pub proto: u8,
+    pub pad: u8,
+}
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Nat4Permit {
+    pub pod: [u8; 4],
+    pub pad: u32,
+    pub last_seen_ns: u64,
+}
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Nat6PermitKey {
+    pub remote: [u8; 16],
+    pub addr: [u8; 16],
+    pub port: [u8; 2],
+    pub proto: u8,
+    pub pad: u8,
+}
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Nat6Permit {
+    pub pod: [u8; 16],
+    pub last_seen_ns: u64,
+}
+
 /// nat4_bind / nat6_bind: a pod endpoint's mapping (endpoint-independent mapping hints).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Nat4BindKey {
+pub struct Nat4Ep {
     pub addr: [u8; 4],
     pub port: [u8; 2],
     pub proto: u8,
@@ -211,7 +285,7 @@ pub struct Nat4Bind {
 }
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Nat6BindKey {
+pub struct Nat6Ep {
     pub addr: [u8; 16],
     pub port: [u8; 2],
     pub proto: u8,
@@ -240,6 +314,9 @@ pub const NAT_F_TCP_CLOSING: u8 = 0x1;
 pub const NAT_F_BY_RULE: u8 = 0x2;
 pub const NAT_F_FAST: u8 = 0x4;
 pub const NAT_F_INBOUND: u8 = 0x8;
+pub const NAT_F_FIN: u8 = 0x10;
+pub const NAT_F_RST: u8 = 0x20;
+pub const NAT_F_OPEN: u8 = 0x40;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Nat4Entry {
@@ -490,7 +567,9 @@ pub mod counter {
     pub const INBOUND_UNTRACKED: u32 = 24;
     pub const MAP_REUSED: u32 = 25;
     pub const MAP_PRESERVED: u32 = 26;
-    pub const MAX: u32 = 27;
+    pub const NAT_FINISHED_REUSED: u32 = 27;
+    pub const FILTER_ADMITTED: u32 = 28;
+    pub const MAX: u32 = 29;
     pub const NAMES: [&str; MAX as usize] = [
         "snat_packets_v4",
         "snat_bytes_v4",
@@ -519,6 +598,8 @@ pub mod counter {
         "inbound_flows_untracked",
         "mappings_reused",
         "ports_preserved",
+        "nat_finished_reused",
+        "filter_admitted",
     ];
 }
 
@@ -568,10 +649,16 @@ pod! {
     FragPorts = 8,
     Nat4Key = 16,
     Nat4Entry = 48,
-    Nat4BindKey = 8,
+    Nat4Ep = 8,
     Nat4Bind = 8,
-    Nat6BindKey = 20,
+    Nat6Ep = 20,
     Nat6Bind = 20,
+    Nat4Open = 24,
+    Nat6Open = 40,
+    Nat4PermitKey = 12,
+    Nat4Permit = 16,
+    Nat6PermitKey = 36,
+    Nat6Permit = 24,
     PodStats = 24,
     VethInfo = 80,
     NatGc = 112,
@@ -618,12 +705,18 @@ mod tests {
         assert_eq!(define("VETH_F_ADDR4"), VETH_F_ADDR4);
         assert_eq!(define("VETH_F_ADDR6"), VETH_F_ADDR6);
         assert_eq!(define("NAT_F_INBOUND"), NAT_F_INBOUND as u32);
+        assert_eq!((define("NAT_F_FIN"), define("NAT_F_RST")), (NAT_F_FIN as u32, NAT_F_RST as u32));
         let counters = enum_members("masq_counter", "CNT_MAX");
         assert_eq!(counters.len(), counter::MAX as usize, "{counters:?}");
         assert_eq!(counters[counter::PORT_PROBES as usize], "CNT_PORT_PROBES");
         assert_eq!(counters[counter::NAT_GC_ARM_FAILED as usize], "CNT_NAT_GC_ARM_FAILED");
         assert_eq!(counters[counter::INBOUND_UNTRACKED as usize], "CNT_INBOUND_UNTRACKED");
         assert_eq!(counters[counter::MAP_PRESERVED as usize], "CNT_MAP_PRESERVED");
+        assert_eq!(counters[counter::NAT_FINISHED_REUSED as usize], "CNT_NAT_FINISHED_REUSED");
+        assert_eq!(counters[counter::FILTER_ADMITTED as usize], "CNT_FILTER_ADMITTED");
+        assert_eq!((define("NAT_FILTER_AD"), define("NAT_FILTER_EI")), (NAT_FILTER_AD, NAT_FILTER_EI));
+        assert_eq!(define("MASQ_F_OPEN_MAPPINGS"), MASQ_F_OPEN_MAPPINGS);
+        assert_eq!(define("NAT_F_OPEN"), NAT_F_OPEN as u32);
         assert_eq!(counters[counter::FP_FALLBACK as usize], "CNT_FP_FALLBACK");
         let drops = enum_members("masq_drop_reason", "DROP_MAX");
         assert_eq!(drops.len(), drop_reason::MAX as usize, "{drops:?}");

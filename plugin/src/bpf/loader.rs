@@ -159,8 +159,13 @@ pub fn ensure_loaded_with(pins: &Pins, nat_max_entries: u32, loader: EbpfLoader<
         .default_map_pin_directory(pins.maps_dir())
         .map_max_entries(abi::MAP_NAT4_REV, nat_max_entries)
         .map_max_entries(abi::MAP_NAT6_REV, nat_max_entries)
-        .map_max_entries(abi::MAP_NAT4_BIND, nat_max_entries)
-        .map_max_entries(abi::MAP_NAT6_BIND, nat_max_entries);
+        // LRU maps are preallocated whole: their size is capped (abi::BIND_ENTRIES_MAX...).
+        .map_max_entries(abi::MAP_NAT4_BIND, nat_max_entries.min(abi::BIND_ENTRIES_MAX))
+        .map_max_entries(abi::MAP_NAT6_BIND, nat_max_entries.min(abi::BIND_ENTRIES_MAX))
+        .map_max_entries(abi::MAP_NAT4_OPEN, nat_max_entries.min(abi::OPEN_ENTRIES_MAX))
+        .map_max_entries(abi::MAP_NAT6_OPEN, nat_max_entries.min(abi::OPEN_ENTRIES_MAX))
+        .map_max_entries(abi::MAP_NAT4_PERMIT, nat_max_entries.min(abi::OPEN_ENTRIES_MAX))
+        .map_max_entries(abi::MAP_NAT6_PERMIT, nat_max_entries.min(abi::OPEN_ENTRIES_MAX));
     // Objects one after the other: the first creates and pins the maps the second reuses.
     let mut loaded = Vec::new();
     for (obj, progs) in objects {

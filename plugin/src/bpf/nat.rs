@@ -12,7 +12,7 @@ use std::os::fd::{AsFd, AsRawFd};
 use aya::maps::{Array, ArrayOfMaps, HashMap, MapData, MapError};
 
 use super::{
-    abi::{self, Nat4Bind, Nat4BindKey, Nat4Entry, Nat4Key, Nat6Bind, Nat6BindKey, Nat6Entry, Nat6Key},
+    abi::{self, Nat4Bind, Nat4Entry, Nat4Ep, Nat4Key, Nat4Open, Nat6Bind, Nat6Entry, Nat6Ep, Nat6Key, Nat6Open},
     loader::Pins,
     maps,
 };
@@ -53,6 +53,10 @@ pub trait Family {
     const BIND: &'static str;
     /// The pod address a mapping hint belongs to.
     fn bind_addr(k: &Self::BindKey) -> IpAddr;
+    /// natFiltering's open mappings (nat4_open / nat6_open, keyed like the hints).
+    type Open: aya::Pod;
+    const OPEN: &'static str;
+    fn open_addr(v: &Self::Open) -> IpAddr;
     fn tuple(k: &Self::Key) -> Tuple;
     fn key(t: &Tuple) -> Self::Key;
     fn entry(v: &Self::Value) -> Entry;
@@ -79,13 +83,18 @@ fn v6(a: &IpAddr) -> [u8; 16] {
 impl Family for V4 {
     type Key = Nat4Key;
     type Value = Nat4Entry;
-    type BindKey = Nat4BindKey;
+    type BindKey = Nat4Ep;
     type Bind = Nat4Bind;
     const FWD: &'static str = abi::MAP_NAT4_FWD;
     const REV: &'static str = abi::MAP_NAT4_REV;
     const BIND: &'static str = abi::MAP_NAT4_BIND;
-    fn bind_addr(k: &Nat4BindKey) -> IpAddr {
+    fn bind_addr(k: &Nat4Ep) -> IpAddr {
         Ipv4Addr::from(k.addr).into()
+    }
+    type Open = Nat4Open;
+    const OPEN: &'static str = abi::MAP_NAT4_OPEN;
+    fn open_addr(v: &Nat4Open) -> IpAddr {
+        Ipv4Addr::from(v.addr).into()
     }
     fn tuple(k: &Nat4Key) -> Tuple {
         Tuple {
@@ -126,13 +135,18 @@ impl Family for V4 {
 impl Family for V6 {
     type Key = Nat6Key;
     type Value = Nat6Entry;
-    type BindKey = Nat6BindKey;
+    type BindKey = Nat6Ep;
     type Bind = Nat6Bind;
     const FWD: &'static str = abi::MAP_NAT6_FWD;
     const REV: &'static str = abi::MAP_NAT6_REV;
     const BIND: &'static str = abi::MAP_NAT6_BIND;
-    fn bind_addr(k: &Nat6BindKey) -> IpAddr {
+    fn bind_addr(k: &Nat6Ep) -> IpAddr {
         Ipv6Addr::from(k.addr).into()
+    }
+    type Open = Nat6Open;
+    const OPEN: &'static str = abi::MAP_NAT6_OPEN;
+    fn open_addr(v: &Nat6Open) -> IpAddr {
+        Ipv6Addr::from(v.addr).into()
     }
     fn tuple(k: &Nat6Key) -> Tuple {
         Tuple {
@@ -497,6 +511,17 @@ pub fn flush<F: Family>(pins: &Pins, addrs: &[IpAddr]) -> Result<usize> {
         bind.keys().filter_map(|k| k.ok()).filter(|k| mine.contains(&F::bind_addr(k))).collect();
     for k in hints {
         ignore_not_found(bind.remove(&k)).map_err(map_err(F::BIND))?;
+    }
+    // Its open mappings (natFiltering): nobody outside reaches the address's next owner through them.
+    let mut open: HashMap<MapData, F::BindKey, F::Open> = maps::open(pins, F::OPEN)?;
+    let opened: Vec<F::BindKey> = open
+        .iter()
+        .filter_map(|r| r.ok())
+        .filter(|(_, v)| mine.contains(&F::open_addr(v)))
+        .map(|(k, _)| k)
+        .collect();
+    for k in opened {
+        ignore_not_found(open.remove(&k)).map_err(map_err(F::OPEN))?;
     }
     Ok(n)
 }

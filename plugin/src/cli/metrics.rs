@@ -177,6 +177,17 @@ pub fn render(s: &Snapshot) -> String {
             "Idle NAT pairs removed, both halves together, by their expiry timer.",
         ),
         (
+            "ebpf_masq_nat_pairs_finished_reused_total",
+            "nat_finished_reused",
+            "Finished TCP pairs (FIN both ways, or a RST) whose port a new flow took over at once.",
+        ),
+        (
+            "ebpf_masq_filter_admitted_total",
+            "filter_admitted",
+            "Packets from a new remote let in to a mapping by natFiltering (address-dependent or \
+             endpoint-independent); each made a NAT pair.",
+        ),
+        (
             "ebpf_masq_port_allocation_failures_total",
             "port_alloc_failures",
             "New flows for which no free NAT port was found within the probe budget.",

@@ -147,7 +147,28 @@ impl Dataplane {
     pub fn set_fast_path(&self, on: bool) {
         let mut m: Array<MapData, MasqConfig> = self.map(abi::MAP_CONFIG);
         let mut c = m.get(&0, 0).unwrap();
-        c.flags = if on { abi::MASQ_F_FAST_PATH } else { 0 };
+        c.flags = (c.flags & !abi::MASQ_F_FAST_PATH) | if on { abi::MASQ_F_FAST_PATH } else { 0 };
+        m.set(0, c, 0).unwrap();
+    }
+
+    /// natFiltering for the pod at `addr` (its NAT_FILTER_* bits in its pods4 and veths
+    /// entries, as ADD writes them), and the node's flag that turns the lookups on.
+    pub fn set_pod_filtering(&self, addr: Ipv4Addr, filter: u32) {
+        let mut p4: HashMap<MapData, [u8; 4], PodInfo> = self.map(abi::MAP_PODS4);
+        let mut p = p4.get(&addr.octets(), 0).expect("add the pod first");
+        p.flags = (p.flags & !abi::NAT_FILTER_MASK) | filter;
+        p4.insert(addr.octets(), p, 0).unwrap();
+        if let Some(v) = self.veth_entry(p.ifindex) {
+            maps::veth_put(&self.pins, p.ifindex, VethInfo { pod: p, ..v }).unwrap();
+        }
+        self.set_open_mappings(true);
+    }
+
+    /// masq_config's MASQ_F_OPEN_MAPPINGS (the other flags stay).
+    pub fn set_open_mappings(&self, on: bool) {
+        let mut m: Array<MapData, MasqConfig> = self.map(abi::MAP_CONFIG);
+        let mut c = m.get(&0, 0).unwrap();
+        c.flags = (c.flags & !abi::MASQ_F_OPEN_MAPPINGS) | if on { abi::MASQ_F_OPEN_MAPPINGS } else { 0 };
         m.set(0, c, 0).unwrap();
     }
 
@@ -232,6 +253,13 @@ impl Dataplane {
             pad: 0,
         };
         m.insert(&Key::new(32 + plen, data), info, 0).unwrap();
+    }
+
+    /// add_rule with natFiltering bits (NAT_FILTER_*), masquerading to the uplink address.
+    pub fn add_rule_filtered(&self, ifindex: u32, src: Ipv4Addr, plen: u32, id: u32, filter: u32) {
+        let mut m: LpmTrie<MapData, Rule4Data, RuleInfo> = self.map(abi::MAP_RULES4);
+        let data = Rule4Data { ifindex_be: ifindex.to_be_bytes(), saddr: src.octets() };
+        m.insert(&Key::new(32 + plen, data), RuleInfo { id, flags: filter, to_v4: [0; 4], pad: 0 }, 0).unwrap();
     }
 
     pub fn add_rule_except(&self, id: u32, dst: Ipv4Addr, plen: u32) {
@@ -431,6 +459,17 @@ impl Dataplane {
         assert_eq!((re.addr, re.port), (fwd_key.saddr, fwd_key.sport), "reverse half value");
         assert_eq!(fe.ifindex, LO);
         assert_eq!(re.ifindex, LO);
+        (fe, re)
+    }
+
+    /// The pair of `fwd_key`, among others: both halves there, one pair, to (nat, nat_port).
+    #[track_caller]
+    pub fn assert_single_pair_of(&self, fwd_key: Nat4Key, nat: Ipv4Addr, nat_port: u16) -> (Nat4Entry, Nat4Entry) {
+        let fe = self.get_fwd(&fwd_key).unwrap_or_else(|| panic!("no forward half {fwd_key:?}: {:?}", self.fwd()));
+        assert_eq!((fe.addr, fe.port), (nat.octets(), nat_port.to_be_bytes()), "forward half value");
+        let rk = reverse_key(&fwd_key, nat, nat_port);
+        let re = self.get_rev(&rk).unwrap_or_else(|| panic!("no reverse half {rk:?}: {:?}", self.rev()));
+        assert_eq!((re.addr, re.port, re.created_ns), (fwd_key.saddr, fwd_key.sport, fe.created_ns), "reverse half");
         (fe, re)
     }
 }
