@@ -413,8 +413,10 @@ def target_rows(summary, data=None):
         r = ratios.get(key)
         if r:
             met = r["median"] >= target if higher else r["median"] <= target
-            anchor = {"ebpf_vs_none": "hooks_vs_none", "fast_vs_none": "redir_vs_none"}[key]
-            floor = f"{MODE_LABEL[anchor.split('_')[0]]} {fmt_ratio(ratios.get(anchor))}" if ratios.get(anchor) else ""
+            # Against iptables (issue 17's churn) the anchor is iptables itself: no floor row.
+            anchor = {"ebpf_vs_none": "hooks_vs_none", "fast_vs_none": "redir_vs_none"}.get(key)
+            floor = (f"{MODE_LABEL[anchor.split('_')[0]]} {fmt_ratio(ratios.get(anchor))}"
+                     if anchor and ratios.get(anchor) else "")
             # 1.097, not a "1.10" that misses 1.10
             shown = fmt_ratio(r, 3 if f"{r['median']:.2f}" == f"{target:.2f}" and not met else 2)
             rows.append((label, f"{'>=' if higher else '<='} {target:.2f}", shown, "yes" if met else "no", floor))
@@ -434,7 +436,7 @@ def print_targets(summary, data=None):
     rows = target_rows(summary, data)
     if not rows:
         return
-    head = ("target (issue 7; paired median [min-max])", "wanted", "measured", "met", "anchor")
+    head = ("target (issues 7, 17; paired median [min-max])", "wanted", "measured", "met", "anchor")
     widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
     print()
     print("anchor: default mode, the same ratio with empty programs at ebpf-masq's hooks (empty-hooks: the most")
