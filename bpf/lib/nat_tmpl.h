@@ -860,21 +860,23 @@ static __noinline int NAT_FN(rnat_ingress)(struct __sk_buff *skb, const struct u
 	/* No entry: the host's own traffic, unsolicited, or a flow begun outside
 	 * (towards a pod: tracked, never translated). */
 	rev = bpf_map_lookup_elem(&MAP_REV, &rk);
-	now = bpf_ktime_get_coarse_ns(); /* last_seen needs seconds, not ns: the cheap clock */
 	if (!rev) {
+		/* The host's own traffic (the common case) reads neither clock nor more maps
+		 * unless some mapping is open (natFiltering). */
 		__u32 zero = 0;
 		const struct masq_config *cfg = bpf_map_lookup_elem(&masq_config, &zero);
 
 		if (cfg && (cfg->flags & MASQ_F_OPEN_MAPPINGS)) {
-			int ret = NAT_FN(open_ingress)(skb, &f, cfg, now);
+			int ret = NAT_FN(open_ingress)(skb, &f, cfg, bpf_ktime_get_coarse_ns());
 
 			if (ret != NAT_NOT_OURS)
 				return ret;
 		}
 		if (!(UPLINK_HAS(up) && ADDR_EQ(&f.daddr, UPLINK_ADDR(up))))
-			NAT_FN(inbound_track)(skb, up, &f, now);
+			NAT_FN(inbound_track)(skb, up, &f, bpf_ktime_get_coarse_ns());
 		return MASQ_PASS;
 	}
+	now = bpf_ktime_get_coarse_ns(); /* last_seen needs seconds, not ns: the cheap clock */
 
 	if (NAT_FN(nat_touch)(rev, &f, now))
 		NAT_FN(rnat_sync_fwd)(&f, rev, now);
