@@ -36,8 +36,12 @@ LAYOUT = int(next(line.split()[2] for line in (REPO / "bpf/include/masq_abi.h").
 
 
 def plugin_path():
-    """The ebpf-masq binary under test (EBPF_MASQ_BIN overrides)."""
-    return Path(os.environ.get("EBPF_MASQ_BIN", REPO / "target/release/ebpf-masq"))
+    """The ebpf-masq binary under test (EBPF_MASQ_BIN overrides): where
+    `cargo build --release` puts it, target/<host tuple>/release/ (scripts/binpath.sh)."""
+    if os.environ.get("EBPF_MASQ_BIN"):
+        return Path(os.environ["EBPF_MASQ_BIN"])
+    return Path(subprocess.run([REPO / "scripts/binpath.sh"], capture_output=True, text=True,
+                               check=True).stdout.strip())
 
 
 def sh(cmd, check=True, timeout=120, **kw):

@@ -9,14 +9,14 @@ kubernetes-validate package (scripts/install-deps.sh installs it).
 """
 import json
 import os
-import shlex
+import signal
 import stat
 from pathlib import Path
 
 import pytest
 import yaml
 
-from netlab import CNI_BIN_DIR, PY, REPO, Pod, sh
+from netlab import CNI_BIN_DIR, PY, REPO, Pod, sh, wait_for
 
 CONF = REPO / "conf"
 DAEMONSET = CONF / "daemonset.yaml"
@@ -147,32 +147,35 @@ def test_daemonset_shape(plugin, tmp_path):
     [cfg_vol] = [n for n, v in vols.items() if "configMap" in v]
     assert vols[cfg_vol]["configMap"]["name"] == cm["metadata"]["name"]
 
-    [init] = spec["initContainers"]
-    assert init["securityContext"]["privileged"] is True
-    mounts = {m["name"]: m for m in init["volumeMounts"]}
+    assert "initContainers" not in spec, "the agent installs and applies: no init container"
+    [main] = spec["containers"]
+    assert main["securityContext"]["privileged"] is True
+    mounts = {m["name"]: m for m in main["volumeMounts"]}
     assert mounts[host_paths["/sys/fs/bpf"]]["mountPropagation"] == "Bidirectional"
     assert mounts[host_paths["/sys/fs/bpf"]]["mountPath"] == "/sys/fs/bpf"
     assert mounts[host_paths["/opt/cni/bin"]]["mountPath"] == "/host/opt/cni/bin"
     assert mounts[host_paths["/etc/cni/net.d"]]["mountPath"] == "/host/etc/cni/net.d"
-    assert mounts[cfg_vol]["mountPath"] == "/config"
-    install, apply = init_commands(init)
-    assert install == ["ebpf-masq", "install", "--cni-bin-dir", "/host/opt/cni/bin",
-                       "--cni-conf-dir", "/host/etc/cni/net.d", "--conf", "/config/ebpf-masq.json"]
-    assert apply == ["ebpf-masq", "apply", "--conf", "/config/ebpf-masq.json"]
+    # The whole ConfigMap volume: a subPath mount would never see kubelet's updates.
+    assert mounts[cfg_vol]["mountPath"] == "/config" and "subPath" not in mounts[cfg_vol]
+    argv = agent_command(main)
+    assert argv == ["ebpf-masq", "agent", "--conf", "/config/ebpf-masq.json", "--cni-conf-dir", "/host/etc/cni/net.d",
+                    "--cni-bin-dir", "/host/opt/cni/bin", "--metrics-listen", "0.0.0.0:9436"], argv
+    # Every option it uses is one the CLI has.
+    usage = run(plugin, "agent", "--help").stdout
+    assert all(a in usage for a in argv if a.startswith("--")), usage
+    [port] = main["ports"]
+    assert (port["name"], port["containerPort"]) == ("metrics", 9436)
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert main[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}, main[probe]
+    notes = ds["spec"]["template"]["metadata"]["annotations"]
+    assert notes == {"prometheus.io/scrape": "true", "prometheus.io/port": "9436", "prometheus.io/path": "/metrics"}
+    assert main["resources"]["requests"] and main["resources"]["limits"]["memory"]
 
-    [main] = spec["containers"]
-    probe = main["readinessProbe"]["exec"]["command"]
-    assert probe[:2] == ["ebpf-masq", "status"]
-    for c in (init, main):
-        assert c["image"] == main["image"]
-        assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
-    assert host_paths["/sys/fs/bpf"] in {m["name"] for m in main["volumeMounts"]}
-
-    # The ConfigMap's config is valid, and its pinPath is what the probe checks.
+    # The ConfigMap's config is valid, and its pins live on the bpffs mount.
     cfg = tmp_path / "ebpf-masq.json"
     cfg.write_text(cm["data"]["ebpf-masq.json"])
     run(plugin, "validate", "--conf", cfg)
-    assert json.loads(cfg.read_text())["pinPath"] == probe[probe.index("--pin-path") + 1]
+    assert json.loads(cfg.read_text())["pinPath"].startswith("/sys/fs/bpf/")
 
 
 def test_containerfile():
@@ -396,25 +399,37 @@ def test_help_is_complete(plugin):
 
 # ---------------------------------------------------------------- (d) the DaemonSet's commands
 
-def init_commands(init):
-    """The init container's commands, one argv per script line."""
-    assert init["command"] == ["/bin/sh", "-ec"], init["command"]
-    [script] = init["args"]
-    return [shlex.split(l) for l in script.splitlines() if l.strip() and not l.strip().startswith("#")]
+def agent_command(main):
+    """The container's command: `ebpf-masq agent` and its options."""
+    argv = main["command"] + main.get("args", [])
+    assert argv[:2] == ["ebpf-masq", "agent"], argv
+    return argv
+
+
+GET = """
+import sys, urllib.request, urllib.error
+try:
+    r = urllib.request.urlopen(sys.argv[1], timeout=5)
+    print(r.status)
+except urllib.error.HTTPError as e:
+    print(e.code)
+"""
 
 
 def test_daemonset_commands_on_a_scratch_host(plugin, node, lab, tmp_path):
-    """Run the init container's exact commands against a scratch host root, in a node
+    """Run the container's exact command against a scratch host root, in a node
     netns with eth0 + default route, with the container's mounts mapped to scratch dirs
-    (bpffs: a per-test directory); then the readiness probe; then uninstall."""
+    (bpffs: a per-test directory), until its readiness probe passes; a pod added
+    through the conflist it chained is masqueraded; SIGTERM leaves all in place;
+    then uninstall."""
     ds, cm = one("DaemonSet"), one("ConfigMap")
     spec = ds["spec"]["template"]["spec"]
-    [init], [main] = spec["initContainers"], spec["containers"]
+    [main] = spec["containers"]
     vols = {v["name"]: v for v in spec["volumes"]}
 
     host = tmp_path / "host"
     mapping = {}
-    for m in init["volumeMounts"] + main["volumeMounts"]:
+    for m in main["volumeMounts"]:
         v = vols[m["name"]]
         if "hostPath" in v and v["hostPath"]["path"] == "/sys/fs/bpf":
             dst = lab.pin_path  # the real bpffs, a directory of this test's own
@@ -451,9 +466,18 @@ def test_daemonset_commands_on_a_scratch_host(plugin, node, lab, tmp_path):
     reserved = "/proc/sys/net/ipv4/ip_local_reserved_ports"
     reserved_before = node.enter(["cat", reserved]).stdout
 
-    for argv in init_commands(init):
-        assert argv[0] == "ebpf-masq"
-        run(plugin, *map(remap, argv[1:]), ns=node)
+    argv = agent_command(main)
+    log = tmp_path / "agent.log"
+    agent = node.spawn([plugin, *map(remap, argv[1:])], enter=True, stderr=log.open("w"))
+    probe = main["readinessProbe"]["httpGet"]
+    [port] = [p["containerPort"] for p in main["ports"] if p["name"] == probe["port"]]
+
+    def ready():
+        assert agent.poll() is None, f"agent exited {agent.returncode}: {log.read_text()}"
+        p = node.exec([PY, "-c", GET, f"http://127.0.0.1:{port}{probe['path']}"], check=False, timeout=30)
+        return p.stdout.strip() == "200"
+
+    wait_for(ready, timeout=30, what="the readiness probe")
     assert os.path.exists(os.path.join(bin_dir, "ebpf-masq"))
     assert node.enter(["cat", reserved]).stdout != reserved_before, "apply reserved no ports"
     chained = json.loads(open(primary).read())
@@ -461,12 +485,6 @@ def test_daemonset_commands_on_a_scratch_host(plugin, node, lab, tmp_path):
     assert chained["plugins"][-1]["pinPath"] == pins
     for direction in ("ingress", "egress"):
         assert node.bpf_hooks("eth0", direction).strip(), f"apply attached nothing to eth0 {direction}"
-
-    # Readiness: succeeds with no pod on the node.
-    probe = main["readinessProbe"]["exec"]["command"]
-    assert probe[0] == "ebpf-masq"
-    p = run(plugin, *map(remap, probe[1:]), ns=node)
-    assert "eth0" in p.stdout, p.stdout
 
     # A runtime using that conf dir and bin dir now chains ebpf-masq for a new pod.
     env = {**os.environ, "NETCONFPATH": conf_dir, "CNI_PATH": f"{CNI_BIN_DIR}:{bin_dir}"}
@@ -477,7 +495,13 @@ def test_daemonset_commands_on_a_scratch_host(plugin, node, lab, tmp_path):
     veth = Pod(pod, result).host_veth
     assert node.bpf_hooks(veth, "ingress").strip(), f"no ebpf-masq filter on the pod's veth {veth}"
     pod_ip = result["ips"][0]["address"].split("/")[0]
-    assert pod_ip in run(plugin, *map(remap, probe[1:]), ns=node).stdout
+    assert pod_ip in run(plugin, "status", "--pin-path", pins, ns=node).stdout
+
+    # A rolling update stops the agent: everything stays.
+    agent.send_signal(signal.SIGTERM)
+    assert agent.wait(10) == 0, log.read_text()
+    assert json.loads(open(primary).read()) == chained
+    assert node.bpf_hooks(veth, "ingress").strip() and node.bpf_hooks("eth0", "egress").strip()
 
     # Uninstall: no pins, no filters on eth0 or the veth, conf and bin dirs as before.
     p = run(plugin, "uninstall", "--cni-conf-dir", conf_dir, "--cni-bin-dir", bin_dir, "--pin-path", pins,
@@ -491,8 +515,6 @@ def test_daemonset_commands_on_a_scratch_host(plugin, node, lab, tmp_path):
     # The port range the plugin reserved is given back.
     assert "released ports" in p.stdout, p.stdout
     assert node.enter(["cat", reserved]).stdout == reserved_before
-    # The readiness probe now fails: nothing to report.
-    assert run(plugin, *map(remap, probe[1:]), ns=node, check=False).returncode != 0
 
 
 def test_uninstall_gives_back_exactly_the_ports_it_reserved(plugin, topo, masq_pod, tmp_path):

@@ -216,7 +216,7 @@ check_prereqs() {
     mountpoint -q /sys/fs/bpf || die "bpffs still not mounted"
   fi
 
-  PLUGIN=${EBPF_MASQ_BIN:-$REPO/target/release/ebpf-masq}
+  PLUGIN=${EBPF_MASQ_BIN:-$("$REPO/scripts/binpath.sh")}
   if [ "$BUILD" = 1 ] || [ ! -x "$PLUGIN" ]; then
     [ -z "${EBPF_MASQ_BIN:-}" ] || [ -x "$PLUGIN" ] || die "EBPF_MASQ_BIN=$PLUGIN is not executable"
     log "bench: cargo build --release"

@@ -16,7 +16,7 @@ repo=$(pwd)
 scripts/install-deps.sh >/dev/null
 echo "== building ebpf-masq"
 cargo build --release --quiet
-bin=$repo/target/release/ebpf-masq
+bin=$("$repo/scripts/binpath.sh")
 
 id=demo$$
 node=em-$id-node pod=em-$id-pod ext=em-$id-ext native=em-$id-native

@@ -13,7 +13,7 @@
 #   EBPF_MASQ_HOSTILE_SEED    seed of the random frames (CI: fixed)
 # and, with --fuzz, runs the config property tests with EBPF_MASQ_FUZZ_CASES_MULT cases
 # per property multiplied (default 20).
-# Uses target/release/ebpf-masq (or EBPF_MASQ_BIN); builds it if it is missing.
+# Uses the release binary (scripts/binpath.sh, or EBPF_MASQ_BIN); builds it if it is missing.
 # Everything runs in throwaway namespaces; nothing touches the machine's interfaces.
 set -euo pipefail
 [ "$(id -u)" = 0 ] || { echo "soak.sh: must run as root (network namespaces, bpffs)" >&2; exit 1; }
@@ -37,7 +37,7 @@ export EBPF_MASQ_MAP_FLOWS="${EBPF_MASQ_MAP_FLOWS:-$(( seconds >= 300 ? 8192 : 4
 export EBPF_MASQ_HOSTILE_ROUNDS="${EBPF_MASQ_HOSTILE_ROUNDS:-$(( seconds / 30 > 1 ? seconds / 30 : 2 ))}"
 export EBPF_MASQ_HOSTILE_SEED="${EBPF_MASQ_HOSTILE_SEED:-$RANDOM$RANDOM}"
 
-bin="${EBPF_MASQ_BIN:-target/release/ebpf-masq}"
+bin="${EBPF_MASQ_BIN:-$(scripts/binpath.sh)}"
 if [ ! -x "$bin" ]; then
     echo "== build"
     cargo build --release

@@ -296,15 +296,8 @@ fn cmd_check(env: &CniEnv, conf: &NetConf, pins: &Pins) -> Result<()> {
     if !loader::is_attached(pins, loader::PROG_VETH_INGRESS, info.veth_ifindex, TcAttachType::Ingress)? {
         return Err(Error::state(format!("ebpf-masq is not attached to {veth} ingress")));
     }
-    for up in node::resolve_uplinks(&conf.masq)? {
-        for (prog, dir, hook) in [
-            (loader::PROG_UPLINK_INGRESS, TcAttachType::Ingress, "ingress"),
-            (loader::PROG_UPLINK_EGRESS, TcAttachType::Egress, "egress"),
-        ] {
-            if !loader::is_attached(pins, prog, up.ifindex, dir)? {
-                return Err(Error::state(format!("ebpf-masq is not attached to uplink {} {hook}", up.name)));
-            }
-        }
+    if let Some(problem) = node::data_plane_problem(pins, &conf.masq)? {
+        return Err(Error::state(problem));
     }
     Ok(())
 }

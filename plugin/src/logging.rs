@@ -60,6 +60,16 @@ impl Log for Logger {
 pub fn init(level: LevelFilter, file: Option<&Path>) {
     // Without a logFile, CNI calls stay quiet below warnings (stderr reaches the runtime's log).
     let level = if file.is_none() { level.min(LevelFilter::Warn) } else { level };
+    install(level, file);
+}
+
+/// A long-running process (the agent): every line at `level` goes to stderr,
+/// which is the container's log.
+pub fn init_stderr(level: LevelFilter) {
+    install(level, None);
+}
+
+fn install(level: LevelFilter, file: Option<&Path>) {
     let logger = LOGGER.get_or_init(|| Logger { file: file.map(Path::to_path_buf), level });
     if log::set_logger(logger).is_ok() {
         log::set_max_level(logger.level);

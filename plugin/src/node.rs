@@ -29,7 +29,7 @@ use crate::{
     },
     config::MasqConfig,
     error::{code, Error, Result},
-    netlink,
+    netlink, pod,
 };
 
 const LOCK_TIMEOUT: Duration = Duration::from_secs(30);
@@ -121,6 +121,55 @@ pub fn resolve_uplinks(conf: &MasqConfig) -> Result<Vec<Uplink>> {
 
 fn map_err(what: &str, e: impl std::fmt::Display) -> Error {
     Error::bpf(format!("{what}: {e}"))
+}
+
+/// Why the node's data plane is not in place for `conf`, or None when it is: the
+/// programs are loaded and attached to both hooks of every uplink `conf` names.
+pub fn data_plane_problem(pins: &Pins, conf: &MasqConfig) -> Result<Option<String>> {
+    if !pins.loaded() {
+        return Ok(Some(format!("data plane not loaded under {}", pins.root.display())));
+    }
+    for up in resolve_uplinks(conf)? {
+        for (prog, dir, hook) in [
+            (loader::PROG_UPLINK_INGRESS, TcAttachType::Ingress, "ingress"),
+            (loader::PROG_UPLINK_EGRESS, TcAttachType::Egress, "egress"),
+        ] {
+            if !loader::is_attached(pins, prog, up.ifindex, dir)? {
+                return Ok(Some(format!("ebpf-masq is not attached to uplink {} {hook}", up.name)));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Remove the registrations whose host veth is gone (its pod was deleted while
+/// the node was down, or its DEL was lost), exactly as DEL would, under the node
+/// lock. A veth of the same name with another ifindex is another pod's: the old
+/// registration goes. Returns "container/ifname (veth)" of each one removed.
+pub fn remove_stale(pins: &Pins) -> Result<Vec<String>> {
+    if !pins.has_registrations() {
+        return Ok(Vec::new());
+    }
+    let _lock = lock(pins)?;
+    let mut removed = Vec::new();
+    let mut errors = Vec::new();
+    for (key, info) in pod::list_attachments(pins)? {
+        let veth = pod::cstr(&info.veth_name);
+        match netlink::get_link_by_name(&veth)? {
+            Some(l) if l.index == info.veth_ifindex => continue,
+            _ => {}
+        }
+        let what = format!("{}/{} ({veth})", pod::cstr(&key.container_id), pod::cstr(&key.ifname));
+        match pod::unregister(pins, &key) {
+            Ok(_) => removed.push(what),
+            Err(e) => errors.push(format!("{what}: {}", e.msg)),
+        }
+    }
+    if errors.is_empty() {
+        Ok(removed)
+    } else {
+        Err(Error::bpf(errors.join("; ")))
+    }
 }
 
 /// Bring the node to `conf`: load once, then config, exclusions, rules, uplinks.

@@ -472,7 +472,7 @@ fn check_plain_name(name: &str) -> Result<()> {
 }
 
 /// Copy the running binary into `bin_dir` unless an identical one is there.
-fn install_binary(bin_dir: &Path, dry_run: bool) -> Result<String> {
+fn install_binary(bin_dir: &Path, dry_run: bool) -> Result<(bool, String)> {
     let exe = std::env::current_exe().map_err(|e| io_err("locate the running binary", e))?;
     // /proc/self/exe still reads when the file was replaced or deleted meanwhile.
     let bytes = fs::read("/proc/self/exe")
@@ -480,18 +480,14 @@ fn install_binary(bin_dir: &Path, dry_run: bool) -> Result<String> {
         .map_err(|e| io_err(format!("read {}", exe.display()), e))?;
     let target = bin_dir.join(BIN_NAME);
     if fs::read(&target).map(|t| t == bytes).unwrap_or(false) {
-        return Ok(format!("binary {} is up to date", target.display()));
+        return Ok((false, format!("binary {} is up to date", target.display())));
     }
     if dry_run {
-        return Ok(format!(
-            "would copy {} to {}",
-            exe.display(),
-            target.display()
-        ));
+        return Ok((false, format!("would copy {} to {}", exe.display(), target.display())));
     }
     fs::create_dir_all(bin_dir).map_err(|e| io_err(format!("create {}", bin_dir.display()), e))?;
     atomic_write(&target, &bytes, 0o755)?;
-    Ok(format!("copied {} to {}", exe.display(), target.display()))
+    Ok((true, format!("copied {} to {}", exe.display(), target.display())))
 }
 
 // ---------------------------------------------------------------------------
@@ -511,11 +507,37 @@ pub fn install(a: &InstallArgs) -> Result<()> {
             Some(p) => e.context(format!("--conf {}", p.display())),
             None => e,
         })?;
-    let dir = &a.cni_conf_dir;
-    let file = match &a.conflist {
+    let report = put_on_node(Some(&a.cni_bin_dir), &a.cni_conf_dir, a.conflist.as_deref(), &entry, a.dry_run)?;
+    for line in report.lines {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+/// What [`put_on_node`] did, one line per thing.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// A file was written (the binary or a conflist); false: all was in place.
+    pub changed: bool,
+    pub lines: Vec<String>,
+}
+
+/// Copy the binary into `bin_dir` (when given) and chain `entry` into the primary
+/// network config of `dir` (or `conflist`). Nothing is written when the conflist
+/// already holds exactly that entry: a second run (and the agent's every check)
+/// changes nothing, byte for byte.
+pub fn put_on_node(
+    bin_dir: Option<&Path>,
+    dir: &Path,
+    conflist: Option<&str>,
+    entry: &Map<String, Value>,
+    dry_run: bool,
+) -> Result<Report> {
+    let mut report = Report::default();
+    let file = match conflist {
         Some(n) => {
             check_plain_name(n)?;
-            n.clone()
+            n.to_string()
         }
         None => {
             let names = conf_names(dir)
@@ -533,7 +555,7 @@ pub fn install(a: &InstallArgs) -> Result<()> {
     };
     let path = dir.join(&file);
     let original = fs::read(&path).map_err(|e| io_err(format!("read {}", path.display()), e))?;
-    let chained = chain(&file, &original, &entry)?;
+    let chained = chain(&file, &original, entry)?;
     let out_path = dir.join(&chained.file);
     if chained.file != file && out_path.exists() {
         // Only a conflist we made from this file before may be replaced.
@@ -550,44 +572,69 @@ pub fn install(a: &InstallArgs) -> Result<()> {
     }
 
     // The binary first: a conflist never names a plugin that is not there.
-    println!("{}", install_binary(&a.cni_bin_dir, a.dry_run)?);
+    if let Some(bin_dir) = bin_dir {
+        let (copied, line) = install_binary(bin_dir, dry_run)?;
+        report.changed |= copied;
+        report.lines.push(line);
+    }
 
     let order = chained.plugins.join(", ");
     if chained.file == file && chained.bytes == original {
-        println!("{}: unchanged (plugins: {order})", path.display());
-        return Ok(());
+        report.lines.push(format!("{}: unchanged (plugins: {order})", path.display()));
+        return Ok(report);
     }
-    if a.dry_run {
-        println!("would write {} (plugins: {order}):", out_path.display());
-        print!("{}", String::from_utf8_lossy(&chained.bytes));
-        return Ok(());
+    if dry_run {
+        report.lines.push(format!("would write {} (plugins: {order}):", out_path.display()));
+        report.lines.push(String::from_utf8_lossy(&chained.bytes).trim_end().to_string());
+        return Ok(report);
     }
     let mode = mode_of(&path).unwrap_or(0o644);
     let backup = dir.join(format!("{file}{BACKUP_SUFFIX}"));
     if find_entry(&original).is_none() && !backup.exists() {
         atomic_write(&backup, &original, mode)?;
-        println!("backed up {} to {}", path.display(), backup.display());
+        report.lines.push(format!("backed up {} to {}", path.display(), backup.display()));
     }
     atomic_write(&out_path, &chained.bytes, mode)?;
-    match chained.action {
+    report.changed = true;
+    report.lines.push(match chained.action {
         Action::Converted => {
             fs::remove_file(&path).map_err(|e| io_err(format!("remove {}", path.display()), e))?;
-            println!(
+            format!(
                 "converted {} to {} and removed {file} (runtimes use the first file by name) (plugins: {order})",
                 path.display(),
                 out_path.display()
-            );
+            )
         }
-        Action::Appended => println!(
-            "chained ebpf-masq into {} (plugins: {order})",
-            out_path.display()
-        ),
-        Action::Replaced => println!(
-            "replaced the ebpf-masq entry in {} (plugins: {order})",
-            out_path.display()
-        ),
-    }
-    Ok(())
+        Action::Appended => format!("chained ebpf-masq into {} (plugins: {order})", out_path.display()),
+        Action::Replaced => format!("replaced the ebpf-masq entry in {} (plugins: {order})", out_path.display()),
+    });
+    Ok(report)
+}
+
+/// Whether the primary network config of `dir` (or `conflist`) holds exactly
+/// `entry` as its ebpf-masq entry: Ok(None) when it does, Ok(Some(why)) when not.
+pub fn chain_problem(dir: &Path, conflist: Option<&str>, entry: &Map<String, Value>) -> Result<Option<String>> {
+    let file = match conflist {
+        Some(n) => n.to_string(),
+        None => {
+            let names = conf_names(dir).map_err(|e| io_err(format!("read conf dir {}", dir.display()), e))?;
+            match primary_conf(names.iter().map(String::as_str)) {
+                Some(f) => f.to_string(),
+                None => return Ok(Some(format!("no network config in {}", dir.display()))),
+            }
+        }
+    };
+    let path = dir.join(&file);
+    let bytes = match fs::read(&path) {
+        Ok(b) => b,
+        Err(e) => return Ok(Some(format!("read {}: {e}", path.display()))),
+    };
+    Ok(match chain(&file, &bytes, entry) {
+        Ok(c) if c.file == file && c.bytes == bytes => None,
+        Ok(_) if find_entry(&bytes).is_none() => Some(format!("{} does not chain ebpf-masq", path.display())),
+        Ok(_) => Some(format!("{} holds another ebpf-masq entry than the config in force", path.display())),
+        Err(e) => Some(format!("{}: {}", path.display(), e.msg)),
+    })
 }
 
 // ---------------------------------------------------------------------------

@@ -426,7 +426,12 @@ fn handle(pins: &Pins, mut s: TcpStream) -> std::io::Result<()> {
 
 /// Serve `GET /metrics` on `addr` until killed; one connection at a time.
 pub fn serve(pins: &Pins, addr: &str) -> Result<()> {
-    let listener = TcpListener::bind(addr).map_err(|e| Error::new(code::IO_FAILURE, format!("listen on {addr}: {e}")))?;
+    // A numeric address only: the binary is static, and glibc's getaddrinfo would
+    // need the node's own NSS libraries for a name.
+    let sock: std::net::SocketAddr = addr.parse().map_err(|_| {
+        Error::new(code::INVALID_CONFIG, format!("--listen {addr:?}: expected a numeric ADDR:PORT, e.g. 127.0.0.1:9436 or [::]:9436"))
+    })?;
+    let listener = TcpListener::bind(sock).map_err(|e| Error::new(code::IO_FAILURE, format!("listen on {addr}: {e}")))?;
     let local = listener.local_addr().map_err(|e| Error::new(code::IO_FAILURE, format!("listen on {addr}: {e}")))?;
     eprintln!("ebpf-masq metrics: serving http://{local}/metrics");
     for conn in listener.incoming() {

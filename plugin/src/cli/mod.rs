@@ -1,5 +1,6 @@
 //! The operator CLI: status, nat list, apply.
 
+pub mod agent;
 pub mod apply;
 pub mod explain;
 pub mod install;
@@ -59,6 +60,9 @@ pub enum Command {
     /// Take ebpf-masq off this node: conflist entry, binary, attached programs, pins
     #[command(long_about = install::UNINSTALL_LONG_HELP, after_help = install::UNINSTALL_AFTER_HELP)]
     Uninstall(install::UninstallArgs),
+    /// The DaemonSet's main process: install, apply, then keep chain and config in step; /metrics, /healthz
+    #[command(long_about = agent::LONG_HELP)]
+    Agent(agent::AgentArgs),
     /// Check a conflist or plugin config as the plugin would, touching nothing
     #[command(long_about = install::VALIDATE_LONG_HELP)]
     Validate {
@@ -89,6 +93,7 @@ pub fn main() -> i32 {
         Command::Install(args) => install::install(&args),
         Command::Uninstall(args) => install::uninstall(&args),
         Command::Validate { conf } => install::validate(&conf),
+        Command::Agent(args) => agent::main(&args),
     };
     match res {
         Ok(()) => 0,

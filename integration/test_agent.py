@@ -1,0 +1,213 @@
+"""`ebpf-masq agent`, the DaemonSet's main process (issue 18), end to end.
+
+The node's CNI conf dir holds the main plugin's conflist (bridge only, as Calico
+or Flannel write theirs); the agent's config is a kubelet-style ConfigMap volume
+(`ebpf-masq.json -> ..data/ebpf-masq.json`, `..data -> ..<timestamp>`, updated
+by an atomic rename of `..data`). One agent, in the node netns, and real pods
+added by cnitool through the conflist the agent chained:
+
+- at start: binary copied, ebpf-masq chained, the data plane applied; a pod's
+  traffic leaves with the node address; /healthz 200, /metrics answers;
+- the main plugin rewrites its conflist without our entry: chained again, once,
+  and never rewritten after (no loop with the main plugin's agent);
+- a ConfigMap update (ext's subnet in nonMasqueradeCIDRs) changes what the
+  running pod's traffic does, with no pod ADD;
+- an invalid update keeps the behaviour in force and is reported: one log line
+  naming the key, /healthz says so, ebpf_masq_agent_config_valid 0;
+- a pod whose netns vanished without a DEL is unregistered by the agent's GC;
+- SIGTERM: exit 0, chain and data plane still there, traffic still masqueraded.
+"""
+import json
+import os
+import secrets
+import signal
+import time
+
+from netlab import PY, Topo, wait_for
+
+EXT, NODE_IP = Topo.EXT, Topo.NODE_EXT
+
+GET = """
+import sys, urllib.request, urllib.error
+try:
+    r = urllib.request.urlopen(sys.argv[1], timeout=5)
+    print(r.status)
+    sys.stdout.write(r.read().decode())
+except urllib.error.HTTPError as e:
+    print(e.code)
+    sys.stdout.write(e.read().decode())
+"""
+
+
+class ConfigMapVolume:
+    """A directory laid out as kubelet lays out a ConfigMap volume, updated as kubelet does."""
+
+    def __init__(self, root, key):
+        self.root, self.key, self.n = root, key, 0
+        root.mkdir()
+        (root / key).symlink_to(f"..data/{key}")
+
+    def publish(self, conf):
+        self.n += 1
+        ts = root_ts = f"..2026_12_01_00_00_0{self.n}.{secrets.token_hex(4)}"
+        (self.root / ts).mkdir()
+        (self.root / ts / self.key).write_text(json.dumps(conf, indent=2))
+        old = os.readlink(self.root / "..data") if (self.root / "..data").is_symlink() else None
+        (self.root / "..data_tmp").symlink_to(root_ts)
+        os.rename(self.root / "..data_tmp", self.root / "..data")  # the atomic swap
+        if old:
+            for f in (self.root / old).iterdir():
+                f.unlink()
+            (self.root / old).rmdir()
+
+    @property
+    def path(self):
+        return self.root / self.key
+
+
+def entry_of(conflist_path):
+    plugins = json.loads(conflist_path.read_text())["plugins"]
+    return [p for p in plugins if p["type"] == "ebpf-masq"]
+
+
+def test_agent_keeps_chain_config_and_registrations(topo, plugin, lab):
+    net = topo.network([topo.bridge_plugin()])  # the main plugin's conflist, not chained
+    conflist = net.dir / f"{net.name}.conflist"
+    main_plugin_bytes = conflist.read_bytes()
+    # The return route to pods, for traffic that is not masqueraded.
+    topo.ext.ip("route", "add", "10.244.0.0/16", "via", NODE_IP)
+    base = {"cniVersion": "1.0.0", "name": "ebpf-masq", "type": "ebpf-masq", "pinPath": lab.pin_path}
+    vol = ConfigMapVolume(lab.tmp / "config", "ebpf-masq.json")
+    vol.publish(base)
+    port = 20000 + secrets.randbelow(10000)
+    log = lab.tmp / "agent.log"
+    agent = topo.node.spawn([plugin, "agent", "--conf", vol.path, "--cni-conf-dir", net.dir,
+                             "--cni-bin-dir", topo.cni_bin, "--metrics-listen", f"127.0.0.1:{port}",
+                             "--gc-interval", "1"], enter=True, stderr=log.open("w"))
+
+    def get(path):
+        p = topo.node.exec([PY, "-c", GET, f"http://127.0.0.1:{port}{path}"], check=False, timeout=30)
+        if not p.stdout:
+            return None, ""
+        head, _, body = p.stdout.partition("\n")
+        return int(head), body
+
+    def metric(name):
+        for line in get("/metrics")[1].splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        return None
+
+    def alive():
+        assert agent.poll() is None, f"agent exited {agent.returncode}: {log.read_text()}"
+        return True
+
+    # Start: chained, binary installed, data plane in place, healthy.
+    wait_for(lambda: alive() and get("/healthz")[0] == 200, timeout=30, what="agent healthy")
+    assert entry_of(conflist) == [{"type": "ebpf-masq", "pinPath": lab.pin_path}], conflist.read_text()
+    assert (topo.cni_bin / "ebpf-masq").read_bytes() == plugin.read_bytes()
+    assert get("/healthz") == (200, "ok\n")
+    assert metric("ebpf_masq_data_plane_loaded") == 1 and metric("ebpf_masq_agent_config_valid") == 1
+    udp = topo.ext.server("udp", 5001)
+    pod = net.add(topo.pod_ns("pod"))
+    assert pod.ns.client("udp", EXT, 5001)[0] == 0
+    assert udp.addrs() == {NODE_IP}
+
+    # The main plugin's agent rewrites its conflist (Calico, Flannel on restart): chained again.
+    tmp = net.dir / ".rewrite"
+    tmp.write_bytes(main_plugin_bytes)
+    os.rename(tmp, conflist)
+    wait_for(lambda: alive() and entry_of(conflist), timeout=15, what="re-chained")
+    assert metric("ebpf_masq_agent_rechains_total") == 1
+    st = conflist.stat()
+    time.sleep(3)  # events of its own write, and a recheck or two: nothing is written again
+    assert (conflist.stat().st_ino, conflist.stat().st_mtime_ns) == (st.st_ino, st.st_mtime_ns)
+    assert metric("ebpf_masq_agent_rechains_total") == 1
+
+    # A ConfigMap update changes the running pod's traffic, with no ADD.
+    vol.publish({**base, "nonMasqueradeCIDRs": ["10.0.0.0/24"]})
+    wait_for(lambda: alive() and metric("ebpf_masq_agent_config_reloads_total") == 1, timeout=15,
+             what="config reloaded")
+    assert entry_of(conflist)[0]["nonMasqueradeCIDRs"] == ["10.0.0.0/24"]  # the next ADD sees it too
+    udp2 = topo.ext.server("udp", 5002)
+    assert pod.ns.client("udp", EXT, 5002)[0] == 0
+    assert udp2.addrs() == {pod.ip}
+
+    # An invalid update: the config in force stays, and says why.
+    vol.publish({**base, "nonMasqueradeCIDRs": ["10.0.0.0/24"], "portRange": "9-1"})
+    wait_for(lambda: alive() and metric("ebpf_masq_agent_config_valid") == 0, timeout=15, what="update refused")
+    status, body = get("/healthz")
+    assert status == 200 and "config update rejected" in body and "portRange" in body, body
+    assert metric("ebpf_masq_agent_config_rejections_total") == 1
+    udp3 = topo.ext.server("udp", 5003)
+    assert pod.ns.client("udp", EXT, 5003)[0] == 0
+    assert udp3.addrs() == {pod.ip}  # still the previous config's behaviour
+    assert entry_of(conflist)[0]["nonMasqueradeCIDRs"] == ["10.0.0.0/24"]
+    time.sleep(11)  # past a periodic recheck: reported once, not again and again
+    refused = [l for l in log.read_text().splitlines() if "result=rejected" in l]
+    assert len(refused) == 1 and "portRange" in refused[0], refused
+
+    # Back to the first config: masqueraded again.
+    vol.publish(base)
+    wait_for(lambda: alive() and metric("ebpf_masq_agent_config_valid") == 1, timeout=15, what="valid again")
+    assert get("/healthz") == (200, "ok\n")
+    udp4 = topo.ext.server("udp", 5004)
+    assert pod.ns.client("udp", EXT, 5004)[0] == 0
+    assert udp4.addrs() == {NODE_IP}
+
+    # A pod whose netns vanished without a DEL: its registration is collected.
+    gone = net.add(topo.pod_ns("gone"))
+
+    def registered():
+        s = json.loads(topo.node.enter([plugin, "status", "--json", "--pin-path", lab.pin_path]).stdout)
+        return {p["veth"] for p in s["pods"]}
+
+    assert gone.host_veth in registered()
+    net.pods.remove(gone.ns)
+    topo.node.ip("link", "del", gone.host_veth)  # what a netns torn down under the runtime leaves
+    wait_for(lambda: alive() and gone.host_veth not in registered(), timeout=15, what="stale registration GC'd")
+    assert registered() == {pod.host_veth}
+    assert metric("ebpf_masq_agent_gc_removed_total") == 1
+    assert any("agent=gc removed=" in l and gone.host_veth in l for l in log.read_text().splitlines())
+
+    # SIGTERM: exit 0, leaving chain and data plane; traffic still masqueraded.
+    agent.send_signal(signal.SIGTERM)
+    assert agent.wait(10) == 0, log.read_text()
+    assert entry_of(conflist) and get("/healthz")[0] is None
+    udp5 = topo.ext.server("udp", 5005)
+    assert pod.ns.client("udp", EXT, 5005)[0] == 0
+    assert udp5.addrs() == {NODE_IP}
+
+
+def test_agent_waits_for_the_main_plugin_and_rejects_a_bad_start(topo, plugin, lab):
+    """No conflist yet (the main plugin's agent has not written it): 503 saying so,
+    then chained once it appears. A bad --metrics-listen is a clear error."""
+    conf_dir = lab.tmp / "net.d"
+    conf_dir.mkdir()
+    conf = lab.tmp / "ebpf-masq.json"
+    conf.write_text(json.dumps({"cniVersion": "1.0.0", "name": "ebpf-masq", "type": "ebpf-masq",
+                                "pinPath": lab.pin_path}))
+    bad = topo.node.enter([plugin, "agent", "--conf", conf, "--cni-conf-dir", conf_dir, "--cni-bin-dir",
+                           topo.cni_bin, "--metrics-listen", "localhost:9436"], check=False)
+    assert bad.returncode == 1 and "--metrics-listen" in bad.stderr and "numeric" in bad.stderr, bad
+
+    port = 20000 + secrets.randbelow(10000)
+    log = lab.tmp / "agent.log"
+    agent = topo.node.spawn([plugin, "agent", "--conf", conf, "--cni-conf-dir", conf_dir, "--cni-bin-dir",
+                             topo.cni_bin, "--metrics-listen", f"127.0.0.1:{port}"], enter=True, stderr=log.open("w"))
+
+    def health():
+        p = topo.node.exec([PY, "-c", GET, f"http://127.0.0.1:{port}/healthz"], check=False, timeout=30)
+        head, _, body = p.stdout.partition("\n")
+        return (int(head), body) if head else (None, "")
+
+    # Before its first pass it says "no config applied yet"; then why it cannot chain.
+    wait_for(lambda: "no network config" in health()[1], timeout=30, what="agent up, saying why it is unhealthy")
+    assert health()[0] == 503
+    assert agent.poll() is None, log.read_text()
+    main = {"cniVersion": "1.0.0", "name": "mynet", "plugins": [{"type": "bridge", "bridge": "cni0"}]}
+    (conf_dir / "10-mynet.conflist").write_text(json.dumps(main))
+    wait_for(lambda: health()[0] == 200, timeout=15, what="chained once the main plugin wrote its conflist")
+    assert entry_of(conf_dir / "10-mynet.conflist")
+    agent.send_signal(signal.SIGTERM)
+    assert agent.wait(10) == 0, log.read_text()

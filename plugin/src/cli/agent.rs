@@ -1,0 +1,438 @@
+//! `ebpf-masq agent`: the DaemonSet's main process. It puts the plugin on the
+//! node (binary, chained entry, data plane) and keeps it there:
+//!
+//! - the CNI conf dir is watched: when the main plugin's agent rewrites its
+//!   conflist without our entry (Calico, Flannel on every restart), it is chained
+//!   again; a conflist that is already right is never written;
+//! - the config file is watched, as kubelet updates a ConfigMap volume (an atomic
+//!   swap of the `..data` symlink): a valid update is applied to the node and to
+//!   the chained entry; an invalid one changes nothing, is logged once naming the
+//!   key, and shows in `/healthz` and the `ebpf_masq_agent_config_valid` metric;
+//! - registrations whose host veth is gone are removed on a timer, as CNI GC would;
+//! - `/metrics` (the node's counters and the agent's own) and `/healthz` (200 when
+//!   the data plane and the chained entry are in place, 503 with the reason) are
+//!   served on `--metrics-listen` (tiny_http);
+//! - SIGTERM or SIGINT: exit 0 leaving data plane and chain in place, so a rolling
+//!   update of the DaemonSet does not interrupt a single flow.
+//!
+//! File events come from inotify through the notify crate; a periodic check
+//! (every `RECHECK`) backs it up, so a missed event costs seconds, never the chain.
+
+use std::{
+    path::{Path, PathBuf},
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        mpsc, Arc, Mutex,
+    },
+    time::{Duration, Instant},
+};
+
+use clap::Args;
+use notify::{RecursiveMode, Watcher};
+use serde_json::{Map, Value};
+
+use crate::{
+    bpf::loader::Pins,
+    config::{self, NetConf},
+    error::{code, Error, Result},
+    logging, node,
+};
+
+use super::{install, metrics};
+
+/// Checks run this often even without a file event.
+const RECHECK: Duration = Duration::from_secs(10);
+/// Events closer together than this are handled once (an editor's or kubelet's
+/// several renames, the main plugin writing a file in steps).
+const SETTLE: Duration = Duration::from_millis(300);
+
+pub const LONG_HELP: &str = "\
+The DaemonSet's main process. At start it copies the binary into --cni-bin-dir,
+chains ebpf-masq into the primary network config of --cni-conf-dir (as `install
+--conf`) and reconciles the node to the config (as `apply --conf`). Then:
+
+ - when the conflist is rewritten without the ebpf-masq entry (or with another
+   one), it chains it again within seconds; a conflist that is already right is
+   never written, so it cannot loop with the main plugin's agent;
+ - when --conf changes (kubelet swaps a ConfigMap volume's ..data symlink), the
+   new config is validated: valid, it is applied to the node and to the chained
+   entry; invalid, the config in force stays, one log line names the key, and
+   /healthz and ebpf_masq_agent_config_valid report it. Nothing is half-applied;
+ - every --gc-interval seconds, registrations whose host veth is gone are removed
+   (pods deleted while the node was down, or a DEL that was lost);
+ - with --metrics-listen ADDR:PORT (numeric), GET /metrics serves the node's
+   counters and the agent's, GET /healthz answers 200 when the data plane and
+   the chained entry are in place and 503 with the reason otherwise.
+
+SIGTERM or SIGINT: exit 0, leaving the data plane and the chain in place.
+Logs go to stderr (the container's log).";
+
+#[derive(Args, Debug)]
+pub struct AgentArgs {
+    #[arg(long, help = "the ebpf-masq plugin config (the same file as install --conf and apply --conf)")]
+    pub conf: PathBuf,
+    #[arg(long, help = "the node's CNI network config directory, e.g. /host/etc/cni/net.d")]
+    pub cni_conf_dir: PathBuf,
+    #[arg(long, help = "the node's CNI plugin directory, e.g. /host/opt/cni/bin")]
+    pub cni_bin_dir: PathBuf,
+    #[arg(long, value_name = "FILE", help = "chain into this file of --cni-conf-dir, not the first by name")]
+    pub conflist: Option<String>,
+    #[arg(long, value_name = "ADDR:PORT", help = "serve /metrics and /healthz here (numeric, e.g. 0.0.0.0:9436)")]
+    pub metrics_listen: Option<String>,
+    #[arg(long, value_name = "SECONDS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..=86400),
+          help = "remove registrations whose veth is gone this often")]
+    pub gc_interval: u64,
+}
+
+/// What the agent knows; read by the HTTP thread.
+#[derive(Debug, Default)]
+struct State {
+    /// The config in force: its bytes, parsed, and its chained entry.
+    in_force: Option<(Vec<u8>, NetConf, Map<String, Value>)>,
+    /// Bytes of the last update that was refused, and why.
+    rejected: Option<(Vec<u8>, String)>,
+    /// Why the data plane is not in place (None: it is).
+    data_plane: Option<String>,
+    /// Why the chained entry is not in place (None: it is).
+    chain: Option<String>,
+    /// The binary was copied into --cni-bin-dir (done with the first chaining).
+    binary_installed: bool,
+    reloads: u64,
+    rejections: u64,
+    rechains: u64,
+    gc_removed: u64,
+}
+
+impl State {
+    fn pins(&self) -> Option<Pins> {
+        self.in_force.as_ref().map(|(_, c, _)| Pins::new(&c.masq.pin_path))
+    }
+
+    fn problems(&self) -> Vec<String> {
+        let mut p = Vec::new();
+        if self.in_force.is_none() {
+            p.push(match &self.rejected {
+                Some((_, why)) => format!("no valid config: {why}"),
+                None => "no config applied yet".to_string(),
+            });
+        }
+        p.extend(self.data_plane.iter().map(|d| format!("data plane: {d}")));
+        p.extend(self.chain.iter().map(|c| format!("chain: {c}")));
+        p
+    }
+
+    /// `/healthz`: (status, body).
+    fn health(&self) -> (u16, String) {
+        let problems = self.problems();
+        let mut body = if problems.is_empty() { "ok\n".to_string() } else { problems.join("\n") + "\n" };
+        if let Some((_, why)) = self.rejected.as_ref().filter(|_| self.in_force.is_some()) {
+            body.push_str(&format!("config update rejected (the previous config stays in force): {why}\n"));
+        }
+        (if problems.is_empty() { 200 } else { 503 }, body)
+    }
+
+    /// The agent's own series, appended to the node's.
+    fn render(&self) -> String {
+        let valid = u8::from(self.rejected.is_none() && self.in_force.is_some());
+        let healthy = u8::from(self.problems().is_empty());
+        format!(
+            "# HELP ebpf_masq_agent_config_valid 1 when the latest config file was applied, 0 when it was refused (the previous one stays in force).\n\
+             # TYPE ebpf_masq_agent_config_valid gauge\nebpf_masq_agent_config_valid {valid}\n\
+             # HELP ebpf_masq_agent_healthy 1 when the data plane and the chained entry are in place (what /healthz says).\n\
+             # TYPE ebpf_masq_agent_healthy gauge\nebpf_masq_agent_healthy {healthy}\n\
+             # HELP ebpf_masq_agent_config_reloads_total Config updates applied since the agent started.\n\
+             # TYPE ebpf_masq_agent_config_reloads_total counter\nebpf_masq_agent_config_reloads_total {}\n\
+             # HELP ebpf_masq_agent_config_rejections_total Config updates refused since the agent started.\n\
+             # TYPE ebpf_masq_agent_config_rejections_total counter\nebpf_masq_agent_config_rejections_total {}\n\
+             # HELP ebpf_masq_agent_rechains_total Times the agent wrote the chained entry back into the CNI config.\n\
+             # TYPE ebpf_masq_agent_rechains_total counter\nebpf_masq_agent_rechains_total {}\n\
+             # HELP ebpf_masq_agent_gc_removed_total Registrations removed because their veth was gone.\n\
+             # TYPE ebpf_masq_agent_gc_removed_total counter\nebpf_masq_agent_gc_removed_total {}\n",
+            self.reloads, self.rejections, self.rechains, self.gc_removed
+        )
+    }
+}
+
+pub fn main(a: &AgentArgs) -> Result<()> {
+    logging::init_stderr(log::LevelFilter::Info);
+    let term = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, Arc::clone(&term))
+            .map_err(|e| Error::new(code::IO_FAILURE, format!("install the signal handler: {e}")))?;
+    }
+    let state = Arc::new(Mutex::new(State::default()));
+    if let Some(addr) = &a.metrics_listen {
+        serve(addr, Arc::clone(&state))?;
+    }
+
+    // Watch the directories: a ConfigMap update replaces symlinks, a main plugin
+    // replaces its file; the watched inode of a file would go stale.
+    let (tx, rx) = mpsc::channel::<()>();
+    let mut watcher = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
+        if ev.is_ok() {
+            let _ = tx.send(());
+        }
+    })
+    .map_err(|e| Error::new(code::IO_FAILURE, format!("watch files: {e}")))?;
+    let conf_parent = a.conf.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    for dir in [&a.cni_conf_dir, &conf_parent.to_path_buf()] {
+        watcher
+            .watch(dir, RecursiveMode::NonRecursive)
+            .map_err(|e| Error::new(code::IO_FAILURE, format!("watch {}: {e}", dir.display())))?;
+    }
+    log::info!(
+        "agent=start conf={} cni_conf_dir={} cni_bin_dir={} metrics={}",
+        a.conf.display(),
+        a.cni_conf_dir.display(),
+        a.cni_bin_dir.display(),
+        a.metrics_listen.as_deref().unwrap_or("-")
+    );
+
+    let gc_every = Duration::from_secs(a.gc_interval);
+    let mut last_gc = Instant::now();
+    while !term.load(Ordering::Relaxed) {
+        reconcile(a, &state);
+        if last_gc.elapsed() >= gc_every {
+            gc(&state);
+            last_gc = Instant::now();
+        }
+        // Sleep until an event, the next check or the next GC; wake for signals.
+        let wake = Instant::now() + RECHECK.min(gc_every.saturating_sub(last_gc.elapsed()));
+        while !term.load(Ordering::Relaxed) && Instant::now() < wake {
+            if rx.recv_timeout(Duration::from_millis(250)).is_ok() {
+                std::thread::sleep(SETTLE);
+                while rx.try_recv().is_ok() {}
+                break;
+            }
+        }
+    }
+    drop(watcher);
+    log::info!("agent=stop reason=signal data_plane=kept chain=kept");
+    Ok(())
+}
+
+/// One pass: the config file, the data plane, the chained entry.
+fn reconcile(a: &AgentArgs, state: &Mutex<State>) {
+    let reloaded = reload_config(a, state);
+    let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+    let Some((_, conf, entry)) = st.in_force.clone() else {
+        return;
+    };
+    let pins = Pins::new(&conf.masq.pin_path);
+    st.data_plane = match node::data_plane_problem(&pins, &conf.masq) {
+        Ok(p) => p,
+        Err(e) => Some(e.msg),
+    };
+    if let Some(problem) = &st.data_plane {
+        // Detached by someone, or an uplink came up late: reconcile again.
+        log::warn!("agent=data-plane problem={problem:?} action=apply");
+        match apply_node(&conf) {
+            Ok(()) => st.data_plane = None,
+            Err(e) => log::error!("agent=data-plane result=error err={:?}", e.msg),
+        }
+    }
+    let chained_before = st.binary_installed;
+    let bin_dir = (!chained_before).then_some(a.cni_bin_dir.as_path());
+    let problem = match install::chain_problem(&a.cni_conf_dir, a.conflist.as_deref(), &entry) {
+        Ok(p) => p,
+        Err(e) => Some(e.msg),
+    };
+    if problem.is_none() && bin_dir.is_none() {
+        st.chain = None;
+        return;
+    }
+    match install::put_on_node(bin_dir, &a.cni_conf_dir, a.conflist.as_deref(), &entry, false) {
+        Ok(r) => {
+            st.binary_installed = true;
+            if r.changed {
+                if chained_before && !reloaded {
+                    st.rechains += 1;
+                }
+                for line in &r.lines {
+                    log::info!("agent=chain why={:?} {line}", problem.as_deref().unwrap_or("start"));
+                }
+            }
+            st.chain = None;
+        }
+        Err(e) => {
+            if st.chain.as_deref() != Some(e.msg.as_str()) {
+                log::error!("agent=chain result=error err={:?} (retried on the next change)", e.msg);
+            }
+            st.chain = Some(e.msg);
+        }
+    }
+}
+
+/// Read --conf; apply it when it is new and valid, keep the one in force otherwise.
+/// True when a new config was applied.
+fn reload_config(a: &AgentArgs, state: &Mutex<State>) -> bool {
+    let bytes = match std::fs::read(&a.conf) {
+        Ok(b) => b,
+        Err(e) => {
+            let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+            let why = format!("read {}: {e}", a.conf.display());
+            if st.rejected.as_ref().map(|(_, w)| w != &why).unwrap_or(true) {
+                log::error!("agent=config result=unreadable err={why:?}");
+                st.rejections += 1;
+            }
+            st.rejected = Some((Vec::new(), why));
+            return false;
+        }
+    };
+    {
+        let st = state.lock().unwrap_or_else(|p| p.into_inner());
+        let known = st.in_force.as_ref().map(|(b, _, _)| b == &bytes).unwrap_or(false)
+            || st.rejected.as_ref().map(|(b, _)| b == &bytes).unwrap_or(false);
+        if known {
+            return false;
+        }
+    }
+    let checked = config::parse_conf_file(&bytes)
+        .and_then(|conf| install::entry_from(Some(&bytes), None).map(|entry| (conf, entry)));
+    let result = checked.and_then(|(conf, entry)| apply_node(&conf).map(|()| (conf, entry)));
+    let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+    match result {
+        Ok((conf, entry)) => {
+            log::info!(
+                "agent=config result={} conf={} pins={}",
+                if st.in_force.is_none() { "applied" } else { "reloaded" },
+                a.conf.display(),
+                conf.masq.pin_path.display()
+            );
+            if st.in_force.is_some() {
+                st.reloads += 1;
+            }
+            st.in_force = Some((bytes, conf, entry));
+            st.rejected = None;
+            true
+        }
+        Err(e) => {
+            let why = format!("{} (code {})", e.msg, e.code);
+            log::error!(
+                "agent=config result=rejected conf={} err={why:?} in_force={}",
+                a.conf.display(),
+                if st.in_force.is_some() { "previous" } else { "none" }
+            );
+            st.rejections += 1;
+            st.rejected = Some((bytes, why));
+            false
+        }
+    }
+}
+
+/// `apply`: bring the node to `conf` under the node lock.
+fn apply_node(conf: &NetConf) -> Result<()> {
+    let pins = Pins::new(&conf.masq.pin_path);
+    let _lock = node::lock(&pins)?;
+    node::reconcile(&pins, &conf.masq).map(|_| ())
+}
+
+fn gc(state: &Mutex<State>) {
+    let Some(pins) = state.lock().unwrap_or_else(|p| p.into_inner()).pins() else {
+        return;
+    };
+    match node::remove_stale(&pins) {
+        Ok(removed) => {
+            for r in &removed {
+                log::info!("agent=gc removed={r} why=veth-gone");
+            }
+            state.lock().unwrap_or_else(|p| p.into_inner()).gc_removed += removed.len() as u64;
+        }
+        Err(e) => log::error!("agent=gc result=error err={:?}", e.msg),
+    }
+}
+
+/// Serve /metrics and /healthz on `addr` in a thread of its own.
+fn serve(addr: &str, state: Arc<Mutex<State>>) -> Result<()> {
+    let sock: std::net::SocketAddr = addr.parse().map_err(|_| {
+        Error::new(code::INVALID_CONFIG, format!("--metrics-listen {addr:?}: expected a numeric ADDR:PORT, e.g. 0.0.0.0:9436"))
+    })?;
+    let server = tiny_http::Server::http(sock)
+        .map_err(|e| Error::new(code::IO_FAILURE, format!("--metrics-listen {addr}: {e}")))?;
+    std::thread::spawn(move || {
+        for req in server.incoming_requests() {
+            let (status, body, ctype) = answer(req.method(), req.url(), &state);
+            let header = tiny_http::Header::from_bytes(&b"Content-Type"[..], ctype.as_bytes()).expect("a valid header");
+            let _ = req.respond(tiny_http::Response::from_string(body).with_status_code(status).with_header(header));
+        }
+    });
+    Ok(())
+}
+
+fn answer(method: &tiny_http::Method, url: &str, state: &Mutex<State>) -> (u16, String, &'static str) {
+    const TEXT: &str = "text/plain; charset=utf-8";
+    if !matches!(method, tiny_http::Method::Get | tiny_http::Method::Head) {
+        return (405, "GET only\n".into(), TEXT);
+    }
+    match url.split('?').next().unwrap_or("") {
+        "/healthz" => {
+            let (status, body) = state.lock().unwrap_or_else(|p| p.into_inner()).health();
+            (status, body, TEXT)
+        }
+        "/metrics" => {
+            let (pins, own) = {
+                let st = state.lock().unwrap_or_else(|p| p.into_inner());
+                (st.pins(), st.render())
+            };
+            let node = match pins.map(|p| metrics::collect(&p).map(|s| metrics::render(&s))) {
+                Some(Ok(text)) => text,
+                Some(Err(e)) => format!("# node counters unavailable: {}\n", e.msg.replace('\n', " ")),
+                None => "# node counters unavailable: no config in force\n".into(),
+            };
+            (200, node + &own, "text/plain; version=0.0.4; charset=utf-8")
+        }
+        _ => (404, "not found: try /metrics or /healthz\n".into(), TEXT),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn applied() -> State {
+        let bytes = br#"{"cniVersion":"1.0.0","name":"n","type":"ebpf-masq"}"#.to_vec();
+        let conf = config::parse_conf_file(&bytes).unwrap();
+        let entry = install::entry_from(Some(&bytes), None).unwrap();
+        State { in_force: Some((bytes, conf, entry)), ..State::default() }
+    }
+
+    #[test]
+    fn health_is_503_with_the_reason_until_everything_is_in_place() {
+        let st = State::default();
+        let (code, body) = st.health();
+        assert_eq!(code, 503);
+        assert!(body.contains("no config applied yet"), "{body}");
+
+        let mut st = applied();
+        assert_eq!(st.health(), (200, "ok\n".to_string()));
+        st.chain = Some("/etc/cni/net.d/10-x.conflist does not chain ebpf-masq".into());
+        let (code, body) = st.health();
+        assert_eq!(code, 503);
+        assert!(body.contains("chain: /etc/cni/net.d/10-x.conflist does not chain"), "{body}");
+    }
+
+    #[test]
+    fn a_refused_update_is_reported_but_keeps_the_node_healthy() {
+        let mut st = applied();
+        st.rejected = Some((b"{}".to_vec(), "\"portRange\": bad (code 7)".into()));
+        let (code, body) = st.health();
+        assert_eq!(code, 200, "{body}");
+        assert!(body.contains("config update rejected") && body.contains("portRange"), "{body}");
+        assert!(st.render().contains("ebpf_masq_agent_config_valid 0\n"));
+        st.rejected = None;
+        assert!(st.render().contains("ebpf_masq_agent_config_valid 1\n"));
+        // With no config ever in force, a refusal is a failure.
+        let st = State { rejected: Some((vec![], "bad".into())), ..State::default() };
+        assert_eq!(st.health().0, 503);
+        assert!(st.health().1.contains("no valid config: bad"));
+    }
+
+    #[test]
+    fn answer_routes() {
+        let st = Mutex::new(applied());
+        assert_eq!(answer(&tiny_http::Method::Get, "/healthz", &st).0, 200);
+        assert_eq!(answer(&tiny_http::Method::Get, "/nope", &st).0, 404);
+        assert_eq!(answer(&tiny_http::Method::Post, "/healthz", &st).0, 405);
+    }
+}
