@@ -20,6 +20,8 @@ from netlab import CNI_BIN_DIR, PY, REPO, Pod, sh, wait_for
 
 CONF = REPO / "conf"
 DAEMONSET = CONF / "daemonset.yaml"
+# What install adds to every entry: the CRI runtime then passes the pod's annotations.
+CAPS = {"capabilities": {"io.kubernetes.cri.pod-annotations": True}}
 VALIDATOR = REPO / "integration" / "k8s_validate.py"
 # The chained examples: main plugin types before ebpf-masq.
 EXAMPLES = {
@@ -289,13 +291,13 @@ def test_install_defaults_and_replaces_in_place(plugin, node, lab, tmp_path):
     run(plugin, "install", "--cni-bin-dir", bin_dir, "--cni-conf-dir", conf_dir, ns=node)
     got = json.loads(target.read_text())
     assert [p["type"] for p in got["plugins"]] == ["calico", "ebpf-masq", "portmap", "bandwidth"]
-    assert got["plugins"][1] == {"type": "ebpf-masq"}  # the default entry, replaced in place
+    assert got["plugins"][1] == {"type": "ebpf-masq", **CAPS}  # the default entry, replaced in place
     # A file that already had our entry is no "original": no backup of it.
     assert not (conf_dir / f"10-calico.conflist{BAK}").exists()
     # --pin-path goes into the entry.
     run(plugin, "install", "--cni-bin-dir", bin_dir, "--cni-conf-dir", conf_dir,
         "--pin-path", lab.pin_path, ns=node)
-    assert json.loads(target.read_text())["plugins"][1] == {"type": "ebpf-masq", "pinPath": lab.pin_path}
+    assert json.loads(target.read_text())["plugins"][1] == {"type": "ebpf-masq", "pinPath": lab.pin_path, **CAPS}
     # Uninstall takes the pin path from the entry and removes just our entry.
     p = run(plugin, "uninstall", "--cni-conf-dir", conf_dir, ns=node)
     assert f"no pins under {lab.pin_path}/v" in p.stdout, p.stdout
@@ -322,7 +324,7 @@ def test_conf_file_is_converted_to_conflist_and_back(plugin, node, lab, tmp_path
     got = json.loads(out.read_text())
     assert list(got) == ["cniVersion", "name", "plugins"]
     assert got["cniVersion"] == "1.0.0" and got["name"] == "mynet"
-    assert got["plugins"] == [bridge, {"type": "ebpf-masq"}]
+    assert got["plugins"] == [bridge, {"type": "ebpf-masq", **CAPS}]
     assert keys_in_order(got["plugins"][0]) == keys_in_order(bridge)
     assert (conf_dir / f"10-mynet.conf{BAK}").read_bytes() == before[str(src)]
     run(plugin, "validate", "--conf", out)
@@ -384,7 +386,7 @@ def test_install_dry_run_and_conflist_choice(plugin, tmp_path):
     assert contents(conf_dir, bin_dir) == before
     run(plugin, "install", "--cni-bin-dir", bin_dir, "--cni-conf-dir", conf_dir, "--conflist", "20-ptp.conflist")
     assert (conf_dir / "10-bridge.conflist").read_bytes() == before[str(conf_dir / "10-bridge.conflist")]
-    assert masq_entry(json.loads((conf_dir / "20-ptp.conflist").read_text())) == {"type": "ebpf-masq"}
+    assert masq_entry(json.loads((conf_dir / "20-ptp.conflist").read_text())) == {"type": "ebpf-masq", **CAPS}
 
 
 def test_help_is_complete(plugin):

@@ -44,6 +44,7 @@ else
 fi
 
 /usr/bin/python3 -m pip show -q kubernetes-validate >/dev/null 2>&1 || /usr/bin/python3 -m pip install -q --break-system-packages kubernetes-validate  # offline Kubernetes schemas (integration/test_install.py)
+/usr/bin/python3 -m pip show -q container-runtime-interface-api >/dev/null 2>&1 || /usr/bin/python3 -m pip install -q --break-system-packages container-runtime-interface-api  # a CRI v1 client, with grpcio (integration/test_cri.py)
 
 if command -v cnitool >/dev/null 2>&1; then
   echo "install-deps: cnitool present ($(command -v cnitool))"

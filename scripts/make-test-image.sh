@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # Build a tiny container image from Debian's busybox-static, locally (no registry):
-#   make-test-image.sh OUTDIR [IMAGE_NAME]
+#   make-test-image.sh OUTDIR [IMAGE_NAME [CMD_JSON]]
 # writes
 #   OUTDIR/rootfs.tar   the root filesystem (for `podman import`)
 #   OUTDIR/oci.tar      an OCI image layout of it, one uncompressed layer, named
 #                       IMAGE_NAME (default localhost/ebpf-masq-test:latest)
 #                       (for `ctr image import`, `podman load`)
+# CMD_JSON is the image's default command (default ["/bin/sh"]); a CRI sandbox
+# image must block forever, e.g. '["/bin/sleep","2147483647"]'.
 # The rootfs holds /bin/busybox and applet symlinks (sh, ping, nc, wget, ip, ...).
 # The output is reproducible: same busybox, same bytes, same digests.
 set -euo pipefail
 [ $# -ge 1 ] || { echo "usage: $0 OUTDIR [IMAGE_NAME]" >&2; exit 2; }
 out=$1
 name=${2:-localhost/ebpf-masq-test:latest}
+cmd=${3:-'["/bin/sh"]'}
 busybox=/bin/busybox
 [ -x "$busybox" ] || { echo "make-test-image: $busybox missing (apt-get install busybox-static)" >&2; exit 1; }
 { ldd "$busybox" 2>&1 || true; } | grep -q 'not a dynamic executable' \
@@ -66,8 +69,8 @@ esac
 
 read -r layer_digest layer_size < <(put_blob "$out/rootfs.tar")
 
-printf '{"architecture":"%s","os":"linux","config":{"Env":["PATH=/bin"],"Cmd":["/bin/sh"],"WorkingDir":"/"},"rootfs":{"type":"layers","diff_ids":["%s"]},"history":[{"created_by":"scripts/make-test-image.sh (busybox-static)"}]}' \
-  "$arch" "$layer_digest" > "$work/config.json"
+printf '{"architecture":"%s","os":"linux","config":{"Env":["PATH=/bin"],"Cmd":%s,"WorkingDir":"/"},"rootfs":{"type":"layers","diff_ids":["%s"]},"history":[{"created_by":"scripts/make-test-image.sh (busybox-static)"}]}' \
+  "$arch" "$cmd" "$layer_digest" > "$work/config.json"
 read -r config_digest config_size < <(put_blob "$work/config.json")
 
 printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"%s","size":%s},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar","digest":"%s","size":%s}]}' \

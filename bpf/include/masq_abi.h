@@ -15,7 +15,7 @@
 #include <linux/in6.h>
 #include <linux/bpf.h>   /* struct bpf_timer */
 
-#define MASQ_LAYOUT_VERSION 9
+#define MASQ_LAYOUT_VERSION 10
 
 /* ---- config (ARRAY, 1 entry): node-wide knobs written by the plugin ---- */
 struct masq_config {
@@ -421,6 +421,22 @@ struct attachment_info {
 	__u8 v6[ATT_MAX_ADDRS][16];
 	__u64 created_ns;          /* CLOCK_MONOTONIC */
 	char veth_name[16];
+};
+
+/* ---- pod_meta (HASH): who the pod of an attachment is, for operators and policies.
+ * key: struct attachment_key. The Kubernetes namespace and name from CNI_ARGS
+ * (K8S_POD_NAMESPACE, K8S_POD_NAME; empty when the runtime gave none) and the pod's
+ * ebpf-masq.io/ annotations from runtimeConfig (the io.kubernetes.cri.pod-annotations
+ * capability) as one compact JSON object ("" when none). NUL padded. Only the plugin
+ * reads it.
+ */
+#define POD_META_NS_LEN 64          /* a namespace is a DNS label: 63 bytes at most */
+#define POD_META_NAME_LEN 256       /* a pod name is a DNS subdomain: 253 at most */
+#define POD_META_ANN_LEN 1024
+struct pod_meta {
+	char k8s_namespace[POD_META_NS_LEN];
+	char k8s_name[POD_META_NAME_LEN];
+	char annotations[POD_META_ANN_LEN];
 };
 
 /* ---- counters (PERCPU_ARRAY, index enum masq_counter) ---- */

@@ -325,6 +325,15 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } attachments SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct attachment_key);
+	__type(value, struct pod_meta);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* written by the plugin only: no upfront memory */
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} pod_meta SEC(".maps");
+
 static __always_inline void count_add(__u32 idx, __u64 n)
 {
 	__u64 *c = bpf_map_lookup_elem(&counters, &idx);

@@ -25,6 +25,8 @@ pub struct CniEnv {
     pub container_id: String,
     pub netns: String,
     pub ifname: String,
+    /// CNI_ARGS ("K=V;K=V"): kubelet's runtimes put the pod's namespace and name there.
+    pub args: String,
 }
 
 impl CniEnv {
@@ -35,6 +37,7 @@ impl CniEnv {
             container_id: get("CNI_CONTAINERID"),
             netns: get("CNI_NETNS"),
             ifname: get("CNI_IFNAME"),
+            args: get("CNI_ARGS"),
         }
     }
 
@@ -231,6 +234,7 @@ fn cmd_add(env: &CniEnv, conf: &NetConf, pins: &Pins) -> Result<serde_json::Valu
     env.require("CNI_NETNS", &env.netns)?;
     let (raw, prev) = prev_result(conf)?;
     let addrs: Vec<IpAddr> = prev.container_ips(&env.ifname);
+    let who = crate::config::pod_identity(&env.args)?;
     if addrs.is_empty() {
         return Err(Error::config("prevResult.ips", format!("no address for interface {}", env.ifname)));
     }
@@ -248,6 +252,7 @@ fn cmd_add(env: &CniEnv, conf: &NetConf, pins: &Pins) -> Result<serde_json::Valu
         nat_outgoing: conf.masq.nat_outgoing,
         nat_filtering: crate::node::filter_bits(conf.masq.nat_filtering),
         l2: pod_l2(env, &prev, &veth)?,
+        meta: pod::meta_of(&who.namespace, &who.name, &conf.pod_annotations),
     };
     pod::register(pins, &key, &reg)?;
     Ok(raw)

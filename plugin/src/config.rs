@@ -15,7 +15,7 @@
 //! is accepted for them; for our own keys `null` is a type error.
 
 use std::cell::RefCell;
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Component, Path, PathBuf};
@@ -148,7 +148,78 @@ pub struct NetConf {
     pub prev_result: Option<Value>,
     /// "cni.dev/valid-attachments" (or its alias "cni.dev/attachments"), for GC (CNI 1.1).
     pub valid_attachments: Option<Vec<ValidAttachment>>,
+    /// The pod's `ebpf-masq.io/` annotations, from runtimeConfig's
+    /// io.kubernetes.cri.pod-annotations (containerd >= 1.5 and CRI-O pass them
+    /// for the capability the chained entry declares); others are not kept.
+    pub pod_annotations: BTreeMap<String, String>,
     pub masq: MasqConfig,
+}
+
+/// The capability the chained entry declares, so the CRI runtime passes the
+/// pod's annotations as runtimeConfig.
+pub const CAP_POD_ANNOTATIONS: &str = "io.kubernetes.cri.pod-annotations";
+/// Only annotations under this prefix are kept in the registration.
+pub const ANNOTATION_PREFIX: &str = "ebpf-masq.io/";
+/// The kept annotations as compact JSON fit this (the pod_meta record).
+pub const ANNOTATIONS_MAX_BYTES: usize = 1023;
+
+/// Who a pod is, as its runtime says: Kubernetes namespace and name from CNI_ARGS.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodIdentity {
+    pub namespace: String,
+    pub name: String,
+}
+
+/// Parse CNI_ARGS ("K=V;K=V", as libcni and kubelet's runtimes pass it): the
+/// K8S_POD_NAMESPACE and K8S_POD_NAME values; other keys are accepted and left
+/// alone, IgnoreUnknown or not. A pair without "=" or a value longer than
+/// Kubernetes allows is an error naming the variable (code 4).
+pub fn pod_identity(cni_args: &str) -> Result<PodIdentity> {
+    let mut id = PodIdentity::default();
+    for pair in cni_args.split(';').filter(|p| !p.is_empty()) {
+        let (k, v) = pair
+            .split_once('=')
+            .ok_or_else(|| Error::env("CNI_ARGS", format!("{pair:?} is not KEY=VALUE")))?;
+        match k {
+            "K8S_POD_NAMESPACE" => {
+                if v.len() > 63 {
+                    return Err(Error::env("CNI_ARGS", format!("K8S_POD_NAMESPACE is {} bytes; a namespace has 63 at most", v.len())));
+                }
+                id.namespace = v.to_string();
+            }
+            "K8S_POD_NAME" => {
+                if v.len() > 253 {
+                    return Err(Error::env("CNI_ARGS", format!("K8S_POD_NAME is {} bytes; a pod name has 253 at most", v.len())));
+                }
+                id.name = v.to_string();
+            }
+            _ => {}
+        }
+    }
+    Ok(id)
+}
+
+/// runtimeConfig's pod annotations (an object of strings), those under
+/// ANNOTATION_PREFIX only.
+fn parse_pod_annotations(obj: &Map<String, Value>) -> Result<BTreeMap<String, String>> {
+    let key = format!("runtimeConfig.{CAP_POD_ANNOTATIONS}");
+    let ann = match obj.get("runtimeConfig").and_then(|rc| rc.get(CAP_POD_ANNOTATIONS)) {
+        None | Some(Value::Null) => return Ok(BTreeMap::new()),
+        Some(Value::Object(m)) => m,
+        Some(v) => return Err(wrong_type(&key, "an object of strings", v)),
+    };
+    let mut kept = BTreeMap::new();
+    for (k, v) in ann {
+        let v = v.as_str().ok_or_else(|| Error::config(&format!("{key}.{k}"), "must be a string"))?;
+        if k.starts_with(ANNOTATION_PREFIX) {
+            kept.insert(k.clone(), v.to_string());
+        }
+    }
+    let len = serde_json::to_string(&kept).map(|s| s.len()).unwrap_or(0);
+    if len > ANNOTATIONS_MAX_BYTES {
+        return Err(Error::config(&key, format!("the {ANNOTATION_PREFIX} annotations take {len} bytes as JSON; {ANNOTATIONS_MAX_BYTES} at most")));
+    }
+    Ok(kept)
 }
 
 /// JSON `{"containerID": ..., "ifname": ...}`.
@@ -1484,6 +1555,7 @@ fn netconf_from_map(
         }
     }
 
+    let pod_annotations = parse_pod_annotations(obj)?;
     let masq = parse_masq(obj)?;
     Ok(NetConf {
         cni_version,
@@ -1491,6 +1563,7 @@ fn netconf_from_map(
         plugin_type,
         prev_result,
         valid_attachments,
+        pod_annotations,
         masq,
     })
 }
@@ -2301,5 +2374,66 @@ mod tests {
         let e = parse_netconf(&with(json!({"nativeRoutingCIDR": "10.1.2.3/16"})))
             .expect_err("host bits");
         assert!(e.msg.contains("10.1.0.0/16"), "{}", e.msg);
+    }
+}
+
+#[cfg(test)]
+mod pod_identity_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn cni_args_give_namespace_and_name_and_keep_quiet_about_the_rest() {
+        let id = pod_identity("IgnoreUnknown=1;K8S_POD_NAMESPACE=shop;K8S_POD_NAME=web-0;K8S_POD_INFRA_CONTAINER_ID=abc;K8S_POD_UID=u")
+            .unwrap();
+        assert_eq!(id, PodIdentity { namespace: "shop".into(), name: "web-0".into() });
+        assert_eq!(pod_identity("").unwrap(), PodIdentity::default());
+        assert_eq!(pod_identity("FOO=bar;").unwrap(), PodIdentity::default());
+        // A value may hold "=": only the first one splits.
+        assert_eq!(pod_identity("K8S_POD_NAME=a=b").unwrap().name, "a=b");
+    }
+
+    #[test]
+    fn bad_cni_args_name_the_variable() {
+        for (args, want) in [
+            ("K8S_POD_NAME", "is not KEY=VALUE"),
+            (&format!("K8S_POD_NAMESPACE={}", "n".repeat(64)), "63 at most"),
+            (&format!("K8S_POD_NAME={}", "p".repeat(254)), "253 at most"),
+        ] {
+            let e = pod_identity(args).unwrap_err();
+            assert_eq!(e.code, code::INVALID_ENV, "{args}");
+            assert!(e.msg.contains("CNI_ARGS") && e.msg.contains(want), "{args}: {}", e.msg);
+        }
+    }
+
+    fn conf_with(rc: Value) -> Result<NetConf> {
+        let c = json!({"cniVersion": "1.0.0", "name": "n", "type": "ebpf-masq", "runtimeConfig": rc});
+        parse_netconf(c.to_string().as_bytes())
+    }
+
+    #[test]
+    fn annotations_keep_only_ours() {
+        let c = conf_with(json!({CAP_POD_ANNOTATIONS: {
+            "ebpf-masq.io/egress-policy": "partner", "kubectl.kubernetes.io/last-applied-configuration": "{...}",
+            "ebpf-masq.io/x": ""}}))
+        .unwrap();
+        let want: BTreeMap<String, String> =
+            [("ebpf-masq.io/egress-policy", "partner"), ("ebpf-masq.io/x", "")].iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        assert_eq!(c.pod_annotations, want);
+        assert!(conf_with(json!({"portMappings": []})).unwrap().pod_annotations.is_empty());
+        assert!(conf_with(json!({CAP_POD_ANNOTATIONS: null})).unwrap().pod_annotations.is_empty());
+    }
+
+    #[test]
+    fn bad_annotations_name_the_key() {
+        for (rc, want) in [
+            (json!({CAP_POD_ANNOTATIONS: ["a"]}), "runtimeConfig.io.kubernetes.cri.pod-annotations"),
+            (json!({CAP_POD_ANNOTATIONS: {"ebpf-masq.io/a": 1}}), "runtimeConfig.io.kubernetes.cri.pod-annotations.ebpf-masq.io/a"),
+            (json!({CAP_POD_ANNOTATIONS: {"ebpf-masq.io/a": "v".repeat(1100)}}), "1023 at most"),
+        ] {
+            let e = conf_with(rc.clone()).unwrap_err();
+            assert_eq!(e.code, code::INVALID_CONFIG, "{rc}");
+            assert!(e.msg.contains(want), "{rc}: {}", e.msg);
+        }
     }
 }

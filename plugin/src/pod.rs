@@ -10,7 +10,7 @@ use aya::{
 
 use crate::{
     bpf::{
-        abi::{self, AttachmentInfo, AttachmentKey, PodInfo, PodL2, VethInfo},
+        abi::{self, AttachmentInfo, AttachmentKey, PodInfo, PodL2, PodMeta, VethInfo},
         loader::{self, Pins},
         maps, nat,
     },
@@ -57,6 +57,38 @@ pub struct Registration {
     pub nat_filtering: u32,
     /// The fast path's view of the pod (MACs, L3 interface), kept in `pod_l2`.
     pub l2: PodL2,
+    /// Who the pod is (namespace, name, our annotations), kept in `pod_meta`.
+    pub meta: PodMeta,
+}
+
+/// The `pod_meta` record of a pod: namespace and name (from CNI_ARGS) and its
+/// `ebpf-masq.io/` annotations as compact JSON (the config parser bounds them).
+pub fn meta_of(namespace: &str, name: &str, annotations: &std::collections::BTreeMap<String, String>) -> PodMeta {
+    fn put(dst: &mut [u8], s: &str) {
+        let b = s.as_bytes();
+        let n = b.len().min(dst.len() - 1);
+        dst[..n].copy_from_slice(&b[..n]);
+    }
+    let mut m = PodMeta::default();
+    put(&mut m.k8s_namespace, namespace);
+    put(&mut m.k8s_name, name);
+    if !annotations.is_empty() {
+        put(&mut m.annotations, &serde_json::to_string(annotations).unwrap_or_default());
+    }
+    m
+}
+
+/// (namespace, name, annotations) of a `pod_meta` record; annotations as a JSON object.
+pub fn meta_fields(m: &PodMeta) -> (String, String, serde_json::Value) {
+    let ann = cstr(&m.annotations);
+    let ann = if ann.is_empty() { serde_json::json!({}) } else { serde_json::from_str(&ann).unwrap_or(serde_json::json!({})) };
+    (cstr(&m.k8s_namespace), cstr(&m.k8s_name), ann)
+}
+
+/// The `pod_meta` record of every attachment that has one.
+pub fn list_meta(pins: &Pins) -> Result<std::collections::HashMap<AttachmentKey, PodMeta>> {
+    let m: HashMap<MapData, AttachmentKey, PodMeta> = maps::open(pins, abi::MAP_POD_META)?;
+    m.iter().collect::<std::result::Result<_, _>>().map_err(|e| map_err("pod_meta", e))
 }
 
 impl Registration {
@@ -124,6 +156,8 @@ pub fn register(pins: &Pins, key: &AttachmentKey, reg: &Registration) -> Result<
         let mut atts: HashMap<MapData, AttachmentKey, AttachmentInfo> = maps::open(pins, abi::MAP_ATTACHMENTS)?;
         // Record first: a crash after this point leaves something DEL/GC can find.
         atts.insert(key, info, 0).map_err(|e| map_err("write attachments", e))?;
+        let mut meta: HashMap<MapData, AttachmentKey, PodMeta> = maps::open(pins, abi::MAP_POD_META)?;
+        meta.insert(key, reg.meta, 0).map_err(|e| map_err("write pod_meta", e))?;
         let flags = if reg.nat_outgoing { abi::POD_F_NAT_OUTGOING } else { 0 } | (reg.nat_filtering & abi::NAT_FILTER_MASK);
         let pod = PodInfo { ifindex: reg.veth_ifindex, flags, l2: reg.l2 };
         // The addresses first, then the veth's entry: an address a veths entry
@@ -258,6 +292,16 @@ pub fn unregister(pins: &Pins, key: &AttachmentKey) -> Result<bool> {
         errors.push(e.msg);
     }
     if errors.is_empty() {
+        match maps::open::<HashMap<MapData, AttachmentKey, PodMeta>>(pins, abi::MAP_POD_META) {
+            Ok(mut m) => match m.remove(key) {
+                Ok(()) => {}
+                Err(e) if maps::is_key_not_found(&e) => {}
+                Err(e) => errors.push(format!("remove pod_meta entry: {e}")),
+            },
+            Err(e) => errors.push(e.msg),
+        }
+    }
+    if errors.is_empty() {
         match atts.remove(key) {
             Ok(()) => {}
             Err(e) if maps::is_key_not_found(&e) => {}
@@ -309,6 +353,7 @@ mod tests {
             nat_outgoing: true,
             nat_filtering: 0,
             l2: PodL2::default(),
+            meta: PodMeta::default(),
         };
         assert_eq!(reg.to_info().unwrap_err().code, 7);
         let ok = Registration { addrs: vec!["10.0.0.1".parse().unwrap(), "fd00::1".parse().unwrap()], ..reg };
@@ -316,5 +361,18 @@ mod tests {
         assert_eq!((info.n_v4, info.n_v6), (1, 1));
         assert_eq!(addrs_of(&info), ok.addrs);
         assert_eq!(cstr(&info.veth_name), "veth1");
+    }
+
+    #[test]
+    fn meta_round_trips() {
+        let ann: std::collections::BTreeMap<String, String> =
+            [("ebpf-masq.io/egress-policy".to_string(), "partner".to_string())].into_iter().collect();
+        let m = meta_of("shop", "web-0", &ann);
+        assert_eq!(meta_fields(&m), ("shop".into(), "web-0".into(), serde_json::json!({"ebpf-masq.io/egress-policy": "partner"})));
+        assert_eq!(meta_fields(&PodMeta::default()), (String::new(), String::new(), serde_json::json!({})));
+        // Longest Kubernetes values fit whole, NUL terminated.
+        let long = meta_of(&"n".repeat(63), &"p".repeat(253), &Default::default());
+        assert_eq!(meta_fields(&long).1.len(), 253);
+        assert_eq!(long.k8s_namespace[63], 0);
     }
 }

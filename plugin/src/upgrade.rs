@@ -106,6 +106,8 @@ fn adopt_registrations(pins: &Pins, old: &Pins) -> Result<()> {
     let l2 = open_if_shaped::<u32, PodL2>(old, abi::MAP_POD_L2);
     let pods4 = open_if_shaped::<[u8; 4], PodInfo>(old, abi::MAP_PODS4);
     let pods6 = open_if_shaped::<[u8; 16], PodInfo>(old, abi::MAP_PODS6);
+    // Who each pod is: from layout 10 on (before, nobody was recorded).
+    let metas = open_if_shaped::<AttachmentKey, abi::PodMeta>(old, abi::MAP_POD_META);
     let l2_of = |info: &AttachmentInfo| -> PodL2 {
         if let Some(l2) = l2.as_ref().and_then(|m| m.get(&info.veth_ifindex, 0).ok()) {
             return l2;
@@ -130,6 +132,7 @@ fn adopt_registrations(pins: &Pins, old: &Pins) -> Result<()> {
             nat_outgoing: info.flags & abi::ATT_F_NAT_OUTGOING != 0,
             nat_filtering: info.flags & abi::NAT_FILTER_MASK,
             l2: l2_of(&info),
+            meta: metas.as_ref().and_then(|m| m.get(&key, 0).ok()).unwrap_or_default(),
         };
         let name = pod::cstr(&key.container_id);
         match crate::netlink::get_link_by_name(&reg.veth_name) {

@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-pub const LAYOUT_VERSION: u32 = 9;
+pub const LAYOUT_VERSION: u32 = 10;
 
 // Map names (pinned by name under <pinPath>/v<LAYOUT_VERSION>/maps/).
 pub const MAP_CONFIG: &str = "masq_config";
@@ -42,14 +42,15 @@ pub const MAP_NAT4_OPEN: &str = "nat4_open";
 pub const MAP_NAT6_OPEN: &str = "nat6_open";
 pub const MAP_NAT4_PERMIT: &str = "nat4_permit";
 pub const MAP_NAT6_PERMIT: &str = "nat6_permit";
+pub const MAP_POD_META: &str = "pod_meta";
 
 /// Every map the objects define: a node is only loaded when all of them are pinned.
-pub const ALL_MAPS: [&str; 32] = [
+pub const ALL_MAPS: [&str; 33] = [
     MAP_CONFIG, MAP_PODS4, MAP_PODS6, MAP_UPLINKS, MAP_UPLINKS_DIRECT, MAP_EXCL4, MAP_EXCL6, MAP_RULES4,
     MAP_RULE_EXCEPT4, MAP_RULE_STATS, MAP_NAT4_FWD, MAP_NAT4_REV, MAP_VETHS, MAP_COUNTERS, MAP_DROPS,
     MAP_ATTACHMENTS, MAP_RULES6, MAP_RULE_EXCEPT6, MAP_NAT6_FWD, MAP_NAT6_REV, MAP_FRAG4, MAP_FRAG6, MAP_SVC4,
     MAP_SVC6, MAP_NAT_GC, MAP_RESERVED_PORTS, MAP_NAT4_BIND, MAP_NAT6_BIND, MAP_NAT4_OPEN,
-    MAP_NAT6_OPEN, MAP_NAT4_PERMIT, MAP_NAT6_PERMIT,
+    MAP_NAT6_OPEN, MAP_NAT4_PERMIT, MAP_NAT6_PERMIT, MAP_POD_META,
 ];
 
 pub const MAX_RULES: u32 = 256;
@@ -538,6 +539,24 @@ pub struct AttachmentInfo {
     pub veth_name: [u8; 16],
 }
 
+pub const POD_META_NS_LEN: usize = 64;
+pub const POD_META_NAME_LEN: usize = 256;
+pub const POD_META_ANN_LEN: usize = 1024;
+/// struct pod_meta: who the pod of an attachment is (NUL padded strings).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PodMeta {
+    pub k8s_namespace: [u8; POD_META_NS_LEN],
+    pub k8s_name: [u8; POD_META_NAME_LEN],
+    pub annotations: [u8; POD_META_ANN_LEN],
+}
+
+impl Default for PodMeta {
+    fn default() -> Self {
+        PodMeta { k8s_namespace: [0; POD_META_NS_LEN], k8s_name: [0; POD_META_NAME_LEN], annotations: [0; POD_META_ANN_LEN] }
+    }
+}
+
 /// Counter indexes (enum masq_counter).
 pub mod counter {
     pub const SNAT_PKTS_V4: u32 = 0;
@@ -630,6 +649,7 @@ macro_rules! pod {
 }
 
 pod! {
+    PodMeta = 1344,
     MasqConfig = 32,
     PodInfo = 28,
     PodL2 = 20,
@@ -717,6 +737,10 @@ mod tests {
         assert_eq!((define("NAT_FILTER_AD"), define("NAT_FILTER_EI")), (NAT_FILTER_AD, NAT_FILTER_EI));
         assert_eq!(define("MASQ_F_OPEN_MAPPINGS"), MASQ_F_OPEN_MAPPINGS);
         assert_eq!(define("NAT_F_OPEN"), NAT_F_OPEN as u32);
+        assert_eq!(
+            (define("POD_META_NS_LEN"), define("POD_META_NAME_LEN"), define("POD_META_ANN_LEN")),
+            (POD_META_NS_LEN as u32, POD_META_NAME_LEN as u32, POD_META_ANN_LEN as u32)
+        );
         assert_eq!(counters[counter::FP_FALLBACK as usize], "CNT_FP_FALLBACK");
         let drops = enum_members("masq_drop_reason", "DROP_MAX");
         assert_eq!(drops.len(), drop_reason::MAX as usize, "{drops:?}");

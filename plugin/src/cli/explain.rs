@@ -256,6 +256,8 @@ pub trait Lookups {
     fn now_ns(&self) -> u64;
     fn rule_desc(&self, id: u32) -> Option<RuleDesc>;
     fn pod_desc(&self, veth_ifindex: u32, addr: IpAddr) -> Option<PodDesc>;
+    /// nat4_bind / nat6_bind: the mapping (node address, port) a pod endpoint has.
+    fn binding(&self, addr: IpAddr, port: u16, proto: u8) -> Result<Option<(IpAddr, u16)>>;
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -640,10 +642,25 @@ pub fn explain<L: Lookups>(l: &L, pkt: &Packet, out: &OutIf) -> Result<Explanati
         c.step(format!("no usable port range ({}-{})", cfg.port_min, cfg.port_max));
         return Ok(c.drop(Why::NoPortRange, format!("dropped (drops.no_port): no port range configured; the policy says {reason}")));
     }
-    c.notes.push(format!(
-        "a new NAT pair is made with a random port from {}-{} (128 random probes, then a sweep of up to 1024 ports; drops.no_port if none is free)",
+    // The ports snat_create tries, in its order (nat_tmpl.h map_prefer, probe_port).
+    let mut tries = Vec::new();
+    if let Some(own) = sport.filter(|_| matches!(l4, L4::Ok)) {
+        if let Some((a, p)) = l.binding(src, own, proto)? {
+            if a == nat {
+                tries.push(format!(
+                    "the mapping this endpoint already has, {nat}:{p} (endpoint-independent mapping, RFC 4787 REQ-1)"
+                ));
+            }
+        }
+        if (cfg.port_min..=cfg.port_max).contains(&own) && own != 0 {
+            tries.push(format!("its own port {own} (port preservation, RFC 4787 REQ-3)"));
+        }
+    }
+    tries.push(format!(
+        "a random port from {}-{} (128 random probes, then a sweep of up to 1024 ports; drops.no_port if none is free)",
         cfg.port_min, cfg.port_max
     ));
+    c.notes.push(format!("a new NAT pair is made; its port is the first free of: {}", tries.join("; then ")));
     Ok(c.finish(Verdict::Masquerade, code, reason, Some((nat, None))))
 }
 
@@ -874,6 +891,25 @@ impl MapLookups {
 }
 
 impl Lookups for MapLookups {
+    fn binding(&self, addr: IpAddr, port: u16, proto: u8) -> Result<Option<(IpAddr, u16)>> {
+        let name = if addr.is_ipv4() { abi::MAP_NAT4_BIND } else { abi::MAP_NAT6_BIND };
+        if !self.pins.map(name).exists() {
+            return Ok(None); // a data plane from before the mapping hints
+        }
+        let port = port.to_be_bytes();
+        match addr {
+            IpAddr::V4(a) => {
+                let m: HashMap<MapData, abi::Nat4Ep, abi::Nat4Bind> = maps::open(&self.pins, name)?;
+                let k = abi::Nat4Ep { addr: a.octets(), port, proto, pad: 0 };
+                Ok(opt(m.get(&k, 0), name)?.map(|b| (IpAddr::from(b.addr), u16::from_be_bytes(b.port))))
+            }
+            IpAddr::V6(a) => {
+                let m: HashMap<MapData, abi::Nat6Ep, abi::Nat6Bind> = maps::open(&self.pins, name)?;
+                let k = abi::Nat6Ep { addr: a.octets(), port, proto, pad: 0 };
+                Ok(opt(m.get(&k, 0), name)?.map(|b| (IpAddr::from(b.addr), u16::from_be_bytes(b.port))))
+            }
+        }
+    }
     fn uplink(&self, ifindex: u32) -> Result<Option<UplinkInfo>> {
         opt(self.uplinks.get(&ifindex, 0), "uplinks")
     }
@@ -1213,6 +1249,8 @@ mod tests {
         atts: Vec<(u32, IpAddr, PodDesc)>,
         now: u64,
         nat_lookups: Cell<u32>,
+        /// nat4_bind / nat6_bind: ((pod addr, port, proto), (node addr, port))
+        binds: Vec<((IpAddr, u16, u8), (IpAddr, u16))>,
     }
 
     fn addr_bytes(a: &IpAddr) -> Vec<u8> {
@@ -1231,6 +1269,9 @@ mod tests {
     }
 
     impl Lookups for Fake {
+        fn binding(&self, addr: IpAddr, port: u16, proto: u8) -> Result<Option<(IpAddr, u16)>> {
+            Ok(self.binds.iter().find(|(k, _)| *k == (addr, port, proto)).map(|(_, b)| *b))
+        }
         fn uplink(&self, ifindex: u32) -> Result<Option<UplinkInfo>> {
             Ok(self.uplinks.iter().find(|(i, _)| *i == ifindex).map(|(_, u)| *u))
         }
@@ -1375,6 +1416,29 @@ mod tests {
             Verdict::Untouched => assert!(x.source_seen.is_some() && x.address.is_none(), "{x:#?}"),
             Verdict::Drop => assert_eq!(x.source_seen, None),
         }
+    }
+
+    #[test]
+    fn new_flow_note_names_the_ports_tried_in_order() {
+        let mut f = node();
+        let mut p = pkt(POD, EXT, Proto::Udp);
+        (p.sport, p.dport) = (Some(20000), Some(53));
+        let note = |f: &Fake, p: &Packet| {
+            run(f, p, ETH0).notes.into_iter().find(|n| n.contains("new NAT pair")).expect("a new-pair note")
+        };
+        let n = note(&f, &p);
+        assert!(n.contains("its own port 20000 (port preservation") && !n.contains("already has"), "{n}");
+        assert!(n.find("own port 20000").unwrap() < n.find("a random port from 1024-29999").unwrap(), "{n}");
+        // The endpoint's mapping comes first; one towards another address is not used.
+        f.binds.push(((ip(POD), 20000, 17), (ip("10.0.0.5"), 4242)));
+        let n = note(&f, &p);
+        assert!(n.find("10.0.0.5:4242 (endpoint-independent").unwrap() < n.find("own port 20000").unwrap(), "{n}");
+        f.binds[0].1 = (ip("10.10.0.5"), 4242);
+        assert!(!note(&f, &p).contains("4242"));
+        // A port outside portRange is not preserved.
+        p.sport = Some(40000);
+        let n = note(&f, &p);
+        assert!(!n.contains("own port") && n.contains("a random port"), "{n}");
     }
 
     #[test]

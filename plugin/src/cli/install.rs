@@ -392,7 +392,11 @@ pub fn entry_from(
         masq.pin_path = parsed.masq.pin_path;
     }
     match config::masq_to_json(&masq) {
-        Value::Object(m) => Ok(m),
+        Value::Object(mut m) => {
+            // containerd (>= 1.5) and CRI-O then pass the pod's annotations as runtimeConfig.
+            m.insert("capabilities".into(), serde_json::json!({ (config::CAP_POD_ANNOTATIONS): true }));
+            Ok(m)
+        }
         other => unreachable!("masq_to_json returned {other}"),
     }
 }
@@ -932,6 +936,11 @@ mod tests {
         assert_eq!(backup_candidates("10-b.conf").len(), 1);
     }
 
+    /// What every entry declares: the CRI runtime then passes the pod's annotations.
+    fn caps() -> Value {
+        json!({"io.kubernetes.cri.pod-annotations": true})
+    }
+
     #[test]
     fn insert_into_conflist_keeps_everything_in_order() {
         let c = chain("10-pods.conflist", BRIDGE.as_bytes(), &default_entry()).unwrap();
@@ -950,7 +959,7 @@ mod tests {
         assert_eq!(bkeys, ["type", "bridge", "isGateway", "ipMasq", "ipam"]);
         assert_eq!(out["plugins"][0], orig["plugins"][0]);
         assert_eq!(out["plugins"][1], orig["plugins"][1]);
-        assert_eq!(out["plugins"][2], json!({"type": "ebpf-masq"}));
+        assert_eq!(out["plugins"][2], json!({"type": "ebpf-masq", "capabilities": caps()}));
         assert_eq!(out["zzz"], 1);
         // Idempotent, byte for byte.
         let again = chain("10-pods.conflist", &c.bytes, &default_entry()).unwrap();
@@ -973,7 +982,8 @@ mod tests {
         let out = parsed(&c.bytes);
         assert_eq!(
             out["plugins"][1],
-            json!({"type": "ebpf-masq", "nativeRoutingCIDR": ["10.0.0.0/8"], "pinPath": "/sys/fs/bpf/other"})
+            json!({"type": "ebpf-masq", "nativeRoutingCIDR": ["10.0.0.0/8"], "pinPath": "/sys/fs/bpf/other",
+                   "capabilities": caps()})
         );
         // --pin-path overrides the config's.
         let e = entry_from(Some(conf), Some(Path::new("/sys/fs/bpf/third"))).unwrap();
@@ -1003,7 +1013,7 @@ mod tests {
         assert_eq!(out["cniVersion"], "0.4.0");
         assert_eq!(out["name"], "mynet");
         assert_eq!(out["plugins"][0], parsed(single));
-        assert_eq!(out["plugins"][1], json!({"type": "ebpf-masq"}));
+        assert_eq!(out["plugins"][1], json!({"type": "ebpf-masq", "capabilities": caps()}));
         // The converted file is then stable.
         let again = chain(&c.file, &c.bytes, &default_entry()).unwrap();
         assert_eq!(again.bytes, c.bytes);

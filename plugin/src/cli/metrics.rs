@@ -662,6 +662,9 @@ mod tests {
             packets: 5,
             bytes: 500,
             spoofed: 1,
+            k8s_namespace: String::new(),
+            k8s_name: String::new(),
+            annotations: serde_json::json!({}),
         }
     }
 

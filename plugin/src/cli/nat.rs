@@ -31,6 +31,9 @@ pub struct Flow {
     pub inbound: bool,
     /// Both halves present (a flow begun outside has only the one).
     pub complete: bool,
+    /// "namespace/name" of the registered pod whose address this is (CNI_ARGS);
+    /// None for tunnel clients and pods their runtime did not name.
+    pub k8s_pod: Option<String>,
 }
 
 pub fn proto_name(p: u8) -> String {
@@ -65,6 +68,7 @@ fn flows_of<F: nat::Family>(pins: &Pins, now: u64, out: &mut Vec<Flow>) -> Resul
             by_rule: (e.flags & abi::NAT_F_BY_RULE != 0).then_some(e.rule_id),
             inbound,
             complete: r.is_some() || inbound,
+            k8s_pod: None,
         });
     }
     Ok(())
@@ -76,6 +80,17 @@ pub fn flows(pins: &Pins) -> Result<Vec<Flow>> {
     let mut out = Vec::new();
     flows_of::<nat::V4>(pins, now, &mut out)?;
     flows_of::<nat::V6>(pins, now, &mut out)?;
+    let names: std::collections::HashMap<String, String> = super::readers::pods(pins)?
+        .into_iter()
+        .filter(|p| !p.k8s_name.is_empty())
+        .flat_map(|p| {
+            let who = format!("{}/{}", p.k8s_namespace, p.k8s_name);
+            p.addresses.into_iter().map(move |a| (a.to_string(), who.clone()))
+        })
+        .collect();
+    for f in &mut out {
+        f.k8s_pod = names.get(&f.pod_addr).cloned();
+    }
     out.sort_by(|a, b| {
         (a.family, &a.pod_addr, a.pod_port, &a.remote_addr).cmp(&(b.family, &b.pod_addr, b.pod_port, &b.remote_addr))
     });
@@ -95,7 +110,7 @@ pub fn list(pins: &Pins, json: bool) -> Result<()> {
     for f in &flows {
         let node = if f.inbound { "(inbound, not masqueraded)".to_string() } else { endpoint(&f.nat_addr, f.nat_port) };
         println!(
-            "{:<6} {:<30} {:<30} {:<30} {:>7.1}s {:>9} {:>9}{}",
+            "{:<6} {:<30} {:<30} {:<30} {:>7.1}s {:>9} {:>9}{}{}",
             f.proto,
             endpoint(&f.pod_addr, f.pod_port),
             node,
@@ -103,7 +118,8 @@ pub fn list(pins: &Pins, json: bool) -> Result<()> {
             f.age_s,
             f.packets,
             f.reply_packets,
-            if f.complete { "" } else { "  (reply half missing)" }
+            if f.complete { "" } else { "  (reply half missing)" },
+            f.k8s_pod.as_deref().map(|p| format!("  pod {p}")).unwrap_or_default()
         );
     }
     println!("{} flow(s)", flows.len());

@@ -137,13 +137,21 @@ pub struct PodRow {
     pub packets: u64,
     pub bytes: u64,
     pub spoofed: u64,
+    /// Kubernetes namespace and name (CNI_ARGS), "" when the runtime gave none.
+    pub k8s_namespace: String,
+    pub k8s_name: String,
+    /// The pod's ebpf-masq.io/ annotations (runtimeConfig), a JSON object.
+    pub annotations: serde_json::Value,
 }
 
 /// Every pod attachment on the node, in map order.
 pub fn pods(pins: &Pins) -> Result<Vec<PodRow>> {
     let stats: PerCpuHashMap<MapData, u32, VethInfo> = maps::open(pins, abi::MAP_VETHS)?;
+    // A data plane of an older layout (read during an upgrade) has no pod_meta.
+    let metas = if has_map(pins, abi::MAP_POD_META) { pod::list_meta(pins)? } else { Default::default() };
     let mut out = Vec::new();
     for (k, info) in pod::list_attachments(pins)? {
+        let (k8s_namespace, k8s_name, annotations) = pod::meta_fields(&metas.get(&k).copied().unwrap_or_default());
         let st = stats.get(&info.veth_ifindex, 0).ok();
         let sum =
             |f: fn(&PodStats) -> u64| st.as_ref().map(|s| s.iter().map(|v| f(&v.stats)).sum::<u64>()).unwrap_or(0);
@@ -157,6 +165,9 @@ pub fn pods(pins: &Pins) -> Result<Vec<PodRow>> {
             packets: sum(|s| s.packets),
             bytes: sum(|s| s.bytes),
             spoofed: sum(|s| s.spoofed),
+            k8s_namespace,
+            k8s_name,
+            annotations,
         });
     }
     Ok(out)

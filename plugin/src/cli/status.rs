@@ -121,6 +121,9 @@ pub fn collect(pins: &Pins) -> Result<Value> {
                 "packets": p.packets,
                 "bytes": p.bytes,
                 "spoofed_dropped": p.spoofed,
+                "k8s_namespace": p.k8s_namespace,
+                "k8s_name": p.k8s_name,
+                "annotations": p.annotations,
             })
         })
         .collect();
@@ -223,8 +226,16 @@ pub fn run(pins: &Pins, json_out: bool) -> Result<()> {
     }
     println!("pods:");
     for p in s["pods"].as_array().into_iter().flatten() {
+        let who = match (p["k8s_namespace"].as_str().unwrap_or(""), p["k8s_name"].as_str().unwrap_or("")) {
+            ("", "") => String::new(),
+            (ns, name) => format!("pod {ns}/{name} "),
+        };
+        let ann = match p["annotations"].as_object() {
+            Some(m) if !m.is_empty() => format!(" annotations {}", p["annotations"]),
+            _ => String::new(),
+        };
         println!(
-            "  {} {} veth {} {} natOutgoing={} attached={}{} packets {} spoofed-dropped {}",
+            "  {who}{} {} veth {} {} natOutgoing={} attached={}{} packets {} spoofed-dropped {}{ann}",
             p["container_id"].as_str().unwrap_or(""),
             p["ifname"].as_str().unwrap_or(""),
             p["veth"].as_str().unwrap_or(""),
