@@ -3,6 +3,15 @@
 //! The binary (src/main.rs) speaks CNI when CNI_COMMAND is set and is the
 //! operator CLI otherwise; the modules are a library so integration tests
 //! (BPF_PROG_TEST_RUN, fuzzing) reach the same code.
+//!
+//! Layers point down only (tests/layers.rs checks it, and that no import circle
+//! remains):
+//!   `cni`, `cli::*`              verbs and commands
+//!   `node`, `upgrade`            node-wide state: reconcile, adopt an older layout
+//!   `pod`                        one pod attachment
+//!   `bpf::*`, `netlink`, `prevresult`   the data plane's maps and programs, the kernel's netlink, CNI results
+//!   `config`, `logging`          data types of the config (a leaf), the log
+//!   `error`
 
 pub mod bpf;
 pub mod cli;

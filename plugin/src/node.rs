@@ -14,7 +14,6 @@ use std::{
 use aya::{
     maps::{lpm_trie::Key, Array, HashMap, LpmTrie, MapData, PerCpuArray, PerCpuValues},
     programs::TcAttachType,
-    util::nr_cpus,
 };
 use ipnetwork::IpNetwork;
 
@@ -221,7 +220,7 @@ pub fn reconcile_with(pins: &Pins, conf: &MasqConfig, uplinks: &[Uplink]) -> Res
 /// another gets a warning (in the log, and on stderr for `apply`), not an error:
 /// failing pods over it would be worse than running at the old size.
 fn warn_if_resized(pins: &Pins, wanted: u32) {
-    if let Ok(Some(have)) = crate::cli::readers::map_max_entries(pins, abi::MAP_NAT4_REV) {
+    if let Ok(Some(have)) = maps::map_max_entries(pins, abi::MAP_NAT4_REV) {
         if have != wanted {
             log::warn!(
                 "natMaxEntries {wanted} in the config, but the loaded NAT maps hold {have} pairs per family: \
@@ -608,9 +607,7 @@ pub fn read_counters(pins: &Pins, name: &str) -> Result<Vec<u64>> {
     Ok(out)
 }
 
-pub fn ncpus() -> usize {
-    nr_cpus().map(|n| n.max(1)).unwrap_or(1)
-}
+pub use crate::bpf::sys::ncpus;
 
 pub fn ipv4(b: [u8; 4]) -> Ipv4Addr {
     Ipv4Addr::from(b)

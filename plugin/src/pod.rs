@@ -126,12 +126,7 @@ impl Registration {
     }
 }
 
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes into the timespec we own. CLOCK_MONOTONIC is bpf_ktime_get_ns().
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+pub use crate::bpf::sys::monotonic_ns;
 
 pub fn addrs_of(info: &AttachmentInfo) -> Vec<IpAddr> {
     let mut out: Vec<IpAddr> = Vec::new();

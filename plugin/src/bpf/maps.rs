@@ -3,7 +3,7 @@
 use aya::maps::{Array, HashMap, Map, MapData, MapError, PerCpuHashMap, PerCpuValues};
 
 use super::abi::{self, UplinkInfo, VethInfo};
-use super::loader::Pins;
+use super::pins::Pins;
 use crate::error::{Error, Result};
 
 /// Open the pinned map `name` as the typed view `T` (HashMap, LpmTrie, Array...).
@@ -53,7 +53,7 @@ pub fn uplink_remove(pins: &Pins, ifindex: u32) -> Result<()> {
 pub fn veth_put(pins: &Pins, ifindex: u32, info: VethInfo) -> Result<()> {
     let mut map: PerCpuHashMap<MapData, u32, VethInfo> = open(pins, abi::MAP_VETHS)?;
     let info = VethInfo { stats: Default::default(), ..info };
-    let values = PerCpuValues::try_from(vec![info; crate::node::ncpus()])
+    let values = PerCpuValues::try_from(vec![info; super::sys::ncpus()])
         .map_err(|e| Error::bpf(format!("veths entry: {e}")))?;
     map.insert(ifindex, values, 0).map_err(|e| Error::bpf(format!("write veths: {e}")))
 }
@@ -85,3 +85,11 @@ pub fn is_key_not_found(e: &MapError) -> bool {
     }
 }
 
+/// The capacity (max_entries) of a pinned map, if it exists.
+pub fn map_max_entries(pins: &Pins, name: &str) -> Result<Option<u32>> {
+    if !pins.map(name).exists() {
+        return Ok(None);
+    }
+    let data = MapData::from_pin(pins.map(name)).map_err(|err| Error::bpf(format!("open pinned map {name}: {err}")))?;
+    Ok(Some(data.info().map_err(|err| Error::bpf(format!("{name}: {err}")))?.max_entries()))
+}

@@ -3,3 +3,5 @@ pub mod abi;
 pub mod loader;
 pub mod maps;
 pub mod nat;
+pub mod pins;
+pub mod sys;

@@ -13,7 +13,7 @@ use aya::maps::{Array, ArrayOfMaps, HashMap, MapData, MapError};
 
 use super::{
     abi::{self, Nat4Bind, Nat4Entry, Nat4Ep, Nat4Key, Nat4Open, Nat6Bind, Nat6Entry, Nat6Ep, Nat6Key, Nat6Open},
-    loader::Pins,
+    pins::Pins,
     maps,
 };
 use crate::error::{Error, Result};
@@ -233,7 +233,7 @@ pub fn record_params(pins: &Pins, p: ShardParams) -> Result<()> {
 pub fn random_seed() -> u32 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(crate::pod::monotonic_ns());
+    h.write_u64(super::sys::monotonic_ns());
     (h.finish() as u32).max(1)
 }
 

@@ -199,14 +199,7 @@ pub fn nat_gc(pins: &Pins) -> Result<Option<abi::NatGc>> {
     Ok(Some(m.get(&0, 0).map_err(e(abi::MAP_NAT_GC))?))
 }
 
-/// The capacity (max_entries) of a pinned map, if it exists.
-pub fn map_max_entries(pins: &Pins, name: &str) -> Result<Option<u32>> {
-    if !has_map(pins, name) {
-        return Ok(None);
-    }
-    let data = MapData::from_pin(pins.map(name)).map_err(|err| Error::bpf(format!("open pinned map {name}: {err}")))?;
-    Ok(Some(data.info().map_err(e(name))?.max_entries()))
-}
+pub use crate::bpf::maps::map_max_entries;
 
 /// (entries, max_entries) of the pinned hash map `name` (None when it is not
 /// pinned), for any key type: walks the keys with BPF_MAP_GET_NEXT_KEY using the
