@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from netlab import CNI_BIN_DIR, REPO, sh, wait_for
-from runtimelab import drop_cni_cache, in_private_mounts, remove_cgroup
+from runtimelab import containerd_cmd, containerd_config, drop_cni_cache, remove_cgroup, shim_pids
 
 SANDBOX_IMAGE = "localhost/ebpf-masq-pause:latest"
 K8S_NS = "k8s.io"  # the containerd namespace the CRI plugin uses
@@ -49,24 +49,7 @@ class CriContainerd:
         self.sock = self.sockdir / "containerd.sock"
         self.cgroup_parent = f"/{lab.prefix}cri"
         self.sandboxes = []
-        (d / "config.toml").write_text(f"""\
-version = 2
-root = "{d}/root"
-state = "{d}/state"
-disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs"]
-
-[grpc]
-  address = "{self.sock}"
-[ttrpc]
-  address = "{self.sock}.ttrpc"
-[debug]
-  address = ""
-  level = "info"
-[metrics]
-  address = ""
-[plugins."io.containerd.internal.v1.opt"]
-  path = "{d}/opt"
+        (d / "config.toml").write_text(containerd_config(d, self.sock, enable_cri=True) + f"""\
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "{SANDBOX_IMAGE}"
   restrict_oom_score_adj = true
@@ -89,12 +72,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     max_conf_num = 1
 """)
         self.log = d / "containerd.log"
-        cmd = ["nsenter", f"--net={node.path}", "--",
-               *in_private_mounts([("tmpfs", "mode=0755,size=16m", "/run")],
-                                  ["sh", "-c", 'mkdir -p /run/containerd && exec "$@"', "sh",
-                                   "containerd", "--config", d / "config.toml"])]
         with open(self.log, "w") as log:
-            self.proc = lab.spawn(cmd, stdout=log, stderr=log)
+            self.proc = lab.spawn(containerd_cmd(node, d / "config.toml"), stdout=log, stderr=log)
         lab.on_close(self.close)
 
         def up():
@@ -166,18 +145,12 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
                 errors.append(f"sandbox cleanup: {e!r}")
             self.channel.close()
         self.lab.stop(self.proc)
-        for p in Path("/proc").iterdir():  # shims serving this containerd, if any is left
-            if p.name.isdigit():
-                try:
-                    argv = (p / "cmdline").read_bytes().split(b"\0")
-                except OSError:
-                    continue
-                if b"-address" in argv and str(self.sock).encode() in argv:
-                    errors.append(f"shim {p.name} still running: killed")
-                    try:
-                        os.kill(int(p.name), signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
+        for pid in shim_pids(self.sock):  # only if a sandbox could not be removed
+            errors.append(f"shim {pid} still running: killed")
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         time.sleep(0.1)
         for p in ("root", "state", "opt"):
             shutil.rmtree(self.dir / p, ignore_errors=True)

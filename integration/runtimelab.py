@@ -116,6 +116,54 @@ def umount_under(path):
         sh(["umount", "-l", mp], check=False)
 
 
+def containerd_config(d, sock, enable_cri=False):
+    """The head of a private containerd's config.toml: root, state, sockets, opt under d."""
+    cri = "" if enable_cri else '"io.containerd.grpc.v1.cri", '
+    return f"""\
+version = 2
+root = "{d}/root"
+state = "{d}/state"
+disabled_plugins = [{cri}"io.containerd.snapshotter.v1.aufs",
+  "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.zfs"]
+
+[grpc]
+  address = "{sock}"
+[ttrpc]
+  address = "{sock}.ttrpc"
+[debug]
+  address = ""
+  level = "info"
+[metrics]
+  address = ""
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{d}/opt"
+"""
+
+
+def containerd_cmd(node, config):
+    """containerd in node's netns, in a private mount namespace with a tmpfs on /run
+    (the runc shim puts its socket under the fixed /run/containerd/s)."""
+    return ["nsenter", f"--net={node.path}", "--",
+            *in_private_mounts([("tmpfs", "mode=0755,size=16m", "/run")],
+                               ["sh", "-c", 'mkdir -p /run/containerd && exec "$@"', "sh",
+                                "containerd", "--config", config])]
+
+
+def shim_pids(sock):
+    """PIDs of the shims serving the containerd at sock (their command line names it)."""
+    pids = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                argv = (p / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"-address" in argv and str(sock).encode() in argv:
+                pids.append(int(p.name))
+    return pids
+
+
 def drop_cni_cache(net_name):
     """libcni's cached results of net_name (left behind only when a DEL failed)."""
     for p in Path("/var/lib/cni/results").glob(f"{net_name}-*"):
@@ -257,34 +305,11 @@ class Containerd:
         self.cgroup_parent = f"/{lab.prefix}ctr"
         self.containers, self.networks = [], []
         self.cni_conf = self.cni_bin = None
-        (d / "config.toml").write_text(f"""\
-version = 2
-root = "{d}/root"
-state = "{d}/state"
-disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.aufs",
-  "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper",
-  "io.containerd.snapshotter.v1.zfs"]
-
-[grpc]
-  address = "{self.sock}"
-[ttrpc]
-  address = "{self.sock}.ttrpc"
-[debug]
-  address = ""
-  level = "info"
-[metrics]
-  address = ""
-[plugins."io.containerd.internal.v1.opt"]
-  path = "{d}/opt"
-""")
+        (d / "config.toml").write_text(containerd_config(d, self.sock))
         self.log = d / "containerd.log"
         # private /run: the shim's socket goes to /run/containerd/s/, a fixed path
-        cmd = ["nsenter", f"--net={node.path}", "--",
-               *in_private_mounts([("tmpfs", "mode=0755,size=16m", "/run")],
-                                  ["sh", "-c", 'mkdir -p /run/containerd && exec "$@"', "sh",
-                                   "containerd", "--config", d / "config.toml"])]
         with open(self.log, "w") as log:
-            self.proc = lab.spawn(cmd, stdout=log, stderr=subprocess.STDOUT)
+            self.proc = lab.spawn(containerd_cmd(node, d / "config.toml"), stdout=log, stderr=subprocess.STDOUT)
         lab.on_close(self.close)
 
         def ready():
@@ -321,17 +346,7 @@ disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.a
         return Background(self.lab, in_private_mounts(binds, ["nsenter", f"--net={self.node.path}", "--", *ctr]))
 
     def shim_pids(self):
-        """PIDs of shims serving this containerd (their command line names our socket)."""
-        pids = []
-        for p in Path("/proc").iterdir():
-            if p.name.isdigit():
-                try:
-                    argv = (p / "cmdline").read_bytes().split(b"\0")
-                except OSError:
-                    continue
-                if b"-address" in argv and str(self.sock).encode() in argv:
-                    pids.append(int(p.name))
-        return pids
+        return shim_pids(self.sock)
 
     def close(self):
         errors = []
