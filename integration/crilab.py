@@ -16,15 +16,11 @@ inside containerd's mount namespace, so it is reached as /proc/<sandbox pid>/ns/
 go-cni needs the `loopback` plugin in the bin dir.
 """
 import json
-import os
-import shutil
-import signal
 import tempfile
-import time
 from pathlib import Path
 
 from netlab import CNI_BIN_DIR, REPO, sh, wait_for
-from runtimelab import containerd_cmd, containerd_config, drop_cni_cache, remove_cgroup, shim_pids
+from runtimelab import containerd_cmd, containerd_config, drop_cni_cache, stop_containerd
 
 SANDBOX_IMAGE = "localhost/ebpf-masq-pause:latest"
 K8S_NS = "k8s.io"  # the containerd namespace the CRI plugin uses
@@ -144,18 +140,7 @@ class CriContainerd:
             except Exception as e:  # keep cleaning up
                 errors.append(f"sandbox cleanup: {e!r}")
             self.channel.close()
-        self.lab.stop(self.proc)
-        for pid in shim_pids(self.sock):  # only if a sandbox could not be removed
-            errors.append(f"shim {pid} still running: killed")
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.1)
-        for p in ("root", "state", "opt"):
-            shutil.rmtree(self.dir / p, ignore_errors=True)
-        shutil.rmtree(self.sockdir, ignore_errors=True)
-        errors += remove_cgroup(self.cgroup_parent)
+        errors += stop_containerd(self.lab, self.proc, self.sock, self.dir, self.sockdir, self.cgroup_parent)
         drop_cni_cache(self.network)
         if errors:
             raise AssertionError("CRI containerd cleanup: " + "; ".join(errors))

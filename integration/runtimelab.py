@@ -164,6 +164,24 @@ def shim_pids(sock):
     return pids
 
 
+def stop_containerd(lab, proc, sock, d, sockdir, cgroup_parent):
+    """Stop a private containerd (by PID), kill shims it left, remove its root,
+    state, opt, socket dir and cgroup. Returns what went wrong, as strings."""
+    errors = []
+    lab.stop(proc)
+    for pid in shim_pids(sock):  # only if a task or sandbox could not be removed
+        errors.append(f"shim {pid} still running: killed")
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    time.sleep(0.1)
+    for p in ("root", "state", "opt"):
+        shutil.rmtree(d / p, ignore_errors=True)
+    shutil.rmtree(sockdir, ignore_errors=True)
+    return errors + remove_cgroup(cgroup_parent)
+
+
 def drop_cni_cache(net_name):
     """libcni's cached results of net_name (left behind only when a DEL failed)."""
     for p in Path("/var/lib/cni/results").glob(f"{net_name}-*"):
@@ -361,18 +379,7 @@ class Containerd:
             left = self.ctr("containers", "list", "--quiet", check=False).stdout.split()
             if left:
                 errors.append(f"containers left: {left}")
-        self.lab.stop(self.proc)
-        for pid in self.shim_pids():  # only if a task could not be deleted
-            errors.append(f"shim {pid} still running: killed")
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.1)
-        for p in ("root", "state", "opt"):
-            shutil.rmtree(self.dir / p, ignore_errors=True)
-        shutil.rmtree(self.sockdir, ignore_errors=True)
-        errors += remove_cgroup(self.cgroup_parent)
+        errors += stop_containerd(self.lab, self.proc, self.sock, self.dir, self.sockdir, self.cgroup_parent)
         for name in self.networks:
             drop_cni_cache(name)
         if errors:
