@@ -120,6 +120,8 @@ def churn(tmp_path, plugin, benchtool, mode):
             c, d = status["counters"], status["drops"]
             print(f"{mode}: nat_created {c['nat_created']}, nat_finished_reused {c['nat_finished_reused']}, "
                   f"probes/pair {c['port_probes'] / max(1, c['nat_created']):.2f}, "
+                  f"host flows remapped {c['host_flows_remapped']}, host socket ports avoided "
+                  f"{c['host_socket_ports_avoided']}, "
                   f"drops {({k: v for k, v in d.items() if v}) or 'none'}")
         ok = sum(r["ok"] + r["stalled"] for r in results.values())
         return {"results": results, "ok": ok, "stalls": sum(stalls.values()), "failed": failed, "status": status}

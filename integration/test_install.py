@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from netlab import CNI_BIN_DIR, PY, REPO, Pod, sh, wait_for
+from netlab import CNI_BIN_DIR, LAYOUT, PY, REPO, Pod, sh, wait_for
 
 CONF = REPO / "conf"
 DAEMONSET = CONF / "daemonset.yaml"
@@ -481,7 +481,8 @@ def test_daemonset_commands_on_a_scratch_host(plugin, node, lab, tmp_path):
 
     wait_for(ready, timeout=30, what="the readiness probe")
     assert os.path.exists(os.path.join(bin_dir, "ebpf-masq"))
-    assert node.enter(["cat", reserved]).stdout != reserved_before, "apply reserved no ports"
+    # Nothing is reserved: host flows share the port space, tracked by the data plane.
+    assert node.enter(["cat", reserved]).stdout == reserved_before, "the agent reserved ports"
     chained = json.loads(open(primary).read())
     assert [p["type"] for p in chained["plugins"]] == ["bridge", "portmap", "ebpf-masq"]
     assert chained["plugins"][-1]["pinPath"] == pins
@@ -514,21 +515,32 @@ def test_daemonset_commands_on_a_scratch_host(plugin, node, lab, tmp_path):
     for dev, direction in (("eth0", "ingress"), ("eth0", "egress"), (veth, "ingress")):
         assert not node.bpf_hooks(dev, direction).strip(), f"filter left on {dev} {direction}"
     assert contents(conf_dir, bin_dir) == before
-    # The port range the plugin reserved is given back.
-    assert "released ports" in p.stdout, p.stdout
+    assert "released ports" not in p.stdout, p.stdout
     assert node.enter(["cat", reserved]).stdout == reserved_before
 
 
-def test_uninstall_gives_back_exactly_the_ports_it_reserved(plugin, topo, masq_pod, tmp_path):
-    """The admin's own reservations overlap two portRanges the node had in turn;
-    uninstall gives back what the plugin added and nothing else."""
+def test_ports_an_older_version_reserved_are_given_back_exactly(plugin, topo, masq_pod):
+    """Versions before layout 11 added portRange to ip_local_reserved_ports
+    (kept out of the host's reach); this one reserves nothing (the data plane
+    tracks host flows instead), so a node needs no tuning. The admin's own
+    reservations overlap the ranges an older version reserved in turn: the first
+    ADD of this version gives back exactly what that version added (its record,
+    adopted with its pins) and nothing else; later ADDs reserve nothing."""
     path = "/proc/sys/net/ipv4/ip_local_reserved_ports"
     reserved = lambda: topo.node.exec(["cat", path]).stdout.strip()  # noqa: E731
     topo.node.sysctl("net.ipv4.ip_local_reserved_ports", "1000-2000,40000")
-    masq_pod(portRange="1500-2999")
-    assert reserved() == "1000-2999,40000"
-    masq_pod(name="pod2", portRange="39000-40500")  # the node's portRange changed
-    assert reserved() == "1000-2999,39000-40500"
-    p = run(plugin, "uninstall", "--cni-conf-dir", tmp_path, "--pin-path", topo.lab.pin_path, ns=topo.node)
-    assert "released ports 2001-2999,39000-39999,40001-40500" in p.stdout, p.stdout
+    old = topo.masq_network(plugin, portRange="1500-2999")
+    old.env["EBPF_MASQ_TEST_AS_LAYOUT"] = str(LAYOUT - 1)
+    old.add(topo.pod_ns("old"))
+    assert reserved() == "1000-2000,40000", "this version reserved ports"
+    # What an older binary did at its ADDs with portRanges 1500-2999, then 39000-40500.
+    record = f"{topo.lab.pin_path}/v{LAYOUT - 1}/maps/reserved_ports"
+    for slot, (lo, hi) in enumerate([(2001, 2999), (39000, 39999), (40001, 40500)]):
+        value = [f"{b:02x}" for b in lo.to_bytes(2, "little") + hi.to_bytes(2, "little")]
+        topo.node.enter(["bpftool", "map", "update", "pinned", record,
+                         "key", "hex", *[f"{b:02x}" for b in slot.to_bytes(4, "little")], "value", "hex", *value])
+    topo.node.sysctl("net.ipv4.ip_local_reserved_ports", "1000-2999,39000-40500")
+    masq_pod(name="new", portRange="1500-2999")  # the upgrade: this version's first ADD
+    assert reserved() == "1000-2000,40000"
+    masq_pod(name="newer")
     assert reserved() == "1000-2000,40000"

@@ -551,6 +551,17 @@ def reserved_ports(t):
     return t.node.exec(["cat", "/proc/sys/net/ipv4/ip_local_reserved_ports"]).stdout.strip()
 
 
+def reserve_as_older_version(t, layout, lo, hi):
+    """What a binary before layout 11 did at ADD: add portRange to
+    ip_local_reserved_ports and record it in its pins (reserved_ports slot 0)."""
+    record = f"{t.lab.pin_path}/v{layout}/maps/reserved_ports"
+    value = [f"{b:02x}" for b in lo.to_bytes(2, "little") + hi.to_bytes(2, "little")]
+    t.node.enter(["bpftool", "map", "update", "pinned", record, "key", "hex", "00", "00", "00", "00",
+                  "value", "hex", *value])
+    before = reserved_ports(t)
+    t.node.sysctl("net.ipv4.ip_local_reserved_ports", f"{before},{lo}-{hi}" if before else f"{lo}-{hi}")
+
+
 def fast_path_l3_ifindex(t, addr):
     """The l3_ifindex of the L2 facts in `addr`'s pods4 entry (bpftool; struct
     pod_info: ifindex, flags, then pod_l2: pod_mac[6], gw_mac[6], l3_ifindex, flags)."""
@@ -582,6 +593,9 @@ def test_upgrade_adopts_the_older_layouts_pods_links_and_flows(t, plugin, tmp_pa
     assert sorted(os.listdir(pin)) == [f"v{old_v}"]
     old_hooks = hook_prog_ids(t)
     assert [k for k, _ in old_hooks["egress"]] == ["tcx"] and [k for k, _ in old_hooks["ingress"]] == ["tcx"], old_hooks
+    if not prev:
+        reserve_as_older_version(t, old_v, 1024, 29999)
+    assert reserved_ports(t) != ports_before
     srv = t.ext.server("udp", 5001)
     rc, res = a.ns.client("udp", EXT, 5001, bind_port=41000)
     assert rc == 0, res
@@ -618,8 +632,9 @@ def test_upgrade_adopts_the_older_layouts_pods_links_and_flows(t, plugin, tmp_pa
     assert set(registrations(t, plugin)) == {cid(b.ns)}
     assert nat_flows(t, plugin, a.ip) == []
     assert_masqueraded(t, b, 5004)
-    # The old binary's reserved-ports record came along: uninstall gives the ports back.
-    assert reserved_ports(t) != ports_before
+    # The old binary's reserved ports came along with its record and were given
+    # back at the upgrade ADD: this version reserves none (host flows are tracked).
+    assert reserved_ports(t) == ports_before
     t.node.enter([plugin, "uninstall", "--cni-conf-dir", tmp_path, "--pin-path", pin])
     assert reserved_ports(t) == ports_before
 
@@ -660,6 +675,7 @@ def test_uninstall_also_removes_an_older_layout_not_adopted_yet(t, plugin, tmp_p
     net.env["EBPF_MASQ_TEST_AS_LAYOUT"] = str(LAYOUT - 1)
     a = net.add(t.pod_ns("a"))
     assert sorted(os.listdir(pin)) == [f"v{LAYOUT - 1}"]
+    reserve_as_older_version(t, LAYOUT - 1, 1024, 29999)
     assert reserved_ports(t) != before and has_masq_filter(t, a.host_veth)
     p = t.node.enter([plugin, "uninstall", "--cni-conf-dir", tmp_path, "--pin-path", pin])
     assert not os.path.exists(pin), (p.stdout, os.listdir(pin))

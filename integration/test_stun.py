@@ -65,7 +65,7 @@ def test_mapping_is_endpoint_independent_and_filtering_address_and_port_dependen
 
 def test_a_free_source_port_is_preserved(stun):
     mode, topo, pod = stun
-    port = 20000  # inside ebpf-masq's default portRange (1024-29999) and nobody else's
+    port = 45000  # in the pods' ephemeral range: inside ebpf-masq's default portRange (1024-65535), nobody else's
     found, out = discover(pod, "-m", "-L", pod.ip, "-l", port)
     assert found.get("Mapping") == "Endpoint Independent", (mode, out)
     assert set(re.findall(r"UDP reflexive addr: ([\d.]+:\d+)", out)) == {f"{NODE_IP}:{port}"}, (mode, out)
@@ -90,12 +90,12 @@ for s in socks:
 
 
 def test_tcp_mapping_is_reused_towards_two_remotes(stun):
-    """RFC 5382 REQ-1: two connections from one pod endpoint (a port outside
-    portRange, so not preserved by ebpf-masq) to two remote addresses leave from
-    one node port."""
+    """RFC 5382 REQ-1: two connections from one pod endpoint (a port inside
+    the default nodePortRange, 30000-32767, so never preserved by ebpf-masq) to
+    two remote addresses leave from one node port."""
     mode, topo, pod = stun
     srv = topo.ext.server("tcp", 5000)
-    pod.ns.exec([PY, "-c", TWO_REMOTES, 45000, EXT, EXT2], timeout=60)
+    pod.ns.exec([PY, "-c", TWO_REMOTES, 31000, EXT, EXT2], timeout=60)
     wait_for(lambda: len(srv.records("done")) == 2, what="two connections")
     seen = {(r["addr"], r["port"]) for r in srv.records("done")}
     assert {a for a, _ in seen} == {NODE_IP}, (mode, seen)

@@ -15,7 +15,7 @@
 #include <linux/in6.h>
 #include <linux/bpf.h>   /* struct bpf_timer */
 
-#define MASQ_LAYOUT_VERSION 10
+#define MASQ_LAYOUT_VERSION 11
 
 /* ---- config (ARRAY, 1 entry): node-wide knobs written by the plugin ---- */
 struct masq_config {
@@ -30,6 +30,10 @@ struct masq_config {
 				    * chosen by the loader, built into the programs, kept here */
 	__u32 nat_shards;          /* forward shards in use (a power of two, at most NAT_SHARDS_MAX),
 				    * also built into the programs */
+	__u16 skip_min;            /* ports inside [port_min, port_max] never handed out (nodePortRange: */
+	__u16 skip_max;            /* no socket holds a NodePort); host order, inclusive; {0, 0}: none */
+	__u32 udp_one_shot_timeout_s; /* a UDP pair whose packets all came within NAT_UDP_STREAM_NS
+				       * of its first (a DNS query): netfilter's unreplied UDP timeout */
 };
 
 #define MASQ_F_FAST_PATH 0x1      /* fastPath: route, translate and redirect pod flows in BPF */
@@ -70,11 +74,26 @@ struct pod_info {
 #define UPLINK_F_L3      0x1       /* no Ethernet header (link/none: WireGuard, TUN) */
 #define UPLINK_F_HAS_V4  0x2
 #define UPLINK_F_HAS_V6  0x4
+#define UPLINK_F_POOL4   0x8       /* pods and rule sources take their IPv4 address from masq_pool */
+#define UPLINK_F_POOL6   0x10      /* the same for IPv6 */
 #define UPLINK_F_PRESENT 0x80      /* uplinks_direct only: this slot holds an uplink */
 struct uplink_info {
 	__be32 masq_v4;            /* address pods are masqueraded to on this uplink */
 	__u32 flags;               /* UPLINK_F_* */
 	__u8 masq_v6[16];
+};
+
+/* ---- masq_pool (ARRAY, one entry): masqueradeAddress with more than one address
+ * of a family. Paired pooling (RFC 4787 REQ-2): a source (pod, tunnel client)
+ * always takes the same address, v4[low 32 bits of its address % len4] (v6 the
+ * same), so sequentially allocated pods go round the pool. v4[0] / v6[0] is also
+ * the uplinks' masq address (the host's own traffic is recognised by it). */
+#define MASQ_POOL_MAX 64
+struct masq_pool {
+	__u32 len4;                /* addresses in v4 (the uplinks have UPLINK_F_POOL4 when >= 2) */
+	__u32 len6;
+	__be32 v4[MASQ_POOL_MAX];
+	struct in6_addr v6[MASQ_POOL_MAX];
 };
 
 /* ---- uplinks_direct (ARRAY, index = ifindex < UPLINKS_DIRECT): the same entries as
@@ -169,6 +188,10 @@ struct nat4_key {
 #define NAT_F_ENDS        (NAT_F_FIN | NAT_F_RST) /* per half: never copied to the other half */
 #define NAT_F_OPEN        0x40     /* the pod endpoint's natFiltering lets others in: its refresh keeps
 				    * the endpoint's nat*_open entry (and nat*_permit entry) alive */
+#define NAT_F_HOST        0x80     /* the host's own flow on the masquerade address: a pair whose addr is
+				    * the node's (rev: the host socket's port), made when the host's tuple
+				    * was a pod's pair (port remapped, as netfilter's null binding does) or
+				    * for an echo request (no socket lookup finds a ping id) */
 /* A TCP pair is finished when both directions sent a FIN, or either sent a RST:
  * a new flow that needs its port takes it over at once (CNT_NAT_FINISHED_REUSED),
  * as netfilter reuses a TIME_WAIT or CLOSE entry. */
@@ -470,6 +493,9 @@ enum masq_counter {
 	CNT_MAP_PRESERVED,         /* new flows given the pod's own port (port preservation) */
 	CNT_NAT_FINISHED_REUSED,   /* finished TCP pairs (FIN both ways, or RST) whose port a new flow took over */
 	CNT_FILTER_ADMITTED,       /* packets from a new remote let in to a mapping by natFiltering (a pair made) */
+	CNT_HOST_TRACKED,          /* host flows on the masquerade address given a pair (NAT_F_HOST) */
+	CNT_HOST_REMAPPED,         /* of those, flows whose own port was held by a pod's pair: another port */
+	CNT_HOST_SOCKET_AVOIDED,   /* candidate ports a new pair skipped: a host socket would get its replies */
 	CNT_MAX
 };
 

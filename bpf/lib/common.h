@@ -75,7 +75,16 @@ struct icmphdr {
 #endif
 
 /* ABI size checks: the Rust mirror asserts the same numbers. */
-_Static_assert(sizeof(struct masq_config) == 32, "masq_config size");
+_Static_assert(sizeof(struct masq_config) == 40, "masq_config size");
+/* host_holds passes a reverse key as the socket lookup's tuple: same layout. */
+#define TUPLE_LIKE(key, fam)                                                                       \
+	(offsetof(struct key, saddr) == offsetof(struct bpf_sock_tuple, fam.saddr) &&                \
+	 offsetof(struct key, daddr) == offsetof(struct bpf_sock_tuple, fam.daddr) &&                \
+	 offsetof(struct key, sport) == offsetof(struct bpf_sock_tuple, fam.sport) &&                \
+	 offsetof(struct key, dport) == offsetof(struct bpf_sock_tuple, fam.dport))
+_Static_assert(TUPLE_LIKE(nat4_key, ipv4), "nat4_key starts like bpf_sock_tuple.ipv4");
+_Static_assert(TUPLE_LIKE(nat6_key, ipv6), "nat6_key starts like bpf_sock_tuple.ipv6");
+_Static_assert(sizeof(struct masq_pool) == 8 + 4 * MASQ_POOL_MAX + 16 * MASQ_POOL_MAX, "masq_pool size");
 _Static_assert(sizeof(struct pod_info) == 28, "pod_info size");
 _Static_assert(sizeof(struct pod_l2) == 20, "pod_l2 size");
 _Static_assert(sizeof(struct uplink_info) == 24, "uplink_info size");

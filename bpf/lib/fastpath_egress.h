@@ -203,7 +203,7 @@ static __noinline int fp_egress_v4(struct __sk_buff *skb, const struct masq_conf
 			goto fallback;
 		d.ifindex = r.ifindex;
 		d.nat_flags = NAT_F_FAST;
-		fwd = snat_create_v4(&f, cfg, &d, now, &reason);
+		fwd = snat_create_v4(skb, &f, &d, now, &reason);
 		if (!fwd)
 			goto fallback; /* the normal path tries again, and drops with the reason */
 		nat_touch_v4(fwd, &f, now);
@@ -286,7 +286,7 @@ static __noinline void fp_decide_v6(__u32 ifindex, const struct uplink_info *up,
 }
 
 /* A new IPv6 fast flow: the pod verdict and the pair, or NULL. */
-static __noinline struct nat6_entry *fp_new_flow_v6(const struct flow6 *f, const struct masq_config *cfg,
+static __noinline struct nat6_entry *fp_new_flow_v6(struct __sk_buff *skb, const struct flow6 *f,
 						    const struct uplink_info *up, __u32 ifindex, __u64 now)
 {
 	struct masq_decision6 d = {};
@@ -298,7 +298,7 @@ static __noinline struct nat6_entry *fp_new_flow_v6(const struct flow6 *f, const
 		return NULL;
 	d.ifindex = ifindex;
 	d.nat_flags = NAT_F_FAST;
-	fwd = snat_create_v6(f, cfg, &d, now, &reason);
+	fwd = snat_create_v6(skb, f, &d, now, &reason);
 	if (fwd)
 		nat_touch_v6(fwd, f, now);
 	return fwd; /* NULL: the normal path tries again, and drops with the reason */
@@ -357,7 +357,7 @@ static __noinline int fp_egress_v6(struct __sk_buff *skb, const struct masq_conf
 		fwd = NULL;
 	}
 	if (!fwd) {
-		fwd = fp_new_flow_v6(f, cfg, up, r.ifindex, now);
+		fwd = fp_new_flow_v6(skb, f, up, r.ifindex, now);
 		if (!fwd)
 			goto fallback;
 	}

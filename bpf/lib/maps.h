@@ -64,6 +64,14 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct masq_pool);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} masq_pool SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, UPLINKS_DIRECT);
 	__type(key, __u32);
 	__type(value, struct uplink_info);

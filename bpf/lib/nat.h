@@ -37,6 +37,11 @@
  * for the last FIN's ACK, or a retransmission of it, to pass through the pair.
  */
 #define NAT_FINISHED_GRACE_NS (2 * NSEC_PER_SEC)
+/*
+ * A UDP pair with a packet this long after its first is a stream (natTimeouts.udp);
+ * before, a one-shot flow (natTimeouts.udpOneShot), as netfilter tells them apart.
+ */
+#define NAT_UDP_STREAM_NS (2 * NSEC_PER_SEC)
 
 /*
  * A sweep cycle (every shard once) takes NAT_GC_MIN_NS, stretched by
@@ -68,9 +73,24 @@ static __always_inline void nat_gc_ensure(bool v6);
 #ifndef EBUSY
 #define EBUSY 16
 #endif
+#ifndef EEXIST
+#define EEXIST 17
+#endif
+#define NAT_NEW_OK (-1)       /* snat_new: the flow's pair exists */
 #ifndef CLOCK_MONOTONIC
 #define CLOCK_MONOTONIC 1
 #endif
+
+/*
+ * nat_port_ok - may a new pair take @port (host order)? Inside portRange and
+ * outside the ports never handed out (nodePortRange: NodePorts have no socket
+ * that host_holds could find).
+ */
+static __always_inline bool nat_port_ok(const struct masq_config *cfg, __u16 port)
+{
+	return port >= cfg->port_min && port <= cfg->port_max &&
+	       !(cfg->skip_max && port >= cfg->skip_min && port <= cfg->skip_max);
+}
 
 static __always_inline __u64 nat_timeout_ns(const struct masq_config *cfg, __u8 proto, __u8 flags)
 {
@@ -102,6 +122,9 @@ static __always_inline __u32 uplink_l3_off(const struct uplink_info *up)
  */
 const volatile __u32 nat_seed = 0;
 const volatile __u32 nat_shard_mask = 0;
+
+/* Key 0 of an array map, in .rodata: a lookup with it needs no stack slot. */
+static const __u32 nat_zero_key = 0;
 
 static const __u32 nat_shard_keys[10] = {
 	0xc2c063fe, 0x239eed24, 0x958507ad, 0xf768064f, 0x0e9a8df5,
@@ -238,6 +261,7 @@ static __always_inline __u8 nat_flags_synced(__u8 from, __u8 to)
 #define CNT_RNAT_PKTS CNT_RNAT_PKTS_V4
 #define CNT_RNAT_BYTES CNT_RNAT_BYTES_V4
 #define FP_REPLY fp_reply_v4
+#define SK_TUPLE_LEN sizeof(((struct bpf_sock_tuple *)0)->ipv4)
 #define NAT_IS_V6 false
 #include "nat_tmpl.h"
 
@@ -281,6 +305,7 @@ static __always_inline __u8 nat_flags_synced(__u8 from, __u8 to)
 #define CNT_RNAT_PKTS CNT_RNAT_PKTS_V6
 #define CNT_RNAT_BYTES CNT_RNAT_BYTES_V6
 #define FP_REPLY(skb, up, f, addr) fp_reply_v6(skb, up, f, &(addr))
+#define SK_TUPLE_LEN sizeof(((struct bpf_sock_tuple *)0)->ipv6)
 #define NAT_IS_V6 true
 #include "nat_tmpl.h"
 

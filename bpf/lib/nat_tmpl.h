@@ -49,6 +49,7 @@
  */
 
 #define NAT_NOT_OURS (-100)
+#define NAT_HOST_NEW (-101) /* host_egress: the host flow needs a pair */
 
 /* The forward half of a pair, in its key's shard of MAP_FWD. */
 static __always_inline ENTRY_T *NAT_FN(fwd_get)(const KEY_T *k)
@@ -87,6 +88,10 @@ static __always_inline bool NAT_FN(nat_expired)(const ENTRY_T *e, const struct m
 	/* Another CPU may have refreshed it after we read the clock: alive. */
 	if (seen >= now)
 		return false;
+	/* A UDP pair that never lasted (a DNS query and its answer) waits the
+	 * one-shot timeout (RFC 4787 REQ-5's exception; netfilter's 2 s rule). */
+	if (proto == IPPROTO_UDP && seen <= e->created_ns + NAT_UDP_STREAM_NS)
+		return now - seen > (__u64)cfg->udp_one_shot_timeout_s * NSEC_PER_SEC;
 	return now - seen > nat_timeout_ns(cfg, proto, e->flags);
 }
 
@@ -237,15 +242,70 @@ struct NAT_FN(probe) {
 	KEY_T fk;           /* the new flow's forward key */
 	KEY_T rk;           /* the candidate reverse key (its dport is the candidate port) */
 	ENTRY_T e;          /* one entry serves both halves: the reverse one first */
-	const struct masq_config *cfg;
+	struct __sk_buff *skb; /* for the host socket lookups (host_holds) */
 	__u64 now;
-	__u32 range;
 	__u32 start;        /* first port of the sequential sweep, as an offset in the range */
 	__u32 claimed;      /* 0, or 1 + the probe that claimed its port */
-	__u32 full;         /* the reverse map holds natMaxEntries entries */
 	__u32 tried;        /* ports tried (the preferred slots left empty are not) */
+	/* 16-bit fields, and no config pointer (the callback looks it up): the IPv6
+	 * fast path's call chain down to host_holds must fit the 512-byte stack. */
+	__u16 range;        /* ports that may be handed out: portRange less the skipped ones */
+	__u16 skip_lo;      /* first skipped port inside portRange (host order) */
+	__u16 skip_len;     /* skipped ports inside portRange; 0: none */
+	__u16 full;         /* the reverse map holds natMaxEntries entries */
 	__be16 want[NAT_PREFERRED]; /* ports tried first: the endpoint's binding, its own port; 0: none */
 };
+
+/*
+ * host_holds - would the reply of a pair claimed as @rk (remote -> nat address,
+ * candidate port) reach a host socket instead? A listener on the port (kubelet,
+ * a hostNetwork server), a bound UDP socket (WireGuard, VXLAN, DNS), or a host
+ * connection on that very tuple. The port space is the host's too (1024-65535 by
+ * default): this keeps a pod from taking a tuple the host already uses; a host
+ * flow that starts after a pod took its tuple is remapped (host_egress).
+ * TIME_WAIT sockets are not full sockets: not found, and their tuple may be
+ * reused (as netfilter's does). ICMP ids have no socket lookup (host echo
+ * requests get a pair instead).
+ */
+__attribute__((noinline)) int NAT_FN(host_holds)(struct __sk_buff *skb, const KEY_T *rk)
+{
+	/* The key starts like the socket tuple (common.h asserts it): no copy, no
+	 * stack, which the IPv6 fast path's call chain has none of to spare. */
+	struct bpf_sock_tuple *t = (struct bpf_sock_tuple *)rk;
+	struct bpf_sock *sk;
+
+	/* A global function: the verifier checks it once, on its own, not inside
+	 * every state of the port search's loop (and a key pointer may be NULL). */
+	if (!skb || !rk)
+		return false;
+	if (rk->proto == IPPROTO_TCP)
+		sk = bpf_sk_lookup_tcp(skb, t, SK_TUPLE_LEN, BPF_F_CURRENT_NETNS, 0);
+	else if (rk->proto == IPPROTO_UDP)
+		sk = bpf_sk_lookup_udp(skb, t, SK_TUPLE_LEN, BPF_F_CURRENT_NETNS, 0);
+	else
+		return false;
+	if (!sk)
+		return false;
+	bpf_sk_release(sk);
+	return true;
+}
+
+/*
+ * claim_checked - the port of @p->rk was just claimed (its reverse half written):
+ * keep it unless a host socket would get its replies; then give it back. The
+ * check comes after the claim, so a host socket hashed meanwhile is either seen
+ * here or its first packet finds the claim (host_egress remaps it).
+ */
+static __always_inline long NAT_FN(claim_checked)(struct NAT_FN(probe) *p, __u32 i)
+{
+	if (NAT_FN(host_holds)(p->skb, &p->rk)) {
+		bpf_map_delete_elem(&MAP_REV, &p->rk);
+		count_add(CNT_HOST_SOCKET_AVOIDED, 1);
+		return 0;
+	}
+	p->claimed = i + 1;
+	return 1;
+}
 
 /*
  * take_over - give the port of the pair whose reverse half is @old to the new
@@ -287,9 +347,11 @@ static __always_inline long NAT_FN(take_over)(struct NAT_FN(probe) *p, __u32 i, 
 	}
 	NAT_FN(fwd_del)(&p->fk);
 	if (bpf_map_update_elem(&MAP_REV, &p->rk, &p->e, BPF_ANY) == 0) {
-		count_add(cnt, 1);
-		p->claimed = i + 1;
-		ret = 1;
+		p->fk = mine;
+		ret = NAT_FN(claim_checked)(p, i);
+		if (ret)
+			count_add(cnt, 1);
+		return ret;
 	}
 out:
 	p->fk = mine;
@@ -305,9 +367,12 @@ out:
 static long NAT_FN(probe_port)(__u32 i, void *ctx)
 {
 	struct NAT_FN(probe) *p = ctx;
-	const struct masq_config *cfg = p->cfg;
+	const struct masq_config *cfg = bpf_map_lookup_elem(&masq_config, &nat_zero_key);
 	ENTRY_T *old;
 	long err;
+
+	if (!cfg)
+		return 1;
 
 	if (i < NAT_PREFERRED) {
 		__be16 want = p->want[i & (NAT_PREFERRED - 1)];
@@ -319,15 +384,16 @@ static long NAT_FN(probe_port)(__u32 i, void *ctx)
 		/* Random probes first; then a sweep, so a nearly full range still finds its last ports. */
 		__u32 j = i - NAT_PREFERRED;
 		__u32 off = j < NAT_PROBES ? bpf_get_prandom_u32() : p->start + (j - NAT_PROBES);
+		__u32 port = cfg->port_min + off % p->range;
 
-		p->rk.dport = bpf_htons(cfg->port_min + off % p->range);
+		if (p->skip_len && port >= p->skip_lo)
+			port += p->skip_len; /* over the skipped ports */
+		p->rk.dport = bpf_htons(port);
 	}
 	p->tried++;
 	err = bpf_map_update_elem(&MAP_REV, &p->rk, &p->e, BPF_NOEXIST);
-	if (err == 0) {
-		p->claimed = i + 1;
-		return 1;
-	}
+	if (err == 0)
+		return NAT_FN(claim_checked)(p, i);
 	if (err == -E2BIG) {
 		/* The port was free but the table is full: other ports will not help. */
 		p->full = 1;
@@ -351,15 +417,22 @@ static long NAT_FN(probe_port)(__u32 i, void *ctx)
  * to @nat_addr (it is then kept as it is, whatever port this flow gets).
  */
 static __noinline bool NAT_FN(map_prefer)(const FLOW_T *f, const struct masq_config *cfg,
-					  const ADDR_T *nat_addr, __be16 *want)
+					  const DEC_T *d, __be16 *want)
 {
 	EP_T bk = { .addr = f->saddr, .port = f->sport, .proto = f->proto };
-	BIND_T *b = bpf_map_lookup_elem(&MAP_BIND, &bk);
-	__u16 own = bpf_ntohs(f->sport);
-	bool bound = b && ADDR_EQ(&b->addr, nat_addr);
+	BIND_T *b;
+	bool bound;
 
-	want[0] = bound ? b->port : 0;
-	want[1] = (own >= cfg->port_min && own <= cfg->port_max && f->sport != want[0]) ? f->sport : 0;
+	if (d->nat_flags & NAT_F_HOST) {
+		/* The host's own flow: its own port (an echo id kept), else any. */
+		want[0] = 0;
+		want[1] = f->sport;
+		return true; /* no binding: the host's mappings are its sockets' */
+	}
+	b = bpf_map_lookup_elem(&MAP_BIND, &bk);
+	bound = b && ADDR_EQ(&b->addr, &d->nat_addr);
+	want[0] = bound && nat_port_ok(cfg, bpf_ntohs(b->port)) ? b->port : 0;
+	want[1] = nat_port_ok(cfg, bpf_ntohs(f->sport)) && f->sport != want[0] ? f->sport : 0;
 	return bound;
 }
 
@@ -395,65 +468,93 @@ static __noinline void NAT_FN(permit_put)(const FLOW_T *f, const DEC_T *d, __be1
 }
 
 /*
- * snat_create - claim a port for a new flow and insert both halves.
- * Returns the forward entry, or NULL with *reason set: DROP_NO_PORT when no
- * port was free within the probe budget (also counted as CNT_ALLOC_FAIL),
- * DROP_NAT_FULL when the table holds natMaxEntries pairs, DROP_NAT_INSERT when
- * the forward half could not be inserted for another reason.
+ * snat_new - claim a port for a new flow from @f with decision @d and insert
+ * both halves. Returns NAT_NEW_OK (the pair exists: made now, or by another CPU
+ * meanwhile) or a drop reason: DROP_NO_PORT when no port was free within the
+ * probe budget (also counted as CNT_ALLOC_FAIL), DROP_NAT_FULL when the table
+ * holds natMaxEntries pairs, DROP_NAT_INSERT when the forward half could not
+ * be inserted for another reason. A global function: the verifier checks it,
+ * and its port search, once, whoever calls it (the uplink's pod and host
+ * paths, the fast path); its pointers may be NULL as far as it knows.
  */
-static __noinline ENTRY_T *NAT_FN(snat_create)(const FLOW_T *f, const struct masq_config *cfg,
-					       const DEC_T *d, __u64 now, __u32 *reason)
+__attribute__((noinline)) int NAT_FN(snat_new)(struct __sk_buff *skb, const FLOW_T *f, const DEC_T *d,
+					       __u64 now)
 {
+	__u32 zero = 0;
+	/* Looked up here (an array lookup the verifier inlines): a BPF call has five arguments. */
+	const struct masq_config *cfg = bpf_map_lookup_elem(&masq_config, &zero);
+	struct NAT_FN(probe) p = {};
 	void *shard;
 	long err;
 	bool bound;
-	struct NAT_FN(probe) p = {
-		.fk = { .saddr = f->saddr, .daddr = f->daddr,
-			.sport = f->sport, .dport = f->dport, .proto = f->proto },
-		.rk = { .saddr = f->daddr, .daddr = d->nat_addr, .sport = f->dport, .proto = f->proto },
-		.e = { .addr = f->saddr, .port = f->sport,
-		       .flags = (d->verdict == VERDICT_RULE ? NAT_F_BY_RULE : 0) | d->nat_flags |
-				(d->filter ? NAT_F_OPEN : 0),
-		       .ifindex = d->ifindex, .rule_id = d->rule_id,
-		       /* The fine clock here: created_ns tells a pair from a later one. */
-		       .created_ns = bpf_ktime_get_ns(), .last_seen_ns = now },
-		.cfg = cfg,
-		.now = now,
-		.range = (__u32)cfg->port_max - cfg->port_min + 1,
-	};
 
-	*reason = DROP_NO_PORT;
-	if (cfg->port_min == 0 || cfg->port_max < cfg->port_min)
-		return NULL;
-	bound = NAT_FN(map_prefer)(f, cfg, &d->nat_addr, p.want);
+	if (!skb || !f || !d)
+		return DROP_NAT_INSERT;
+	/* Field by field: a compound literal would be a second copy on the stack. */
+	p.fk.saddr = f->saddr;
+	p.fk.daddr = f->daddr;
+	p.fk.sport = f->sport;
+	p.fk.dport = f->dport;
+	p.fk.proto = f->proto;
+	p.rk.saddr = f->daddr;
+	p.rk.daddr = d->nat_addr;
+	p.rk.sport = f->dport;
+	p.rk.proto = f->proto;
+	p.e.addr = f->saddr;
+	p.e.port = f->sport;
+	p.e.flags = (d->verdict == VERDICT_RULE ? NAT_F_BY_RULE : 0) | d->nat_flags | (d->filter ? NAT_F_OPEN : 0);
+	p.e.ifindex = d->ifindex;
+	p.e.rule_id = d->rule_id;
+	p.e.created_ns = bpf_ktime_get_ns(); /* the fine clock: created_ns tells a pair from a later one */
+	p.e.last_seen_ns = now;
+	p.skb = skb;
+	p.now = now;
+	if (!cfg || cfg->port_min == 0 || cfg->port_max < cfg->port_min)
+		return DROP_NO_PORT;
+	p.range = cfg->port_max - cfg->port_min + 1; /* port_min >= 1: at most 65535 */
+	if (cfg->skip_max && cfg->skip_max >= cfg->port_min && cfg->skip_min <= cfg->port_max) {
+		__u32 lo = cfg->skip_min > cfg->port_min ? cfg->skip_min : cfg->port_min;
+		__u32 hi = cfg->skip_max < cfg->port_max ? cfg->skip_max : cfg->port_max;
+
+		p.skip_lo = lo;
+		p.skip_len = hi - lo + 1;
+		if (p.skip_len >= p.range)
+			return DROP_NO_PORT; /* the config refuses this; never expected */
+		p.range -= p.skip_len;
+	}
+	bound = NAT_FN(map_prefer)(f, cfg, d, p.want);
 	p.start = bpf_get_prandom_u32();
 	bpf_loop(NAT_PREFERRED + NAT_PROBES + (p.range < NAT_SWEEP ? p.range : NAT_SWEEP), NAT_FN(probe_port), &p, 0);
 	if (p.tried)
 		count_add(CNT_PORT_PROBES, p.tried); /* per new flow: ~1/(1 - share of the range in use) */
-	if (p.full) {
-		*reason = DROP_NAT_FULL;
-		return NULL;
-	}
+	if (p.full)
+		return DROP_NAT_FULL;
 	if (!p.claimed) {
 		count_add(CNT_ALLOC_FAIL, 1);
-		return NULL;
+		return DROP_NO_PORT;
 	}
 
 	p.e.addr = d->nat_addr;
 	p.e.port = p.rk.dport;
-	shard = NAT_FWD_SHARD(&MAP_FWD, &p.fk, SHARD_FN); /* once for the insert and the lookup */
+	shard = NAT_FWD_SHARD(&MAP_FWD, &p.fk, SHARD_FN);
 	err = shard ? bpf_map_update_elem(shard, &p.fk, &p.e, BPF_NOEXIST) : -ENOENT;
 	if (err) {
 		/* Give the port back. If another CPU created this flow meanwhile
 		 * (EEXIST), use its pair; otherwise the insert failed for real. */
 		bpf_map_delete_elem(&MAP_REV, &p.rk);
-		*reason = err == -E2BIG ? DROP_NAT_FULL : DROP_NAT_INSERT;
-		return shard ? bpf_map_lookup_elem(shard, &p.fk) : NULL;
+		if (err == -EEXIST)
+			return NAT_NEW_OK;
+		return err == -E2BIG ? DROP_NAT_FULL : DROP_NAT_INSERT;
 	}
-	if (p.claimed == 1)
+	if (d->nat_flags & NAT_F_HOST) {
+		count_add(CNT_HOST_TRACKED, 1);
+		if (p.claimed != 2)
+			count_add(CNT_HOST_REMAPPED, 1);
+	} else if (p.claimed == 1) {
 		count_add(CNT_MAP_REUSED, 1);
-	else if (p.claimed == 2)
+	} else if (p.claimed == 2) {
 		count_add(CNT_MAP_PRESERVED, 1);
+	}
 	if (!bound)
 		NAT_FN(map_bind)(f, &d->nat_addr, p.rk.dport);
 	if (d->filter && f->proto != ICMP_PROTO) {
@@ -466,8 +567,42 @@ static __noinline ENTRY_T *NAT_FN(snat_create)(const FLOW_T *f, const struct mas
 	}
 	count_add(CNT_NAT_CREATED, 1);
 	nat_gc_ensure(NAT_IS_V6);
-	return bpf_map_lookup_elem(shard, &p.fk);
+	return NAT_NEW_OK;
 }
+
+/*
+ * The forward half of @f's flow. A call of its own: the key lives in a frame
+ * that is gone before snat_new's port search, the deepest chain, runs.
+ */
+static __noinline ENTRY_T *NAT_FN(fwd_of)(const FLOW_T *f)
+{
+	KEY_T fk = {
+		.saddr = f->saddr, .daddr = f->daddr,
+		.sport = f->sport, .dport = f->dport, .proto = f->proto,
+	};
+
+	return NAT_FN(fwd_get)(&fk);
+}
+
+/*
+ * snat_create - snat_new, then the new flow's forward half: NULL with *reason
+ * set when there is none.
+ */
+static __always_inline ENTRY_T *NAT_FN(snat_create)(struct __sk_buff *skb, const FLOW_T *f, const DEC_T *d,
+						    __u64 now, __u32 *reason)
+{
+	int r = NAT_FN(snat_new)(skb, f, d, now);
+	ENTRY_T *fwd;
+
+	if (r != NAT_NEW_OK) {
+		*reason = r;
+		return NULL;
+	}
+	fwd = NAT_FN(fwd_of)(f);
+	*reason = DROP_NAT_INSERT;
+	return fwd;
+}
+
 
 static __always_inline void NAT_FN(rule_account)(__u32 rule_id, __u32 len)
 {
@@ -610,11 +745,54 @@ static __noinline int NAT_FN(icmp_err_ingress)(struct __sk_buff *skb, const FLOW
 	return MASQ_PASS;
 }
 
+/*
+ * host_egress - the host's own packet, leaving with the masquerade address. The
+ * port space is the host's too, so its flows are tracked where needed, as
+ * netfilter's null binding does: a host flow whose tuple is already a pod's pair
+ * (a pod took it first; the host's connect() cannot know) gets a pair of its own
+ * on another port (NAT_F_HOST), and its replies are translated back
+ * (rnat_ingress), so nobody's replies are misdelivered. A host socket that
+ * exists first is seen by the pod's claim instead (host_holds). Echo requests
+ * always get a pair (their own id when free): no socket lookup finds a ping id.
+ * Everything else passes untouched: one forward and one reverse lookup.
+ * NAT_HOST_NEW: the flow needs a pair (snat_egress makes it, at the one call of
+ * snat_create, so the deepest call chain stays within the BPF stack).
+ */
+static __noinline int NAT_FN(host_egress)(struct __sk_buff *skb, const FLOW_T *f)
+{
+	ENTRY_T *fwd;
+	__u64 now;
+
+	if (f->l4 != L4_OK)
+		return MASQ_PASS; /* a later fragment: the address, all a host pair could change, stays */
+	KEY_T fk = {
+		.saddr = f->saddr, .daddr = f->daddr,
+		.sport = f->sport, .dport = f->dport, .proto = f->proto,
+	};
+	fwd = NAT_FN(fwd_get)(&fk);
+	if (fwd) {
+		now = bpf_ktime_get_coarse_ns();
+		if (NAT_FN(snat_refresh)(f, fwd, now)) {
+			if (fwd->port == f->sport)
+				return MASQ_PASS;
+			return REWRITE(skb, f, true, &fwd->addr, fwd->port) ? drop_with(DROP_CSUM) : MASQ_PASS;
+		}
+		NAT_FN(fwd_del)(&fk); /* its pair is going: as a new flow */
+	}
+	if (f->proto == ICMP_PROTO)
+		return f->icmp_type == ECHO_REQUEST ? NAT_HOST_NEW : MASQ_PASS;
+	KEY_T rk = {
+		.saddr = f->daddr, .daddr = f->saddr,
+		.sport = f->dport, .dport = f->sport, .proto = f->proto,
+	};
+	/* Nobody's: untracked, as it leaves. */
+	return bpf_map_lookup_elem(&MAP_REV, &rk) ? NAT_HOST_NEW : MASQ_PASS;
+}
+
 static __noinline int NAT_FN(snat_egress)(struct __sk_buff *skb, const struct uplink_info *up)
 {
-	const struct masq_config *cfg;
 	ENTRY_T *fwd = NULL;
-	__u32 zero = 0, reason;
+	__u32 reason;
 	DEC_T d = {};
 	FLOW_T f;
 	__u64 now;
@@ -625,8 +803,15 @@ static __noinline int NAT_FN(snat_egress)(struct __sk_buff *skb, const struct up
 	/* The host's own traffic: by far the most common non-NAT case. Its ICMP
 	 * errors may quote a reply we translated, though. */
 	if (UPLINK_HAS(up) && ADDR_EQ(&f.saddr, UPLINK_ADDR(up))) {
-		if (f.l4 != L4_ICMP_ERROR)
-			return MASQ_PASS;
+		if (f.l4 != L4_ICMP_ERROR) {
+			ret = NAT_FN(host_egress)(skb, &f);
+			if (ret != NAT_HOST_NEW)
+				return ret;
+			d.nat_addr = f.saddr;
+			d.nat_flags = NAT_F_HOST;
+			now = bpf_ktime_get_coarse_ns();
+			goto create;
+		}
 		ret = NAT_FN(icmp_err_egress)(skb, &f);
 		if (ret != NAT_NOT_OURS)
 			return ret;
@@ -690,15 +875,22 @@ static __noinline int NAT_FN(snat_egress)(struct __sk_buff *skb, const struct up
 		return drop_with(DROP_UNSUPPORTED_PROTO);
 	}
 
-	/* Only a new flow needs the node's config (port range, timeouts). */
-	cfg = bpf_map_lookup_elem(&masq_config, &zero);
-	if (!cfg)
-		return MASQ_PASS;
+create:
 	d.ifindex = skb->ifindex;
-	fwd = NAT_FN(snat_create)(&f, cfg, &d, now, &reason);
-	if (!fwd)
+	fwd = NAT_FN(snat_create)(skb, &f, &d, now, &reason);
+	if (!fwd) {
+		/* A host echo request goes as it is (its id is likely free); any
+		 * other flow must not leave: its replies would reach somebody else. */
+		if ((d.nat_flags & NAT_F_HOST) && f.proto == ICMP_PROTO)
+			return MASQ_PASS;
 		return drop_with(reason);
+	}
 	NAT_FN(nat_touch)(fwd, &f, now);
+	if (fwd->flags & NAT_F_HOST) {
+		if (fwd->port == f.sport)
+			return MASQ_PASS;
+		return REWRITE(skb, &f, true, &fwd->addr, fwd->port) ? drop_with(DROP_CSUM) : MASQ_PASS;
+	}
 
 rewrite:
 	if (f.frag == FRAG_FIRST)
@@ -880,6 +1072,8 @@ static __noinline int NAT_FN(rnat_ingress)(struct __sk_buff *skb, const struct u
 
 	if (NAT_FN(nat_touch)(rev, &f, now))
 		NAT_FN(rnat_sync_fwd)(&f, rev, now);
+	if ((rev->flags & NAT_F_HOST) && rev->port == f.dport)
+		return MASQ_PASS; /* a host flow on its own port (an echo id): nothing to translate */
 	if (f.frag == FRAG_FIRST)
 		NAT_FN(frag_remember)(&f);
 	if (REWRITE(skb, &f, false, &rev->addr, rev->port))
@@ -934,5 +1128,7 @@ static __noinline int NAT_FN(rnat_ingress)(struct __sk_buff *skb, const struct u
 #undef CNT_RNAT_PKTS
 #undef CNT_RNAT_BYTES
 #undef NAT_NOT_OURS
+#undef NAT_HOST_NEW
 #undef FP_REPLY
+#undef SK_TUPLE_LEN
 #undef NAT_IS_V6

@@ -10,7 +10,8 @@
  *     address. Rules are explicit, so nativeRoutingCIDR/nonMasqueradeCIDRs do not
  *     apply to them (the tunnel case masquerades *to* the node's own subnet).
  *  2. A registered pod with natOutgoing whose destination is in no exclusion
- *     (nativeRoutingCIDR, nonMasqueradeCIDRs, link-local) -> the uplink address.
+ *     (nativeRoutingCIDR, nonMasqueradeCIDRs, link-local) -> the uplink address,
+ *     or the pod's address of the pool (masq_addr_v4/v6).
  *  3. Anything else is not ours: untouched.
  */
 #ifndef MASQ_POLICY_H
@@ -41,6 +42,58 @@ struct masq_decision6 {
 	__u32 filter;
 	struct in6_addr nat_addr;
 };
+
+/*
+ * The address a source @saddr of this uplink is masqueraded to: the uplink's, or
+ * with a pool (UPLINK_F_POOL4) always the same one of the pool for @saddr
+ * (paired pooling, RFC 4787 REQ-2): the low bits of the address pick it, so
+ * pods that IPAM numbers in sequence go round the pool. False: none to use.
+ */
+/*
+ * The pool slot of a source whose address ends in @low (host order), of @len
+ * (2..MASQ_POOL_MAX). The mask comes after a barrier: otherwise the compiler,
+ * knowing len <= MASQ_POOL_MAX, drops it, and the verifier cannot bound a modulo.
+ */
+static __always_inline __u32 masq_pool_slot(__u32 low, __u32 len)
+{
+	__u32 i = low % len;
+
+	asm volatile("" : "+r"(i));
+	return i & (MASQ_POOL_MAX - 1);
+}
+
+static __always_inline bool masq_addr_v4(const struct uplink_info *up, __be32 saddr, __be32 *out)
+{
+	const struct masq_pool *pool;
+	__u32 zero = 0;
+
+	if (!(up->flags & UPLINK_F_HAS_V4))
+		return false;
+	*out = up->masq_v4;
+	if (!(up->flags & UPLINK_F_POOL4))
+		return true;
+	pool = bpf_map_lookup_elem(&masq_pool, &zero);
+	if (pool && pool->len4 > 1 && pool->len4 <= MASQ_POOL_MAX)
+		*out = pool->v4[masq_pool_slot(bpf_ntohl(saddr), pool->len4)];
+	return true;
+}
+
+static __always_inline bool masq_addr_v6(const struct uplink_info *up, const struct in6_addr *saddr,
+					 struct in6_addr *out)
+{
+	const struct masq_pool *pool;
+	__u32 zero = 0;
+
+	if (!(up->flags & UPLINK_F_HAS_V6))
+		return false;
+	__builtin_memcpy(out, up->masq_v6, sizeof(*out));
+	if (!(up->flags & UPLINK_F_POOL6))
+		return true;
+	pool = bpf_map_lookup_elem(&masq_pool, &zero);
+	if (pool && pool->len6 > 1 && pool->len6 <= MASQ_POOL_MAX)
+		*out = pool->v6[masq_pool_slot(bpf_ntohl(saddr->in6_u.u6_addr32[3]), pool->len6)];
+	return true;
+}
 
 static __always_inline bool rule_excepts_v4(__u32 rule_id, __be32 daddr)
 {
@@ -75,9 +128,7 @@ static __always_inline void masq_decide_v4(__u32 ifindex, const struct uplink_in
 	if (rule && !rule_excepts_v4(rule->id, daddr)) {
 		if (rule->flags & RULE_F_TO_ADDRESS)
 			d->nat_addr = rule->to_v4;
-		else if (up->flags & UPLINK_F_HAS_V4)
-			d->nat_addr = up->masq_v4;
-		else
+		else if (!masq_addr_v4(up, saddr, &d->nat_addr))
 			return;
 		d->verdict = VERDICT_RULE;
 		d->rule_id = rule->id;
@@ -98,11 +149,10 @@ static __always_inline void masq_decide_v4(__u32 ifindex, const struct uplink_in
 			count_add(CNT_SKIP_EXCLUDED, 1);
 		return;
 	}
-	if (!(up->flags & UPLINK_F_HAS_V4))
+	if (!masq_addr_v4(up, saddr, &d->nat_addr))
 		return;
 	d->verdict = VERDICT_POD;
 	d->filter = pod->flags & NAT_FILTER_MASK;
-	d->nat_addr = up->masq_v4;
 }
 
 static __always_inline bool rule_excepts_v6(__u32 rule_id, const struct in6_addr *daddr)
@@ -135,9 +185,7 @@ static __always_inline void masq_decide_v6(__u32 ifindex, const struct uplink_in
 	if (rule && !rule_excepts_v6(rule->id, daddr)) {
 		if (rule->flags & RULE_F_TO_ADDRESS)
 			d->nat_addr = rule->to_v6;
-		else if (up->flags & UPLINK_F_HAS_V6)
-			__builtin_memcpy(&d->nat_addr, up->masq_v6, sizeof(d->nat_addr));
-		else
+		else if (!masq_addr_v6(up, saddr, &d->nat_addr))
 			return;
 		d->verdict = VERDICT_RULE;
 		d->rule_id = rule->id;
@@ -159,11 +207,10 @@ static __always_inline void masq_decide_v6(__u32 ifindex, const struct uplink_in
 			count_add(CNT_SKIP_EXCLUDED, 1);
 		return;
 	}
-	if (!(up->flags & UPLINK_F_HAS_V6))
+	if (!masq_addr_v6(up, saddr, &d->nat_addr))
 		return;
 	d->verdict = VERDICT_POD;
 	d->filter = pod->flags & NAT_FILTER_MASK;
-	__builtin_memcpy(&d->nat_addr, up->masq_v6, sizeof(d->nat_addr));
 }
 
 #endif /* MASQ_POLICY_H */

@@ -27,9 +27,13 @@ use serde_json::{Map, Value};
 use crate::error::{code, Error, Result};
 
 pub const DEFAULT_PIN_PATH: &str = "/sys/fs/bpf/ebpf-masq";
-/// Below Linux's ephemeral range 32768-60999 and below Kubernetes NodePorts
-/// 30000-32767; 28,976 ports.
-pub const DEFAULT_PORT_RANGE: (u16, u16) = (1024, 29999);
+/// What iptables MASQUERADE uses: every unprivileged port. The host's own
+/// sockets share it safely (the data plane checks them at every claim and
+/// remaps a host flow that meets a pod's tuple), so no port is reserved.
+pub const DEFAULT_PORT_RANGE: (u16, u16) = (1024, 65535);
+/// Kubernetes' default `--service-node-port-range`: NodePorts have no socket
+/// the data plane could find, so these ports are never handed out.
+pub const DEFAULT_NODE_PORT_RANGE: Option<(u16, u16)> = Some((30000, 32767));
 pub const DEFAULT_NAT_MAX_ENTRIES: u32 = 1 << 20;
 /// 0.3.x is accepted for ADD/DEL because Calico and Flannel still ship it; its
 /// results have the 0.4.0 shape (CHECK does not exist before 0.4.0).
@@ -60,6 +64,7 @@ pub mod key {
     pub const EGRESS_INTERFACES: &str = "egressInterfaces";
     pub const MASQUERADE_ADDRESS: &str = "masqueradeAddress";
     pub const PORT_RANGE: &str = "portRange";
+    pub const NODE_PORT_RANGE: &str = "nodePortRange";
     pub const PIN_PATH: &str = "pinPath";
     pub const LOG_LEVEL: &str = "logLevel";
     pub const LOG_FILE: &str = "logFile";
@@ -73,6 +78,7 @@ pub mod key {
     pub const TIMEOUT_TCP: &str = "tcp";
     pub const TIMEOUT_TCP_CLOSING: &str = "tcpClosing";
     pub const TIMEOUT_UDP: &str = "udp";
+    pub const TIMEOUT_UDP_ONE_SHOT: &str = "udpOneShot";
     pub const TIMEOUT_ICMP: &str = "icmp";
 
     pub const RULE_SOURCE: &str = "source";
@@ -109,6 +115,7 @@ const MASQ_KEYS: &[&str] = &[
     key::EGRESS_INTERFACES,
     key::MASQUERADE_ADDRESS,
     key::PORT_RANGE,
+    key::NODE_PORT_RANGE,
     key::PIN_PATH,
     key::LOG_LEVEL,
     key::LOG_FILE,
@@ -124,6 +131,7 @@ const TIMEOUT_KEYS: &[&str] = &[
     key::TIMEOUT_TCP,
     key::TIMEOUT_TCP_CLOSING,
     key::TIMEOUT_UDP,
+    key::TIMEOUT_UDP_ONE_SHOT,
     key::TIMEOUT_ICMP,
 ];
 
@@ -243,11 +251,17 @@ pub struct MasqConfig {
     pub masq_link_local_ipv6: bool,
     /// "egressInterfaces": interface names; None = the default routes' interfaces.
     pub egress_interfaces: Option<Vec<String>>,
-    /// "masqueradeAddress": a string IP, or a list of up to 2 (one per family).
+    /// "masqueradeAddress": the first address of each family it lists.
     pub masquerade_address_v4: Option<Ipv4Addr>,
     pub masquerade_address_v6: Option<Ipv6Addr>,
+    /// Every address of the family "masqueradeAddress" lists (the first is the one
+    /// above); two or more make a pool: a source always takes the same one of them.
+    pub masquerade_pool_v4: Vec<Ipv4Addr>,
+    pub masquerade_pool_v6: Vec<Ipv6Addr>,
     /// "portRange": "LOW-HIGH".
     pub port_range: (u16, u16),
+    /// "nodePortRange": "LOW-HIGH" never handed out inside portRange; "" = none.
+    pub node_port_range: Option<(u16, u16)>,
     /// "pinPath".
     pub pin_path: PathBuf,
     /// "logLevel": error|warn|info|debug|trace|off, default info.
@@ -312,15 +326,19 @@ pub struct NatTimeouts {
     pub tcp: u32,
     /// "tcpClosing": after a FIN or RST was seen.
     pub tcp_closing: u32,
-    /// "udp".
+    /// "udp": a UDP flow that lasted (packets 2 s or more after its first).
     pub udp: u32,
+    /// "udpOneShot": a UDP flow whose packets all came within 2 s of its first
+    /// (a DNS query and its answer): RFC 4787 REQ-5's exception, netfilter's
+    /// unreplied/short UDP timeout (30 s) before a flow counts as a stream.
+    pub udp_one_shot: u32,
     /// "icmp": echo.
     pub icmp: u32,
 }
 
 impl Default for NatTimeouts {
     fn default() -> Self {
-        NatTimeouts { tcp: 7440, tcp_closing: 240, udp: 120, icmp: 60 }
+        NatTimeouts { tcp: 7440, tcp_closing: 240, udp: 120, udp_one_shot: 30, icmp: 60 }
     }
 }
 
@@ -349,7 +367,10 @@ impl Default for MasqConfig {
             egress_interfaces: None,
             masquerade_address_v4: None,
             masquerade_address_v6: None,
+            masquerade_pool_v4: Vec::new(),
+            masquerade_pool_v6: Vec::new(),
             port_range: DEFAULT_PORT_RANGE,
+            node_port_range: DEFAULT_NODE_PORT_RANGE,
             pin_path: PathBuf::from(DEFAULT_PIN_PATH),
             log_level: log::LevelFilter::Info,
             log_file: None,
@@ -482,7 +503,13 @@ pub fn masq_to_json(m: &MasqConfig) -> Value {
             Value::Array(ifs.iter().map(|s| Value::String(s.clone())).collect()),
         );
     }
+    let pooled = m.masquerade_pool_v4.len() > 1 || m.masquerade_pool_v6.len() > 1;
     match (m.masquerade_address_v4, m.masquerade_address_v6) {
+        _ if pooled => {
+            let all = m.masquerade_pool_v4.iter().map(|a| a.to_string());
+            let all = all.chain(m.masquerade_pool_v6.iter().map(|a| a.to_string()));
+            o.insert(key::MASQUERADE_ADDRESS.into(), Value::Array(all.map(Value::String).collect()));
+        }
         (Some(a), None) => {
             o.insert(key::MASQUERADE_ADDRESS.into(), Value::String(a.to_string()));
         }
@@ -504,6 +531,12 @@ pub fn masq_to_json(m: &MasqConfig) -> Value {
         o.insert(
             key::PORT_RANGE.into(),
             Value::String(format!("{}-{}", m.port_range.0, m.port_range.1)),
+        );
+    }
+    if m.node_port_range != d.node_port_range {
+        o.insert(
+            key::NODE_PORT_RANGE.into(),
+            Value::String(m.node_port_range.map(|(a, b)| format!("{a}-{b}")).unwrap_or_default()),
         );
     }
     if m.pin_path != d.pin_path {
@@ -568,6 +601,7 @@ pub fn masq_to_json(m: &MasqConfig) -> Value {
             (key::TIMEOUT_TCP, t.tcp),
             (key::TIMEOUT_TCP_CLOSING, t.tcp_closing),
             (key::TIMEOUT_UDP, t.udp),
+            (key::TIMEOUT_UDP_ONE_SHOT, t.udp_one_shot),
             (key::TIMEOUT_ICMP, t.icmp),
         ] {
             to.insert(k.into(), Value::from(v));
@@ -1105,6 +1139,7 @@ fn parse_nat_timeouts(base: &str, v: &Value) -> Result<NatTimeouts> {
         (key::TIMEOUT_TCP, &mut t.tcp),
         (key::TIMEOUT_TCP_CLOSING, &mut t.tcp_closing),
         (key::TIMEOUT_UDP, &mut t.udp),
+        (key::TIMEOUT_UDP_ONE_SHOT, &mut t.udp_one_shot),
         (key::TIMEOUT_ICMP, &mut t.icmp),
     ] {
         let Some(v) = obj.get(k) else { continue };
@@ -1122,6 +1157,18 @@ fn parse_nat_timeouts(base: &str, v: &Value) -> Result<NatTimeouts> {
             }
             (None, None) => return Err(wrong_type(&path, "an integer number of seconds", v)),
         }
+    }
+    if !obj.contains_key(key::TIMEOUT_UDP_ONE_SHOT) {
+        t.udp_one_shot = t.udp_one_shot.min(t.udp); // "udp" shorter than the default: one-shot follows it
+    }
+    if t.udp_one_shot > t.udp {
+        return Err(Error::config(
+            &format!("{base}.{}", key::TIMEOUT_UDP_ONE_SHOT),
+            format!(
+                "{} s is longer than {base}.udp ({} s): a one-shot flow never waits longer than one that lasted",
+                t.udp_one_shot, t.udp
+            ),
+        ));
     }
     Ok(t)
 }
@@ -1145,56 +1192,64 @@ fn parse_nat_max_entries(key: &str, v: &Value) -> Result<u32> {
     }
 }
 
-fn parse_masquerade_address(key: &str, v: &Value) -> Result<(Option<Ipv4Addr>, Option<Ipv6Addr>)> {
+/// Addresses of one family a masqueradeAddress pool may hold (MASQ_POOL_MAX).
+pub const MASQ_POOL_MAX: usize = 64;
+
+/// "masqueradeAddress": an address, or a list of addresses and CIDRs (every
+/// address of the prefix); one of a family is that family's address, two or more
+/// a pool (at most MASQ_POOL_MAX a family). Returns (IPv4, IPv6) in the order given.
+fn parse_masquerade_address(key: &str, v: &Value) -> Result<(Vec<Ipv4Addr>, Vec<Ipv6Addr>)> {
     let items: Vec<(String, &Value)> = match v {
         Value::String(_) => vec![(key.to_owned(), v)],
         Value::Array(a) => {
             if a.is_empty() {
-                return Err(Error::config(
-                    key,
-                    "list must not be empty; leave the key out instead",
-                ));
+                return Err(Error::config(key, "list must not be empty; leave the key out instead"));
             }
-            if a.len() > 2 {
-                return Err(Error::config(
-                    key,
-                    format!(
-                        "at most 2 addresses (one IPv4, one IPv6) may be given, got {}",
-                        a.len()
-                    ),
-                ));
-            }
-            a.iter()
-                .enumerate()
-                .map(|(i, e)| (format!("{key}[{i}]"), e))
-                .collect()
+            a.iter().enumerate().map(|(i, e)| (format!("{key}[{i}]"), e)).collect()
         }
-        _ => {
-            return Err(wrong_type(
-                key,
-                "an IP address string or a list of up to 2",
-                v,
-            ))
-        }
+        _ => return Err(wrong_type(key, "an IP address string or a list of addresses and CIDRs", v)),
     };
-    let (mut v4, mut v6) = (None, None);
+    let (mut v4, mut v6): (Vec<Ipv4Addr>, Vec<Ipv6Addr>) = (Vec::new(), Vec::new());
     for (path, item) in items {
-        match parse_unicast_ip(&path, item)? {
-            IpAddr::V4(a) => {
-                if v4.replace(a).is_some() {
-                    return Err(Error::config(
-                        &path,
-                        "more than one IPv4 address; give at most one per family",
-                    ));
-                }
+        let text = expect_str(&path, item)?;
+        let addrs: Vec<IpAddr> = if text.contains('/') {
+            let net: IpNetwork = text
+                .parse()
+                .map_err(|_| Error::config(&path, format!("{} is neither an IP address nor a CIDR", quote(text))))?;
+            let size = match net {
+                IpNetwork::V4(n) => 1u128 << (32 - n.prefix()),
+                IpNetwork::V6(n) => 1u128 << (128 - n.prefix()).min(127),
+            };
+            if size > MASQ_POOL_MAX as u128 {
+                return Err(Error::config(
+                    &path,
+                    format!("{net} holds {size} addresses; a pool holds at most {MASQ_POOL_MAX} per family"),
+                ));
             }
-            IpAddr::V6(a) => {
-                if v6.replace(a).is_some() {
-                    return Err(Error::config(
-                        &path,
-                        "more than one IPv6 address; give at most one per family",
-                    ));
-                }
+            if net.ip() != net.network() {
+                return Err(Error::config(&path, format!("{net} has host bits set; write {}/{}", net.network(), net.prefix())));
+            }
+            net.iter().collect()
+        } else {
+            vec![parse_unicast_ip(&path, item)?]
+        };
+        for ip in addrs {
+            let dup = match ip {
+                IpAddr::V4(a) => v4.contains(&a),
+                IpAddr::V6(a) => v6.contains(&a),
+            };
+            if dup {
+                return Err(Error::config(&path, format!("{ip} is listed twice")));
+            }
+            match ip {
+                IpAddr::V4(a) => v4.push(a),
+                IpAddr::V6(a) => v6.push(a),
+            }
+            if v4.len() > MASQ_POOL_MAX || v6.len() > MASQ_POOL_MAX {
+                return Err(Error::config(
+                    &path,
+                    format!("more than {MASQ_POOL_MAX} addresses of one family; a pool holds at most {MASQ_POOL_MAX}"),
+                ));
             }
         }
     }
@@ -1343,11 +1398,28 @@ fn parse_masq(obj: &Map<String, Value>) -> Result<MasqConfig> {
         m.egress_interfaces = Some(names);
     }
     if let Some(v) = obj.get(key::MASQUERADE_ADDRESS) {
-        (m.masquerade_address_v4, m.masquerade_address_v6) =
-            parse_masquerade_address(key::MASQUERADE_ADDRESS, v)?;
+        (m.masquerade_pool_v4, m.masquerade_pool_v6) = parse_masquerade_address(key::MASQUERADE_ADDRESS, v)?;
+        m.masquerade_address_v4 = m.masquerade_pool_v4.first().copied();
+        m.masquerade_address_v6 = m.masquerade_pool_v6.first().copied();
     }
     if let Some(v) = obj.get(key::PORT_RANGE) {
         m.port_range = parse_port_range(key::PORT_RANGE, expect_str(key::PORT_RANGE, v)?)?;
+    }
+    if let Some(v) = obj.get(key::NODE_PORT_RANGE) {
+        let s = expect_str(key::NODE_PORT_RANGE, v)?;
+        m.node_port_range = if s.is_empty() { None } else { Some(parse_port_range(key::NODE_PORT_RANGE, s)?) };
+    }
+    if let Some((a, b)) = m.node_port_range {
+        let (lo, hi) = m.port_range;
+        if a <= lo && b >= hi {
+            return Err(Error::config(
+                key::NODE_PORT_RANGE,
+                format!(
+                    "\"{a}-{b}\" covers every port of portRange \"{lo}-{hi}\": no port would be left for \
+                     masqueraded flows; narrow nodePortRange (\"\" for none) or widen portRange"
+                ),
+            ));
+        }
     }
     if let Some(v) = obj.get(key::PIN_PATH) {
         m.pin_path = parse_abs_path(key::PIN_PATH, expect_str(key::PIN_PATH, v)?)?;
@@ -1772,6 +1844,12 @@ mod tests {
             (json!({"portRange": "-1-100"}), C, "\"portRange\""),
             (json!({"portRange": " 1024-2000"}), C, "\"portRange\""),
             (json!({"portRange": "1024-2000-3000"}), C, "\"portRange\""),
+            (json!({"nodePortRange": "32767-30000"}), C, "\"nodePortRange\""),
+            (json!({"nodePortRange": 30000}), C, "\"nodePortRange\""),
+            (json!({"nodePortRange": "30000"}), C, "\"nodePortRange\""),
+            // Nothing left for masqueraded flows.
+            (json!({"portRange": "30000-32767"}), C, "\"nodePortRange\""),
+            (json!({"portRange": "2000-3000", "nodePortRange": "1024-65535"}), C, "\"nodePortRange\""),
             (json!({"portRange": [1024, 2000]}), C, "\"portRange\""),
             // egressInterfaces
             (json!({"egressInterfaces": []}), C, "\"egressInterfaces\""),
@@ -1846,22 +1924,15 @@ mod tests {
                 C,
                 "\"masqueradeAddress\"",
             ),
-            (
-                json!({"masqueradeAddress": ["192.0.2.1", "192.0.2.2"]}),
-                C,
-                "\"masqueradeAddress[1]\"",
-            ),
-            (
-                json!({"masqueradeAddress": ["192.0.2.1", "2001:db8::1", "192.0.2.2"]}),
-                C,
-                "\"masqueradeAddress\"",
-            ),
+            (json!({"masqueradeAddress": ["192.0.2.1", "192.0.2.1"]}), C, "\"masqueradeAddress[1]\""),
+            (json!({"masqueradeAddress": ["192.0.2.0/31", "192.0.2.1"]}), C, "\"masqueradeAddress[1]\""),
+            (json!({"masqueradeAddress": "192.0.2.0/24"}), C, "\"masqueradeAddress\""),
+            (json!({"masqueradeAddress": ["192.0.2.1/30"]}), C, "\"masqueradeAddress[0]\""),
+            (json!({"masqueradeAddress": ["10.0.0.0/26", "10.0.1.1"]}), C, "\"masqueradeAddress[1]\""),
+            (json!({"masqueradeAddress": ["2001:db8::/64"]}), C, "\"masqueradeAddress[0]\""),
+            (json!({"masqueradeAddress": [5]}), C, "\"masqueradeAddress[0]\""),
+            (json!({"masqueradeAddress": ["192.0.2.1", "127.0.0.1"]}), C, "\"masqueradeAddress[1]\""),
             (json!({"masqueradeAddress": []}), C, "\"masqueradeAddress\""),
-            (
-                json!({"masqueradeAddress": "192.0.2.1/32"}),
-                C,
-                "\"masqueradeAddress\"",
-            ),
             // paths, logging
             (json!({"pinPath": "relative/path"}), C, "\"pinPath\""),
             (json!({"pinPath": "/"}), C, "\"pinPath\""),
@@ -1884,6 +1955,8 @@ mod tests {
             (json!({"natTimeouts": {"udp": -1}}), C, "\"natTimeouts.udp\""),
             (json!({"natTimeouts": {"icmp": 1.5}}), C, "\"natTimeouts.icmp\""),
             (json!({"natTimeouts": {"tcpClosing": "240"}}), C, "\"natTimeouts.tcpClosing\""),
+            (json!({"natTimeouts": {"udpOneShot": 0}}), C, "\"natTimeouts.udpOneShot\""),
+            (json!({"natTimeouts": {"udp": 60, "udpOneShot": 90}}), C, "\"natTimeouts.udpOneShot\""),
             (json!({"natTimeouts": {"tcp": 604_801}}), C, "\"natTimeouts.tcp\""),
             (json!({"natTimeouts": {"tcp_closing": 30}}), C, "did you mean \"tcpClosing\""),
             // natFiltering
@@ -1994,8 +2067,9 @@ mod tests {
             (d.masquerade_address_v4, d.masquerade_address_v6),
             (None, None)
         );
-        assert_eq!(d.port_range, (1024, 29999));
-        assert_eq!(d.port_range.1 - d.port_range.0 + 1, 28_976);
+        // iptables MASQUERADE's space; NodePorts (Kubernetes' default range) never handed out.
+        assert_eq!(d.port_range, (1024, 65535));
+        assert_eq!(d.node_port_range, Some((30000, 32767)));
         assert_eq!(d.pin_path, PathBuf::from("/sys/fs/bpf/ebpf-masq"));
         assert_eq!(d.log_level, log::LevelFilter::Info);
         assert_eq!(d.log_file, None);
@@ -2074,11 +2148,28 @@ mod tests {
                     assert_eq!(c.masq.masquerade_address_v6, "2001:db8::10".parse().ok());
                 },
             ),
+            (json!({"masqueradeAddress": ["192.0.2.10", "2001:db8::10", "192.0.2.11"]}), |c| {
+                let m = &c.masq;
+                assert_eq!(m.masquerade_pool_v4, [Ipv4Addr::new(192, 0, 2, 10), Ipv4Addr::new(192, 0, 2, 11)]);
+                assert_eq!((m.masquerade_address_v4, m.masquerade_pool_v6.len()), (Some(Ipv4Addr::new(192, 0, 2, 10)), 1));
+            }),
+            (json!({"masqueradeAddress": ["192.0.2.8/30", "192.0.2.1/32"]}), |c| {
+                let p: Vec<String> = c.masq.masquerade_pool_v4.iter().map(|a| a.to_string()).collect();
+                assert_eq!(p, ["192.0.2.8", "192.0.2.9", "192.0.2.10", "192.0.2.11", "192.0.2.1"]);
+            }),
             (json!({"portRange": "40000-40000"}), |c| {
                 assert_eq!(c.masq.port_range, (40000, 40000))
             }),
             (json!({"portRange": "1-65535"}), |c| {
                 assert_eq!(c.masq.port_range, (1, 65535))
+            }),
+            (json!({"nodePortRange": ""}), |c| assert_eq!(c.masq.node_port_range, None)),
+            (json!({"nodePortRange": "30000-30100"}), |c| {
+                assert_eq!(c.masq.node_port_range, Some((30000, 30100)))
+            }),
+            // Part of portRange skipped is fine (some ports stay).
+            (json!({"portRange": "30000-40000"}), |c| {
+                assert_eq!((c.masq.port_range, c.masq.node_port_range), ((30000, 40000), Some((30000, 32767))))
             }),
             (json!({"pinPath": "/sys/fs/bpf/other/"}), |c| {
                 assert_eq!(c.masq.pin_path, PathBuf::from("/sys/fs/bpf/other"))
@@ -2101,6 +2192,12 @@ mod tests {
             }),
             (json!({"natMaxEntries": 1024}), |c| {
                 assert_eq!(c.masq.nat_max_entries, 1024)
+            }),
+            (json!({"natTimeouts": {"udp": 10}}), |c| {
+                assert_eq!((c.masq.nat_timeouts.udp, c.masq.nat_timeouts.udp_one_shot), (10, 10), "one-shot follows a short udp")
+            }),
+            (json!({"natTimeouts": {"udpOneShot": 5}}), |c| {
+                assert_eq!((c.masq.nat_timeouts.udp, c.masq.nat_timeouts.udp_one_shot), (120, 5))
             }),
             (json!({"natTimeouts": {"udp": 300, "tcpClosing": 30}}), |c| {
                 let t = c.masq.nat_timeouts;
@@ -2274,7 +2371,10 @@ mod tests {
             egress_interfaces: Some(vec!["eth0".into(), "eth1".into()]),
             masquerade_address_v4: Some(Ipv4Addr::new(192, 0, 2, 1)),
             masquerade_address_v6: "2001:db8::1".parse().ok(),
+            masquerade_pool_v4: vec![Ipv4Addr::new(192, 0, 2, 1), Ipv4Addr::new(192, 0, 2, 2)],
+            masquerade_pool_v6: vec!["2001:db8::1".parse().unwrap()],
             port_range: (5000, 6000),
+            node_port_range: None,
             pin_path: PathBuf::from("/sys/fs/bpf/masq2"),
             log_level: log::LevelFilter::Warn,
             log_file: Some(PathBuf::from("/var/log/masq.log")),
@@ -2297,15 +2397,17 @@ mod tests {
             nat_max_entries: 4096,
             fast_path: true,
             service_cidrs: vec![cidr("10.96.0.0/12")],
-            nat_timeouts: NatTimeouts { tcp: 3600, tcp_closing: 60, udp: 300, icmp: 90 },
+            nat_timeouts: NatTimeouts { tcp: 3600, tcp_closing: 60, udp: 300, udp_one_shot: 20, icmp: 90 },
             nat_filtering: NatFiltering::AddressDependent,
         };
         let only_v6 = MasqConfig {
             masquerade_address_v6: "2001:db8::2".parse().ok(),
+            masquerade_pool_v6: vec!["2001:db8::2".parse().unwrap()],
             ..MasqConfig::default()
         };
         let only_v4 = MasqConfig {
             masquerade_address_v4: Some(Ipv4Addr::new(198, 51, 100, 1)),
+            masquerade_pool_v4: vec![Ipv4Addr::new(198, 51, 100, 1)],
             ..MasqConfig::default()
         };
         for m in [MasqConfig::default(), full, only_v4, only_v6] {

@@ -113,6 +113,12 @@ pub fn resolve_uplinks(conf: &MasqConfig) -> Result<Vec<Uplink>> {
             info.masq_v6 = a.octets();
             info.flags |= abi::UPLINK_F_HAS_V6;
         }
+        if conf.masquerade_pool_v4.len() > 1 {
+            info.flags |= abi::UPLINK_F_POOL4;
+        }
+        if conf.masquerade_pool_v6.len() > 1 {
+            info.flags |= abi::UPLINK_F_POOL6;
+        }
         out.push(Uplink { name, ifindex: link.index, info });
     }
     Ok(out)
@@ -205,6 +211,7 @@ pub fn reconcile_with(pins: &Pins, conf: &MasqConfig, uplinks: &[Uplink]) -> Res
     }
     warn_if_resized(pins, conf.nat_max_entries);
     write_config(pins, conf)?;
+    write_pool(pins, conf)?;
     reconcile_exclusions(pins, conf)?;
     reconcile_services(pins, conf)?;
     reconcile_rules(pins, conf, uplinks)?;
@@ -213,7 +220,14 @@ pub fn reconcile_with(pins: &Pins, conf: &MasqConfig, uplinks: &[Uplink]) -> Res
     let adopted = crate::upgrade::adopt(pins);
     reconcile_uplinks(pins, uplinks)?;
     crate::upgrade::finish(pins, adopted);
-    reserve_ports(pins, conf.port_range)
+    // Nothing is reserved any more (host flows are tracked: host_egress); ports an
+    // older version reserved are given back, so the node needs no tuning.
+    match release_ports(pins) {
+        Ok(given) if !given.is_empty() => log::info!("released ports {given:?} from ip_local_reserved_ports"),
+        Ok(_) => {}
+        Err(e) => log::warn!("reserved ports not released: {}", e.msg),
+    }
+    Ok(())
 }
 
 /// The NAT maps keep the size they were created with; a config asking for
@@ -259,8 +273,28 @@ fn write_config(pins: &Pins, conf: &MasqConfig) -> Result<()> {
         icmp_timeout_s: conf.nat_timeouts.icmp,
         nat_seed: seed,
         nat_shards: shards,
+        skip_min: conf.node_port_range.map_or(0, |r| r.0),
+        skip_max: conf.node_port_range.map_or(0, |r| r.1),
+        udp_one_shot_timeout_s: conf.nat_timeouts.udp_one_shot,
     };
     cfg.set(0, v, 0).map_err(|e| map_err("write masq_config", e))
+}
+
+/// masqueradeAddress's pool (masq_pool), written before the uplinks that use it.
+fn write_pool(pins: &Pins, conf: &MasqConfig) -> Result<()> {
+    let mut m: Array<MapData, abi::MasqPool> = maps::open(pins, abi::MAP_MASQ_POOL)?;
+    let mut p = abi::MasqPool {
+        len4: conf.masquerade_pool_v4.len() as u32,
+        len6: conf.masquerade_pool_v6.len() as u32,
+        ..Default::default()
+    };
+    for (slot, a) in p.v4.iter_mut().zip(&conf.masquerade_pool_v4) {
+        *slot = a.octets();
+    }
+    for (slot, a) in p.v6.iter_mut().zip(&conf.masquerade_pool_v6) {
+        *slot = a.octets();
+    }
+    m.set(0, p, 0).map_err(|e| map_err("write masq_pool", e))
 }
 
 /// Desired exclusions, in the order that decides the reported reason when the

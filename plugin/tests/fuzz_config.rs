@@ -159,7 +159,7 @@ const CONFIG_KEYS: &[&str] = &[
     "cniVersion", "cniVersions", "name", "type", "prevResult", "runtimeConfig", "capabilities", "args",
     "dns", "ipam", "cni.dev/valid-attachments", "cni.dev/attachments", "disableCheck", "disableGC",
     "natOutgoing", "nativeRoutingCIDR", "nonMasqueradeCIDRs", "masqLinkLocal", "masqLinkLocalIPv6",
-    "egressInterfaces", "masqueradeAddress", "portRange", "pinPath", "logLevel", "logFile",
+    "egressInterfaces", "masqueradeAddress", "portRange", "nodePortRange", "pinPath", "logLevel", "logFile",
     "masqueradeRules", "natMaxEntries", "fastPath", "serviceCIDRs", "plugins",
     "source", "outInterface", "except", "toAddress", "containerID", "ifname",
 ];
@@ -369,6 +369,14 @@ fn valid_config() -> BoxedStrategy<Value> {
             put("masqLinkLocalIPv6", a.4);
             put("egressInterfaces", a.5);
             put("masqueradeAddress", a.6);
+            // A portRange wholly inside the default nodePortRange leaves no port (code 7):
+            // such a config names nodePortRange too.
+            if let Some((lo, hi)) = a.7.as_ref().and_then(|v| v.as_str()).and_then(|r| r.split_once('-')) {
+                let (lo, hi): (u16, u16) = (lo.parse().unwrap(), hi.parse().unwrap());
+                if lo >= 30000 && hi <= 32767 {
+                    put("nodePortRange", Some(json!("")));
+                }
+            }
             put("portRange", a.7);
             put("pinPath", b.0);
             put("logLevel", b.1);

@@ -521,6 +521,32 @@ fn idle_pair_expires_with_both_halves_together() {
     expect_snat(&dp, &udp(POD2, REMOTE, 40001, 53), MASQ, |p| udp(MASQ, REMOTE, p, 53));
 }
 
+/// RFC 4787 REQ-5 allows one-shot UDP flows (DNS) a shorter timeout than 2 min;
+/// netfilter gives a UDP flow 30 s until it has lasted 2 s. A pair whose packets
+/// all came within 2 s of its first waits natTimeouts.udpOneShot; one that lasted
+/// waits natTimeouts.udp.
+#[test]
+fn a_one_shot_udp_pair_expires_sooner() {
+    let dp = node();
+    dp.set_timeouts(20000, 20099, 3600, 3600, 3600);
+    dp.set_udp_one_shot(1);
+    let dns = nat_key(POD, REMOTE, 40000, 53, UDP);
+    let stream = nat_key(POD2, REMOTE, 40001, 3478, UDP);
+    let p = expect_snat(&dp, &udp(POD, REMOTE, 40000, 53), MASQ, |p| udp(MASQ, REMOTE, p, 53));
+    dp.ingress(&udp(REMOTE, MASQ, 53, p)).passed(); // the answer, at once
+    let q = expect_snat(&dp, &udp(POD2, REMOTE, 40001, 3478), MASQ, |q| udp(MASQ, REMOTE, q, 3478));
+    // The stream began 3 s ago and is still sending: both halves say so.
+    let (rk, mut fe) = (reverse_key(&stream, MASQ, q), dp.get_fwd(&stream).unwrap());
+    let mut re = dp.get_rev(&rk).unwrap();
+    fe.created_ns -= 3_000_000_000;
+    re.created_ns = fe.created_ns;
+    dp.put_fwd(&stream, fe);
+    dp.put_rev(&rk, re);
+    assert!(eventually(6, || dp.get_fwd(&dns).is_none()), "the one-shot pair outlived 1 s: {:?}", dp.fwd());
+    assert!(dp.get_fwd(&stream).is_some() && dp.get_rev(&rk).is_some(), "the stream expired with it");
+    assert!(dp.rev().iter().all(|(k, _)| u16::from_be_bytes(k.dport) != p), "the one-shot pair's reverse half stayed");
+}
+
 /// A walk visits every bucket of a map, used or not (~10 ms of a CPU for a whole
 /// table at the default natMaxEntries): once a sweep cycle finds the table empty
 /// the timer stops, and the next new pair starts it again (and is expired in turn).

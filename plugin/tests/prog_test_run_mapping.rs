@@ -308,3 +308,45 @@ fn filtering_by_rule_opens_a_tunnel_clients_mapping() {
     let (fe, _) = dp.assert_single_pair_of(nat_key(TUNNEL_CLIENT, REMOTE2, 40000, 7, UDP), MASQ, p);
     assert_eq!((fe.flags & NAT_F_BY_RULE, fe.rule_id), (NAT_F_BY_RULE, 1));
 }
+
+/// Paired pooling (RFC 4787 REQ-2): with masqueradeAddress a pool, each source
+/// always leaves with the same address of it, for every flow and remote; pods
+/// numbered in sequence go round the pool, so together they have the ports of
+/// every address towards one remote endpoint; replies find their pod through any
+/// of them; tunnel clients (a rule without toAddress) are paired the same way.
+#[test]
+fn a_pool_pairs_each_source_with_one_address_and_spreads_pods_across_it() {
+    let pool = [Ipv4Addr::new(192, 0, 2, 1), Ipv4Addr::new(192, 0, 2, 2), Ipv4Addr::new(192, 0, 2, 3)];
+    let dp = Dataplane::new();
+    dp.add_uplink_pool(LO, &pool);
+    let pods: Vec<Ipv4Addr> = (10..16).map(|h| Ipv4Addr::new(10, 1, 0, h)).collect();
+    for (i, p) in pods.iter().enumerate() {
+        dp.add_pod(*p, 10 + i as u32, true);
+    }
+    let addr_of = |frame: &[u8]| summary(&dp.egress(frame).passed()).src;
+    let mut used = std::collections::BTreeMap::new();
+    for p in &pods {
+        let a = addr_of(&udp(*p, REMOTE, 40000, 53));
+        // The same source: the same address for another port, protocol and remote.
+        assert_eq!(addr_of(&udp(*p, REMOTE2, 40001, 3478)), a);
+        assert_eq!(addr_of(&tcp(*p, REMOTE, 40002, 443, SYN)), a);
+        assert_eq!(addr_of(&echo_request(*p, REMOTE2, 7, 1)), a);
+        *used.entry(a).or_insert(0) += 1;
+    }
+    // Six sequential pods: two on each address.
+    assert_eq!(used.into_iter().collect::<Vec<_>>(), pool.iter().map(|a| (*a, 2)).collect::<Vec<_>>());
+    // Same pod port, same remote endpoint, pods on different addresses: each keeps
+    // its own port (capacity per remote endpoint grows with the pool).
+    for p in &pods[..3] {
+        let out = dp.egress(&udp(*p, REMOTE, 20050, 53)).passed();
+        assert_eq!(summary(&out).sport, 20050, "{p}");
+        let s = summary(&out);
+        let back = dp.ingress(&udp(REMOTE, s.src, 53, 20050)).passed();
+        assert_eq!((summary(&back).dst, summary(&back).dport), (*p, 20050));
+    }
+    // A tunnel client (rule without toAddress) is paired too.
+    dp.add_rule(LO, Ipv4Addr::new(192, 168, 6, 0), 24, 1, None);
+    let t = addr_of(&udp(TUNNEL_CLIENT, REMOTE, 5000, 53));
+    assert!(pool.contains(&t), "{t}");
+    assert_eq!(addr_of(&udp(TUNNEL_CLIENT, REMOTE2, 5001, 53)), t);
+}

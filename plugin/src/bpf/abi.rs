@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-pub const LAYOUT_VERSION: u32 = 10;
+pub const LAYOUT_VERSION: u32 = 11;
 
 // Map names (pinned by name under <pinPath>/v<LAYOUT_VERSION>/maps/).
 pub const MAP_CONFIG: &str = "masq_config";
@@ -43,14 +43,15 @@ pub const MAP_NAT6_OPEN: &str = "nat6_open";
 pub const MAP_NAT4_PERMIT: &str = "nat4_permit";
 pub const MAP_NAT6_PERMIT: &str = "nat6_permit";
 pub const MAP_POD_META: &str = "pod_meta";
+pub const MAP_MASQ_POOL: &str = "masq_pool";
 
 /// Every map the objects define: a node is only loaded when all of them are pinned.
-pub const ALL_MAPS: [&str; 33] = [
+pub const ALL_MAPS: [&str; 34] = [
     MAP_CONFIG, MAP_PODS4, MAP_PODS6, MAP_UPLINKS, MAP_UPLINKS_DIRECT, MAP_EXCL4, MAP_EXCL6, MAP_RULES4,
     MAP_RULE_EXCEPT4, MAP_RULE_STATS, MAP_NAT4_FWD, MAP_NAT4_REV, MAP_VETHS, MAP_COUNTERS, MAP_DROPS,
     MAP_ATTACHMENTS, MAP_RULES6, MAP_RULE_EXCEPT6, MAP_NAT6_FWD, MAP_NAT6_REV, MAP_FRAG4, MAP_FRAG6, MAP_SVC4,
     MAP_SVC6, MAP_NAT_GC, MAP_RESERVED_PORTS, MAP_NAT4_BIND, MAP_NAT6_BIND, MAP_NAT4_OPEN,
-    MAP_NAT6_OPEN, MAP_NAT4_PERMIT, MAP_NAT6_PERMIT, MAP_POD_META,
+    MAP_NAT6_OPEN, MAP_NAT4_PERMIT, MAP_NAT6_PERMIT, MAP_POD_META, MAP_MASQ_POOL,
 ];
 
 pub const MAX_RULES: u32 = 256;
@@ -76,6 +77,11 @@ pub struct MasqConfig {
     pub nat_seed: u32,
     /// Forward shards in use (a power of two, at most NAT_SHARDS_MAX), chosen by the loader.
     pub nat_shards: u32,
+    /// Ports inside [port_min, port_max] never handed out (nodePortRange); {0, 0}: none.
+    pub skip_min: u16,
+    pub skip_max: u16,
+    /// natTimeouts.udpOneShot: a UDP pair whose packets all came within 2 s of its first.
+    pub udp_one_shot_timeout_s: u32,
 }
 
 /// `masq_config.flags`: fastPath is on.
@@ -112,8 +118,49 @@ pub struct PodL2 {
 pub const UPLINK_F_L3: u32 = 0x1;
 pub const UPLINK_F_HAS_V4: u32 = 0x2;
 pub const UPLINK_F_HAS_V6: u32 = 0x4;
+/// Sources take their address from `masq_pool` (masqueradeAddress lists 2+ of the family).
+pub const UPLINK_F_POOL4: u32 = 0x8;
+pub const UPLINK_F_POOL6: u32 = 0x10;
 /// In `uplinks_direct` only: the slot holds an uplink.
 pub const UPLINK_F_PRESENT: u32 = 0x80;
+/// Addresses of one family a `masq_pool` holds.
+pub const MASQ_POOL_MAX: usize = 64;
+/// `struct masq_pool`: masqueradeAddress's pool (paired: a source always takes
+/// v4[low 32 bits of its address % len4]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MasqPool {
+    pub len4: u32,
+    pub len6: u32,
+    pub v4: [[u8; 4]; MASQ_POOL_MAX],
+    pub v6: [[u8; 16]; MASQ_POOL_MAX],
+}
+
+impl Default for MasqPool {
+    fn default() -> Self {
+        MasqPool { len4: 0, len6: 0, v4: [[0; 4]; MASQ_POOL_MAX], v6: [[0; 16]; MASQ_POOL_MAX] }
+    }
+}
+
+impl MasqPool {
+    /// The pool's address for source `src` (the data plane's masq_addr_v4/v6), or
+    /// None when the pool has fewer than two of the family.
+    pub fn pick(&self, src: std::net::IpAddr) -> Option<std::net::IpAddr> {
+        match src {
+            std::net::IpAddr::V4(a) if self.len4 > 1 => {
+                let i = u32::from(a) % self.len4;
+                Some(std::net::Ipv4Addr::from(self.v4[i as usize]).into())
+            }
+            std::net::IpAddr::V6(a) if self.len6 > 1 => {
+                let o = a.octets();
+                let i = u32::from_be_bytes([o[12], o[13], o[14], o[15]]) % self.len6;
+                Some(std::net::Ipv6Addr::from(self.v6[i as usize]).into())
+            }
+            _ => None,
+        }
+    }
+}
+
 /// Uplinks with an ifindex below this also have a slot in `uplinks_direct`.
 pub const UPLINKS_DIRECT: u32 = 4096;
 #[repr(C)]
@@ -318,6 +365,8 @@ pub const NAT_F_INBOUND: u8 = 0x8;
 pub const NAT_F_FIN: u8 = 0x10;
 pub const NAT_F_RST: u8 = 0x20;
 pub const NAT_F_OPEN: u8 = 0x40;
+/// The host's own flow on the masquerade address (its port remapped, or an echo id kept).
+pub const NAT_F_HOST: u8 = 0x80;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Nat4Entry {
@@ -588,7 +637,10 @@ pub mod counter {
     pub const MAP_PRESERVED: u32 = 26;
     pub const NAT_FINISHED_REUSED: u32 = 27;
     pub const FILTER_ADMITTED: u32 = 28;
-    pub const MAX: u32 = 29;
+    pub const HOST_TRACKED: u32 = 29;
+    pub const HOST_REMAPPED: u32 = 30;
+    pub const HOST_SOCKET_AVOIDED: u32 = 31;
+    pub const MAX: u32 = 32;
     pub const NAMES: [&str; MAX as usize] = [
         "snat_packets_v4",
         "snat_bytes_v4",
@@ -619,6 +671,9 @@ pub mod counter {
         "ports_preserved",
         "nat_finished_reused",
         "filter_admitted",
+        "host_flows_tracked",
+        "host_flows_remapped",
+        "host_socket_ports_avoided",
     ];
 }
 
@@ -650,7 +705,7 @@ macro_rules! pod {
 
 pod! {
     PodMeta = 1344,
-    MasqConfig = 32,
+    MasqConfig = 40,
     PodInfo = 28,
     PodL2 = 20,
     UplinkInfo = 24,
@@ -683,6 +738,7 @@ pod! {
     VethInfo = 80,
     NatGc = 112,
     PortRange = 4,
+    MasqPool = 1288,
     AttachmentKey = 88,
     AttachmentInfo = 120,
 }
@@ -737,6 +793,10 @@ mod tests {
         assert_eq!((define("NAT_FILTER_AD"), define("NAT_FILTER_EI")), (NAT_FILTER_AD, NAT_FILTER_EI));
         assert_eq!(define("MASQ_F_OPEN_MAPPINGS"), MASQ_F_OPEN_MAPPINGS);
         assert_eq!(define("NAT_F_OPEN"), NAT_F_OPEN as u32);
+        assert_eq!(define("NAT_F_HOST"), NAT_F_HOST as u32);
+        assert_eq!(define("MASQ_POOL_MAX") as usize, MASQ_POOL_MAX);
+        assert_eq!((define("UPLINK_F_POOL4"), define("UPLINK_F_POOL6")), (UPLINK_F_POOL4, UPLINK_F_POOL6));
+        assert_eq!(counters[counter::HOST_SOCKET_AVOIDED as usize], "CNT_HOST_SOCKET_AVOIDED");
         assert_eq!(
             (define("POD_META_NS_LEN"), define("POD_META_NAME_LEN"), define("POD_META_ANN_LEN")),
             (POD_META_NS_LEN as u32, POD_META_NAME_LEN as u32, POD_META_ANN_LEN as u32)
@@ -765,6 +825,27 @@ mod tests {
         assert_eq!((gone.addr4, gone.flags, gone.addr6), ([0; 4], VETH_F_ADDR6, v.addr6));
         assert_eq!(v.without_addr("10.1.0.8".parse().unwrap()), v);
         assert_eq!(v.without_addr("fd00::5".parse().unwrap()).flags, VETH_F_ADDR4);
+    }
+
+    #[test]
+    fn a_pool_pairs_each_source_with_one_address_and_goes_round_it() {
+        let mut p = MasqPool { len4: 3, len6: 2, ..Default::default() };
+        for i in 0..3u8 {
+            p.v4[i as usize] = [192, 0, 2, 10 + i];
+        }
+        p.v6[0] = "2001:db8::a".parse::<std::net::Ipv6Addr>().unwrap().octets();
+        p.v6[1] = "2001:db8::b".parse::<std::net::Ipv6Addr>().unwrap().octets();
+        let pick = |p: &MasqPool, s: &str| p.pick(s.parse().unwrap()).map(|a| a.to_string());
+        // Sequential pod addresses go round the pool; a source always gets the same one.
+        let got: Vec<_> = (3..9).map(|h| pick(&p, &format!("10.1.0.{h}")).unwrap()).collect();
+        // 10.1.0.3 is 167837699, 2 mod 3.
+        assert_eq!(got, ["192.0.2.12", "192.0.2.10", "192.0.2.11", "192.0.2.12", "192.0.2.10", "192.0.2.11"]);
+        assert_eq!(pick(&p, "10.1.0.4"), pick(&p, "10.1.0.4"));
+        assert_eq!(pick(&p, "fd00::4").as_deref(), Some("2001:db8::a"));
+        assert_eq!(pick(&p, "fd00::5").as_deref(), Some("2001:db8::b"));
+        // One address of a family (or none): no pool, the uplink's address.
+        p.len4 = 1;
+        assert_eq!(pick(&p, "10.1.0.3"), None);
     }
 
     #[test]

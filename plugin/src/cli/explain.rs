@@ -258,6 +258,10 @@ pub trait Lookups {
     fn pod_desc(&self, veth_ifindex: u32, addr: IpAddr) -> Option<PodDesc>;
     /// nat4_bind / nat6_bind: the mapping (node address, port) a pod endpoint has.
     fn binding(&self, addr: IpAddr, port: u16, proto: u8) -> Result<Option<(IpAddr, u16)>>;
+    /// masq_pool (masqueradeAddress's pool), when the data plane has one.
+    fn pool(&self) -> Result<Option<abi::MasqPool>> {
+        Ok(None)
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -384,6 +388,27 @@ impl<L: Lookups> Ctx<'_, L> {
         self.out.label()
     }
 
+    /// The address the packet's source is masqueraded to (masq_addr_v4/v6): the
+    /// uplink's, or with a pool the one of the pool paired with the source.
+    fn source_nat_addr(&mut self) -> Result<Option<IpAddr>> {
+        let Some(addr) = self.uplink_addr() else { return Ok(None) };
+        let flag = if self.pkt.is_v6() { abi::UPLINK_F_POOL6 } else { abi::UPLINK_F_POOL4 };
+        if self.up.flags & flag == 0 {
+            return Ok(Some(addr));
+        }
+        match self.l.pool()?.and_then(|p| p.pick(self.pkt.src).map(|a| (a, p))) {
+            Some((a, p)) => {
+                let n = if self.pkt.is_v6() { p.len6 } else { p.len4 };
+                self.step(format!(
+                    "masqueradeAddress is a pool of {n}: source {} is paired with {a} (RFC 4787 REQ-2)",
+                    self.pkt.src
+                ));
+                Ok(Some(a))
+            }
+            None => Ok(Some(addr)),
+        }
+    }
+
     /// The uplink's masquerade address of the packet's family.
     fn uplink_addr(&self) -> Option<IpAddr> {
         if self.pkt.is_v6() {
@@ -461,7 +486,8 @@ impl<L: Lookups> Ctx<'_, L> {
                 match l.rule_except(rule.id, dst)? {
                     None => {
                         self.rule = Some(rref);
-                        let Some(nat) = rule.to_address.or(self.uplink_addr()) else {
+                        let pooled = if rule.to_address.is_none() { self.source_nat_addr()? } else { None };
+                        let Some(nat) = rule.to_address.or(pooled) else {
                             self.step(format!("{what} matches, but it has no toAddress and {ifname} no {fam} address"));
                             return Ok(Decision::None(
                                 Why::RuleNoAddress,
@@ -522,7 +548,7 @@ impl<L: Lookups> Ctx<'_, L> {
             return Ok(Decision::None(code, format!("not masqueraded: destination in {what}")));
         }
         self.step(format!("destination {dst} is in no exclusion"));
-        let Some(nat) = self.uplink_addr() else {
+        let Some(nat) = self.source_nat_addr()? else {
             self.step(format!("{ifname} has no {fam} masquerade address"));
             return Ok(Decision::None(Why::NoUplinkAddress, format!("not masqueraded: {ifname} has no {fam} masquerade address")));
         };
@@ -584,7 +610,7 @@ pub fn explain<L: Lookups>(l: &L, pkt: &Packet, out: &OutIf) -> Result<Explanati
     // The host's own traffic.
     if c.uplink_addr() == Some(src) {
         c.step(format!("source {src} is {ifname}'s masquerade address"));
-        return Ok(c.untouched(Why::HostTraffic, format!("host's own traffic (source {src} is {ifname}'s masquerade address): untouched")));
+        return Ok(c.untouched(Why::HostTraffic, format!("host's own traffic (source {src} is {ifname}'s masquerade address): untouched, unless a pod's NAT pair holds its exact tuple (then it gets another source port, as netfilter gives it; `nat list` shows it as a host flow)")));
     }
     let Some(cfg) = l.config()? else {
         c.step("masq_config has no entry");
@@ -652,14 +678,25 @@ pub fn explain<L: Lookups>(l: &L, pkt: &Packet, out: &OutIf) -> Result<Explanati
                 ));
             }
         }
-        if (cfg.port_min..=cfg.port_max).contains(&own) && own != 0 {
+        let skipped = cfg.skip_max != 0 && (cfg.skip_min..=cfg.skip_max).contains(&own);
+        if (cfg.port_min..=cfg.port_max).contains(&own) && own != 0 && !skipped {
             tries.push(format!("its own port {own} (port preservation, RFC 4787 REQ-3)"));
         }
     }
+    let skip = if cfg.skip_max != 0 && cfg.skip_max >= cfg.port_min && cfg.skip_min <= cfg.port_max {
+        format!(" less nodePortRange {}-{}", cfg.skip_min, cfg.skip_max)
+    } else {
+        String::new()
+    };
     tries.push(format!(
-        "a random port from {}-{} (128 random probes, then a sweep of up to 1024 ports; drops.no_port if none is free)",
+        "a random port from {}-{}{skip} (128 random probes, then a sweep of up to 1024 ports; drops.no_port if none is free)",
         cfg.port_min, cfg.port_max
     ));
+    c.notes.push(
+        "a port whose replies a host socket would receive (a listener, a bound UDP socket, a host connection to this \
+         remote) is passed over (host_socket_ports_avoided)"
+            .into(),
+    );
     c.notes.push(format!("a new NAT pair is made; its port is the first free of: {}", tries.join("; then ")));
     Ok(c.finish(Verdict::Masquerade, code, reason, Some((nat, None))))
 }
@@ -891,6 +928,14 @@ impl MapLookups {
 }
 
 impl Lookups for MapLookups {
+    fn pool(&self) -> Result<Option<abi::MasqPool>> {
+        if !self.pins.map(abi::MAP_MASQ_POOL).exists() {
+            return Ok(None); // a data plane from before pools
+        }
+        let m: aya::maps::Array<MapData, abi::MasqPool> = maps::open(&self.pins, abi::MAP_MASQ_POOL)?;
+        Ok(m.get(&0, 0).ok())
+    }
+
     fn binding(&self, addr: IpAddr, port: u16, proto: u8) -> Result<Option<(IpAddr, u16)>> {
         let name = if addr.is_ipv4() { abi::MAP_NAT4_BIND } else { abi::MAP_NAT6_BIND };
         if !self.pins.map(name).exists() {

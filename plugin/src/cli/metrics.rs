@@ -229,6 +229,22 @@ pub fn render(s: &Snapshot) -> String {
             "ports_preserved",
             "New flows given the pod's own source port (port preservation).",
         ),
+        (
+            "ebpf_masq_host_flows_tracked_total",
+            "host_flows_tracked",
+            "Host flows on the masquerade address given a NAT pair: their tuple was a pod's, or an echo request.",
+        ),
+        (
+            "ebpf_masq_host_flows_remapped_total",
+            "host_flows_remapped",
+            "Host flows given another source port because a pod's NAT pair held their tuple (as netfilter does).",
+        ),
+        (
+            "ebpf_masq_host_socket_ports_avoided_total",
+            "host_socket_ports_avoided",
+            "Ports a new NAT pair passed over because a host socket (a listener, a bound UDP socket, a host \
+             connection on that tuple) would have received its replies.",
+        ),
     ] {
         family(&mut out, name, "counter", help).sample(&[], s.counter(counter));
     }

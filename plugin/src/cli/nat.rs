@@ -29,6 +29,9 @@ pub struct Flow {
     /// A flow begun outside (its first packet came in on an uplink, to the pod):
     /// its packets leave untranslated, and it has no reverse half.
     pub inbound: bool,
+    /// The host's own flow on the masquerade address ("pod" is the node): given
+    /// another port because a pod's pair held its tuple, or an echo id kept.
+    pub host: bool,
     /// Both halves present (a flow begun outside has only the one).
     pub complete: bool,
     /// "namespace/name" of the registered pod whose address this is (CNI_ARGS);
@@ -67,6 +70,7 @@ fn flows_of<F: nat::Family>(pins: &Pins, now: u64, out: &mut Vec<Flow>) -> Resul
             closing: e.flags & abi::NAT_F_TCP_CLOSING != 0,
             by_rule: (e.flags & abi::NAT_F_BY_RULE != 0).then_some(e.rule_id),
             inbound,
+            host: e.flags & abi::NAT_F_HOST != 0,
             complete: r.is_some() || inbound,
             k8s_pod: None,
         });
@@ -110,7 +114,7 @@ pub fn list(pins: &Pins, json: bool) -> Result<()> {
     for f in &flows {
         let node = if f.inbound { "(inbound, not masqueraded)".to_string() } else { endpoint(&f.nat_addr, f.nat_port) };
         println!(
-            "{:<6} {:<30} {:<30} {:<30} {:>7.1}s {:>9} {:>9}{}{}",
+            "{:<6} {:<30} {:<30} {:<30} {:>7.1}s {:>9} {:>9}{}{}{}",
             f.proto,
             endpoint(&f.pod_addr, f.pod_port),
             node,
@@ -119,6 +123,13 @@ pub fn list(pins: &Pins, json: bool) -> Result<()> {
             f.packets,
             f.reply_packets,
             if f.complete { "" } else { "  (reply half missing)" },
+            if !f.host {
+                ""
+            } else if f.pod_port == f.nat_port {
+                "  (host flow, own port)"
+            } else {
+                "  (host flow, remapped: a pod held its tuple)"
+            },
             f.k8s_pod.as_deref().map(|p| format!("  pod {p}")).unwrap_or_default()
         );
     }

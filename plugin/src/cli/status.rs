@@ -46,6 +46,9 @@ pub fn collect(pins: &Pins) -> Result<Value> {
     let cfg: Array<MapData, MasqConfig> = maps::open(pins, abi::MAP_CONFIG)?;
     let c = cfg.get(&0, 0).map_err(e("masq_config"))?;
 
+    let pool: Option<abi::MasqPool> = maps::open::<Array<MapData, abi::MasqPool>>(pins, abi::MAP_MASQ_POOL)
+        .ok()
+        .and_then(|m| m.get(&0, 0).ok());
     let ups: HashMap<MapData, u32, UplinkInfo> = maps::open(pins, abi::MAP_UPLINKS)?;
     let mut uplinks = Vec::new();
     for item in ups.iter() {
@@ -66,6 +69,13 @@ pub fn collect(pins: &Pins) -> Result<Value> {
             "l3": u.flags & abi::UPLINK_F_L3 != 0,
             "masquerade_v4": (u.flags & abi::UPLINK_F_HAS_V4 != 0).then(|| Ipv4Addr::from(u.masq_v4).to_string()),
             "masquerade_v6": (u.flags & abi::UPLINK_F_HAS_V6 != 0).then(|| Ipv6Addr::from(u.masq_v6).to_string()),
+            // masqueradeAddress's pool, when this uplink takes its addresses from it.
+            "pool_v4": (u.flags & abi::UPLINK_F_POOL4 != 0).then(|| pool.as_ref().map(|p| {
+                p.v4[..p.len4 as usize].iter().map(|a| Ipv4Addr::from(*a).to_string()).collect::<Vec<_>>()
+            })).flatten(),
+            "pool_v6": (u.flags & abi::UPLINK_F_POOL6 != 0).then(|| pool.as_ref().map(|p| {
+                p.v6[..p.len6 as usize].iter().map(|a| Ipv6Addr::from(*a).to_string()).collect::<Vec<_>>()
+            })).flatten(),
             "egress_attached": egress.is_some(),
             "ingress_attached": ingress.is_some(),
             "egress_attach_mode": egress,
@@ -151,7 +161,7 @@ pub fn collect(pins: &Pins) -> Result<Value> {
             "port_range": format!("{}-{}", c.port_min, c.port_max),
             // What the NAT maps were created with (natMaxEntries at the first load).
             "nat_max_entries": readers::map_max_entries(pins, abi::MAP_NAT4_REV)?,
-            "timeouts_s": {"tcp": c.tcp_timeout_s, "tcp_closing": c.tcp_closing_timeout_s, "udp": c.udp_timeout_s, "icmp": c.icmp_timeout_s},
+            "timeouts_s": {"tcp": c.tcp_timeout_s, "tcp_closing": c.tcp_closing_timeout_s, "udp": c.udp_timeout_s, "udp_one_shot": c.udp_one_shot_timeout_s, "icmp": c.icmp_timeout_s},
             "exclusions": exclusions,
         },
         "uplinks": uplinks,
@@ -210,6 +220,12 @@ pub fn run(pins: &Pins, json_out: bool) -> Result<()> {
             u["egress_attach_mode"].as_str().map(|m| format!(" ({m})")).unwrap_or_default(),
             if u["l3"].as_bool() == Some(true) { " (L3 device)" } else { "" }
         );
+        for fam in ["pool_v4", "pool_v6"] {
+            if let Some(p) = u[fam].as_array() {
+                let list: Vec<&str> = p.iter().filter_map(|a| a.as_str()).collect();
+                println!("    {} pool (paired: a source always takes the same one): {}", &fam[5..], list.join(" "));
+            }
+        }
     }
     println!("rules:");
     for r in s["rules"].as_array().into_iter().flatten() {

@@ -139,7 +139,26 @@ impl Dataplane {
             icmp_timeout_s: other_s,
             nat_seed,
             nat_shards,
+            skip_min: 0,
+            skip_max: 0,
+            udp_one_shot_timeout_s: other_s,
         };
+        m.set(0, c, 0).unwrap();
+    }
+
+    /// natTimeouts.udpOneShot (the other config fields stay).
+    pub fn set_udp_one_shot(&self, secs: u32) {
+        let mut m: Array<MapData, MasqConfig> = self.map(abi::MAP_CONFIG);
+        let mut c = m.get(&0, 0).unwrap();
+        c.udp_one_shot_timeout_s = secs;
+        m.set(0, c, 0).unwrap();
+    }
+
+    /// nodePortRange [lo, hi]: never handed out ({0, 0}: none; the other fields stay).
+    pub fn set_node_port_range(&self, lo: u16, hi: u16) {
+        let mut m: Array<MapData, MasqConfig> = self.map(abi::MAP_CONFIG);
+        let mut c = m.get(&0, 0).unwrap();
+        (c.skip_min, c.skip_max) = (lo, hi);
         m.set(0, c, 0).unwrap();
     }
 
@@ -206,6 +225,20 @@ impl Dataplane {
     /// An Ethernet uplink with an IPv4 masquerade address.
     pub fn add_uplink(&self, ifindex: u32, masq: Ipv4Addr) {
         let info = UplinkInfo { masq_v4: masq.octets(), flags: abi::UPLINK_F_HAS_V4, masq_v6: [0; 16] };
+        maps::uplink_put(&self.pins, ifindex, info).unwrap();
+    }
+
+    /// An Ethernet uplink masquerading to a pool (masqueradeAddress with 2+ IPv4
+    /// addresses): the uplink's own address is the first, the pool in masq_pool.
+    pub fn add_uplink_pool(&self, ifindex: u32, pool: &[Ipv4Addr]) {
+        let mut p = MasqPool { len4: pool.len() as u32, ..Default::default() };
+        for (slot, a) in p.v4.iter_mut().zip(pool) {
+            *slot = a.octets();
+        }
+        let mut m: Array<MapData, MasqPool> = self.map(abi::MAP_MASQ_POOL);
+        m.set(0, p, 0).unwrap();
+        let flags = abi::UPLINK_F_HAS_V4 | if pool.len() > 1 { abi::UPLINK_F_POOL4 } else { 0 };
+        let info = UplinkInfo { masq_v4: pool[0].octets(), flags, masq_v6: [0; 16] };
         maps::uplink_put(&self.pins, ifindex, info).unwrap();
     }
 
