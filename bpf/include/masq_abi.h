@@ -343,6 +343,8 @@ struct nat6_permit {
 #define NAT_GC_ARMED 1ULL   /* armed: the timer is running */
 #define NAT_GC_NEW4  2ULL   /* armed: an IPv4 pair was created since the last run */
 #define NAT_GC_NEW6  4ULL   /* armed: an IPv6 pair was created since the last run */
+#define NAT_GC_NEW_HOST  8ULL  /* armed: a host pair (NAT_F_HOST) was created since the last run */
+#define NAT_GC_SEEN_HOST 16ULL /* seen: this cycle found a live host pair */
 #define NAT_GC_WALK6 1U     /* walk: this cycle walks nat6_fwd's shards too */
 struct nat_gc {
 	struct bpf_timer timer;
@@ -359,6 +361,8 @@ struct nat_gc {
 	__u64 seen;                /* NAT_GC_NEW* taken during this cycle */
 	__u64 last_run_took_ns;    /* how long the last run held its CPU (softirq) */
 	__u64 max_run_took_ns;     /* the longest run since the maps were created */
+	__u64 hosts;               /* 1: host pairs may exist, so the host's own packets look theirs up
+				    * (set by a new one; each cycle sets or clears it by what it found) */
 };
 
 /* ---- reserved_ports (ARRAY, RESERVED_PORTS_MAX entries), plugin-only: the port

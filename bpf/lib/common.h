@@ -110,7 +110,7 @@ _Static_assert(sizeof(struct rule_stats) == 16, "rule_stats size");
 _Static_assert(sizeof(struct pod_meta) == 1344, "pod_meta size");
 _Static_assert(sizeof(struct nat4_key) == 16, "nat4_key size");
 _Static_assert(sizeof(struct nat4_entry) == 48, "nat4_entry size");
-_Static_assert(sizeof(struct nat_gc) == 112, "nat_gc size");
+_Static_assert(sizeof(struct nat_gc) == 120, "nat_gc size");
 _Static_assert(sizeof(struct port_range) == 4, "port_range size");
 _Static_assert(sizeof(struct pod_stats) == 24, "pod_stats size");
 _Static_assert(sizeof(struct veth_info) == 80, "veth_info size");

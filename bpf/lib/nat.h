@@ -62,7 +62,7 @@ struct nat_gc_walk {
 	__u64 now;
 };
 
-static __always_inline void nat_gc_ensure(bool v6);
+static __always_inline void nat_gc_ensure(bool v6, bool host);
 
 #ifndef E2BIG
 #define E2BIG 7               /* a hash map at max_entries refuses a new key */
@@ -349,7 +349,7 @@ static int nat_gc_run(void *map, __u32 *key, struct nat_gc *gc)
 	__u64 interval, took;
 	__u32 zero = 0;
 
-	gc->seen |= was & (NAT_GC_NEW4 | NAT_GC_NEW6);
+	gc->seen |= was & (NAT_GC_NEW4 | NAT_GC_NEW6 | NAT_GC_NEW_HOST);
 	gc->last_checked = 0;
 	gc->last_run_ns = w.now;
 	gc->runs++;
@@ -377,6 +377,16 @@ static int nat_gc_run(void *map, __u32 *key, struct nat_gc *gc)
 		bool any = gc->cycle_checked || (gc->seen & (NAT_GC_NEW4 | NAT_GC_NEW6));
 
 		gc->walk = (gc->cycle6_checked || (gc->seen & NAT_GC_NEW6)) ? NAT_GC_WALK6 : 0;
+		/* Host pairs: the flag follows what the cycle found. Cleared first, then
+		 * armed looked at again: a host pair made meanwhile (its maker sets
+		 * NEW_HOST before the flag) is never left unflagged. */
+		if (gc->seen & (NAT_GC_NEW_HOST | NAT_GC_SEEN_HOST)) {
+			__sync_fetch_and_or(&gc->hosts, 1);
+		} else if (gc->hosts) {
+			__sync_fetch_and_and(&gc->hosts, 0);
+			if (gc->armed & NAT_GC_NEW_HOST)
+				__sync_fetch_and_or(&gc->hosts, 1);
+		}
 		gc->last_cycle_checked = gc->cycle_checked;
 		gc->cycle_checked = 0;
 		gc->cycle6_checked = 0;
@@ -401,14 +411,15 @@ static int nat_gc_run(void *map, __u32 *key, struct nat_gc *gc)
 }
 
 /*
- * nat_gc_ensure - after a new pair: tell the sweep (NAT_GC_NEW4/NEW6) and arm it
+ * nat_gc_ensure - after a new pair: tell the sweep (NAT_GC_NEW4/NEW6, and
+ * NAT_GC_NEW_HOST with the hosts flag for a host pair) and arm it
  * if it is not running (the node's first pair, or the first after a cycle found
  * the table empty and stopped). Cheap when armed and told: one lookup, one read.
  * Racing CPUs are harmless: the second init says EBUSY and starting twice re-arms.
  */
-static __always_inline void nat_gc_ensure(bool v6)
+static __always_inline void nat_gc_ensure(bool v6, bool host)
 {
-	__u64 bit = v6 ? NAT_GC_NEW6 : NAT_GC_NEW4;
+	__u64 bit = (v6 ? NAT_GC_NEW6 : NAT_GC_NEW4) | (host ? NAT_GC_NEW_HOST : 0);
 	struct nat_gc *gc;
 	__u32 zero = 0;
 	long err;
@@ -416,8 +427,10 @@ static __always_inline void nat_gc_ensure(bool v6)
 	gc = bpf_map_lookup_elem(&nat_gc, &zero);
 	if (!gc)
 		return;
-	if (!(gc->armed & bit))
+	if ((gc->armed & bit) != bit)
 		__sync_fetch_and_or(&gc->armed, bit);
+	if (host && !gc->hosts)
+		__sync_fetch_and_or(&gc->hosts, 1); /* after NEW_HOST: see nat_gc_run */
 	if (gc->armed & NAT_GC_ARMED)
 		return;
 	err = bpf_timer_init(&gc->timer, &nat_gc, CLOCK_MONOTONIC);

@@ -218,8 +218,11 @@ static long NAT_FN(gc_pair)(void *map, const KEY_T *key, ENTRY_T *fwd, struct na
 	/* Counted in the map value, not on the stack: a constant count would keep
 	 * the verifier from ever seeing the walk's states converge. */
 	w->gc->last_checked++;
-	if (!NAT_FN(nat_expired)(fwd, w->cfg, fk.proto, w->now))
+	if (!NAT_FN(nat_expired)(fwd, w->cfg, fk.proto, w->now)) {
+		if (fwd->flags & NAT_F_HOST)
+			w->gc->seen |= NAT_GC_SEEN_HOST;
 		return 0;
+	}
 	KEY_T rk = {
 		.saddr = fk.daddr, .daddr = fwd->addr,
 		.sport = fk.dport, .dport = fwd->port, .proto = fk.proto,
@@ -566,7 +569,7 @@ __attribute__((noinline)) int NAT_FN(snat_new)(struct __sk_buff *skb, const FLOW
 			NAT_FN(permit_put)(f, d, p.rk.dport, now);
 	}
 	count_add(CNT_NAT_CREATED, 1);
-	nat_gc_ensure(NAT_IS_V6);
+	nat_gc_ensure(NAT_IS_V6, d->nat_flags & NAT_F_HOST);
 	return NAT_NEW_OK;
 }
 
@@ -754,7 +757,8 @@ static __noinline int NAT_FN(icmp_err_ingress)(struct __sk_buff *skb, const FLOW
  * (rnat_ingress), so nobody's replies are misdelivered. A host socket that
  * exists first is seen by the pod's claim instead (host_holds). Echo requests
  * always get a pair (their own id when free): no socket lookup finds a ping id.
- * Everything else passes untouched: one forward and one reverse lookup.
+ * Everything else passes untouched, at the cost of one reverse lookup for a
+ * UDP datagram or a TCP SYN, and one forward lookup while host pairs exist.
  * NAT_HOST_NEW: the flow needs a pair (snat_egress makes it, at the one call of
  * snat_create, so the deepest call chain stays within the BPF stack).
  */
@@ -763,13 +767,16 @@ static __noinline int NAT_FN(host_egress)(struct __sk_buff *skb, const FLOW_T *f
 	ENTRY_T *fwd;
 	__u64 now;
 
+	const struct nat_gc *gc = bpf_map_lookup_elem(&nat_gc, &nat_zero_key);
+
 	if (f->l4 != L4_OK)
 		return MASQ_PASS; /* a later fragment: the address, all a host pair could change, stays */
 	KEY_T fk = {
 		.saddr = f->saddr, .daddr = f->daddr,
 		.sport = f->sport, .dport = f->dport, .proto = f->proto,
 	};
-	fwd = NAT_FN(fwd_get)(&fk);
+	/* Its own pair, if host pairs may exist at all (nat_gc.hosts). */
+	fwd = !gc || gc->hosts ? NAT_FN(fwd_get)(&fk) : NULL;
 	if (fwd) {
 		now = bpf_ktime_get_coarse_ns();
 		if (NAT_FN(snat_refresh)(f, fwd, now)) {
@@ -781,6 +788,10 @@ static __noinline int NAT_FN(host_egress)(struct __sk_buff *skb, const FLOW_T *f
 	}
 	if (f->proto == ICMP_PROTO)
 		return f->icmp_type == ECHO_REQUEST ? NAT_HOST_NEW : MASQ_PASS;
+	/* A host TCP connection can only meet a pod's tuple with its first segment:
+	 * from connect() on, its socket is hashed, and a pod's claim sees it. */
+	if (f->proto == IPPROTO_TCP && (f->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) != TCP_FLAG_SYN)
+		return MASQ_PASS;
 	KEY_T rk = {
 		.saddr = f->daddr, .daddr = f->saddr,
 		.sport = f->dport, .dport = f->sport, .proto = f->proto,
@@ -954,7 +965,7 @@ static __noinline void NAT_FN(inbound_track)(struct __sk_buff *skb, const struct
 		return;
 	}
 	count_add(CNT_INBOUND_CREATED, 1);
-	nat_gc_ensure(NAT_IS_V6);
+	nat_gc_ensure(NAT_IS_V6, false);
 	e = bpf_map_lookup_elem(shard, &fk);
 	if (e)
 		NAT_FN(nat_touch)(e, f, now);
@@ -1016,7 +1027,7 @@ static __noinline int NAT_FN(open_ingress)(struct __sk_buff *skb, const FLOW_T *
 	}
 	count_add(CNT_NAT_CREATED, 1);
 	count_add(CNT_FILTER_ADMITTED, 1);
-	nat_gc_ensure(NAT_IS_V6);
+	nat_gc_ensure(NAT_IS_V6, false);
 	rev = bpf_map_lookup_elem(&MAP_REV, &rk);
 	if (!rev)
 		return MASQ_PASS;

@@ -236,3 +236,32 @@ fn node_port_range_is_never_handed_out() {
     assert_eq!(seen.len(), 10);
     assert!(seen.iter().all(|p| !(20005..=20015).contains(p)), "{seen:?}");
 }
+
+/// The host's packets look their own pair up only while host pairs may exist
+/// (nat_gc.hosts): set by a new one, cleared by the sweep's first cycle that
+/// finds none; a host pair that outlives its pod's pair keeps being found.
+#[test]
+fn host_pairs_are_looked_up_only_while_some_exist() {
+    let dp = node();
+    dp.set_timeouts(20000, 20099, 3600, 3600, 2);
+    assert_eq!(dp.nat_gc().hosts, 0);
+    dp.egress(&udp(POD, REMOTE, 20042, 53)).passed();
+    let p = summary(&dp.egress(&udp(MASQ, REMOTE, 20042, 53)).passed()).sport;
+    assert_ne!(p, 20042);
+    assert_eq!(dp.nat_gc().hosts, 1);
+    // The pod's pair goes; the host flow keeps its port while it sends.
+    dp.del_rev(&reverse_key(&nat_key(POD, REMOTE, 20042, 53, UDP), MASQ, 20042));
+    dp.del_fwd(&nat_key(POD, REMOTE, 20042, 53, UDP));
+    assert_eq!(summary(&dp.egress(&udp(MASQ, REMOTE, 20042, 53)).passed()).sport, p);
+    // Idle, it expires with both halves, and a later cycle clears the flag.
+    let gone = || dp.fwd().is_empty() && dp.nat_gc().hosts == 0;
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !gone() && std::time::Instant::now() < end {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(gone(), "{:?} {:?}", dp.fwd(), dp.nat_gc());
+    // The host's next datagram meets nobody's tuple: untouched, untracked.
+    let frame = udp(MASQ, REMOTE, 20042, 53);
+    assert_eq!(dp.egress(&frame).passed(), frame);
+    assert!(dp.fwd().is_empty());
+}

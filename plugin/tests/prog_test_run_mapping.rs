@@ -337,11 +337,12 @@ fn a_pool_pairs_each_source_with_one_address_and_spreads_pods_across_it() {
     assert_eq!(used.into_iter().collect::<Vec<_>>(), pool.iter().map(|a| (*a, 2)).collect::<Vec<_>>());
     // Same pod port, same remote endpoint, pods on different addresses: each keeps
     // its own port (capacity per remote endpoint grows with the pool).
+    // (A remote port no flow above used: their random ports could hold 20050 there.)
     for p in &pods[..3] {
-        let out = dp.egress(&udp(*p, REMOTE, 20050, 53)).passed();
+        let out = dp.egress(&udp(*p, REMOTE, 20050, 5353)).passed();
         assert_eq!(summary(&out).sport, 20050, "{p}");
         let s = summary(&out);
-        let back = dp.ingress(&udp(REMOTE, s.src, 53, 20050)).passed();
+        let back = dp.ingress(&udp(REMOTE, s.src, 5353, 20050)).passed();
         assert_eq!((summary(&back).dst, summary(&back).dport), (*p, 20050));
     }
     // A tunnel client (rule without toAddress) is paired too.

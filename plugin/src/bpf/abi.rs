@@ -414,6 +414,7 @@ pub fn shards_for(nat_max_entries: u32) -> u32 {
 pub const NAT_GC_ARMED: u64 = 1;
 pub const NAT_GC_NEW4: u64 = 2;
 pub const NAT_GC_NEW6: u64 = 4;
+pub const NAT_GC_NEW_HOST: u64 = 8;
 /// `nat_gc.walk`: the current cycle walks nat6_fwd's shards too.
 pub const NAT_GC_WALK6: u32 = 1;
 
@@ -439,6 +440,8 @@ pub struct NatGc {
     /// How long the last run held its CPU, and the longest run so far.
     pub last_run_took_ns: u64,
     pub max_run_took_ns: u64,
+    /// 1: host pairs (NAT_F_HOST) may exist, so host packets look theirs up.
+    pub hosts: u64,
 }
 
 /// Per-word offsets of the shard hash (`nat_shard_keys` in bpf/lib/nat.h), each
@@ -736,7 +739,7 @@ pod! {
     Nat6Permit = 24,
     PodStats = 24,
     VethInfo = 80,
-    NatGc = 112,
+    NatGc = 120,
     PortRange = 4,
     MasqPool = 1288,
     AttachmentKey = 88,
