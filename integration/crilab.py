@@ -95,12 +95,15 @@ class CriContainerd:
     def ctr(self, *args, check=True, timeout=120):
         return sh(["ctr", "--address", self.sock, "--namespace", K8S_NS, *map(str, args)], check=check, timeout=timeout)
 
-    def run_pod_sandbox(self, name, namespace, annotations=None):
-        """RunPodSandbox as kubelet sends it; returns the sandbox id."""
+    def run_pod_sandbox(self, name, namespace, annotations=None, host_ports=()):
+        """RunPodSandbox as kubelet sends it; returns the sandbox id. host_ports:
+        (hostPort, containerPort, "tcp"|"udp") for the sandbox's port_mappings."""
         pb = self.pb
         uid = f"uid-{name}"
+        proto = {"tcp": pb.TCP, "udp": pb.UDP}
         cfg = pb.PodSandboxConfig(
             metadata=pb.PodSandboxMetadata(name=name, uid=uid, namespace=namespace, attempt=0),
+            port_mappings=[pb.PortMapping(protocol=proto[p], container_port=c, host_port=h) for h, c, p in host_ports],
             hostname=name,
             log_directory=str(self.dir / "logs" / uid),
             annotations=annotations or {},

@@ -105,7 +105,8 @@ def test_agent_keeps_chain_config_and_registrations(topo, plugin, lab):
     # Start: chained, binary installed, data plane in place, healthy.
     wait_for(lambda: alive() and get("/healthz")[0] == 200, timeout=30, what="agent healthy")
     assert entry_of(conflist) == [{"type": "ebpf-masq", "pinPath": lab.pin_path,
-                                 "capabilities": {"io.kubernetes.cri.pod-annotations": True}}], conflist.read_text()
+                                 "capabilities": {"io.kubernetes.cri.pod-annotations": True,
+                                                  "portMappings": True}}], conflist.read_text()
     assert (topo.cni_bin / "ebpf-masq").read_bytes() == plugin.read_bytes()
     assert get("/healthz") == (200, "ok\n")
     assert metric("ebpf_masq_data_plane_loaded") == 1 and metric("ebpf_masq_agent_config_valid") == 1

@@ -3,8 +3,9 @@ real CRI client making kubelet's calls (crilab.py).
 
 RunPodSandbox -> the pod's traffic to ext leaves with the node address, to the
 native network (nativeRoutingCIDR) with its own; the registration carries the
-pod's namespace and name (CNI_ARGS from the CRI plugin) and its ebpf-masq.io/
-annotations (runtimeConfig, for the capability the entry declares) ->
+pod's namespace and name (CNI_ARGS from the CRI plugin), its ebpf-masq.io/
+annotations and its hostPorts (runtimeConfig, for the capabilities the entry
+declares) ->
 StopPodSandbox twice -> RemovePodSandbox -> nothing left: no registration, no NAT
 pair of the pod, no host-local lease; every CNI call the runtime made succeeded.
 """
@@ -22,12 +23,12 @@ def test_run_stop_twice_remove_through_the_cri(topo, plugin, lab):
 
     log = lab.tmp / "ebpf-masq.log"
     masq = {**topo.masq_entry(nativeRoutingCIDR=["10.10.0.0/24"], logFile=str(log), logLevel="debug"),
-            "capabilities": {CAP: True}}
+            "capabilities": {CAP: True, "portMappings": True}}
     conflist = {"cniVersion": "1.0.0", "name": f"{lab.prefix}cri", "plugins": [topo.bridge_plugin(), masq]}
     cri = CriContainerd(lab, topo.node, conflist, plugin)
 
     annotations = {"ebpf-masq.io/egress-policy": "partner", "example.com/team": "shop"}
-    sid = cri.run_pod_sandbox("web-0", "shop", annotations)
+    sid = cri.run_pod_sandbox("web-0", "shop", annotations, host_ports=[(8080, 80, "tcp")])
     st, _ = cri.status(sid)
     assert st.state == cri.pb.SANDBOX_READY, st
     pod_ip = st.network.ip
@@ -47,6 +48,7 @@ def test_run_stop_twice_remove_through_the_cri(topo, plugin, lab):
     assert reg["container_id"] == sid and reg["addresses"] == [pod_ip], reg
     assert (reg["k8s_namespace"], reg["k8s_name"]) == ("shop", "web-0"), reg
     assert reg["annotations"] == {"ebpf-masq.io/egress-policy": "partner"}, reg
+    assert reg["host_ports"] == ["8080/tcp"], reg  # the sandbox's port_mappings, kept off masqueraded flows
     flows = [f for f in topo.nat_list(plugin) if f["pod_addr"] == pod_ip]
     assert flows and all(f["k8s_pod"] == "shop/web-0" for f in flows), flows
 

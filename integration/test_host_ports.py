@@ -86,3 +86,34 @@ def test_a_pod_port_inside_the_node_port_range_is_not_kept(node):
         return  # iptables keeps 31000 (it knows no NodePort range)
     assert not 30000 <= ports[0] <= 32767 and 1024 <= ports[0] <= 65535, (mode, ports)
     assert ports[1] == 45000, (mode, "a pod's ephemeral port is kept", ports)
+
+
+def test_a_pods_host_port_is_not_handed_out(topo, plugin):
+    """hostPorts (portmap's DNAT; no socket) reach ebpf-masq as runtimeConfig
+    portMappings, the capability its chained entry declares (here through
+    cnitool's CAP_ARGS, as libcni passes them): while the pod is there no
+    masqueraded flow gets that node port; its DEL gives the port back."""
+    net = topo.masq_network(plugin, capabilities={"portMappings": True})
+    web = topo.pod_ns("web")
+    env = {**net.env, "CAP_ARGS": json.dumps({"portMappings": [
+        {"hostPort": 8080, "containerPort": 80, "protocol": "tcp"},
+        {"hostPort": 5353, "containerPort": 53, "protocol": "udp"}]})}
+    topo.node.enter(["cnitool", "add", net.name, web.path], env=env)
+    net.pods.append(web)
+    status = lambda: json.loads(  # noqa: E731
+        topo.node.enter([plugin, "status", "--json", "--pin-path", topo.lab.pin_path]).stdout)
+    [w] = [p for p in status()["pods"] if p["host_ports"]]
+    assert sorted(w["host_ports"]) == ["5353/udp", "8080/tcp"], w
+    client = net.add(topo.pod_ns("client"))
+    tcp, udp = topo.ext.server("tcp", 5000), topo.ext.server("udp", 5001)
+    assert client.ns.client("tcp", EXT, 5000, bind_port=8080)[0] == 0
+    assert client.ns.client("udp", EXT, 5001, bind_port=5353)[0] == 0
+    seen = (tcp.records("done")[0]["port"], udp.records("dgram")[0]["port"])
+    assert seen[0] != 8080 and seen[1] != 5353, seen
+    # The pod goes: so do its hostPorts; another pod's own 8080 is kept again.
+    topo.node.enter(["cnitool", "del", net.name, web.path], env=env)
+    net.pods.remove(web)
+    assert all(not p["host_ports"] for p in status()["pods"])
+    other = net.add(topo.pod_ns("other"))
+    assert other.ns.client("tcp", EXT, 5000, bind_port=8080)[0] == 0
+    assert tcp.records("done")[-1]["port"] == 8080, tcp.records()

@@ -460,11 +460,26 @@ struct attachment_info {
 #define POD_META_NS_LEN 64          /* a namespace is a DNS label: 63 bytes at most */
 #define POD_META_NAME_LEN 256       /* a pod name is a DNS subdomain: 253 at most */
 #define POD_META_ANN_LEN 1024
+/* A port of the node that portmap DNATs to a pod (a hostPort, from runtimeConfig's
+ * portMappings): no socket holds it, so host_holds looks it up in host_ports. */
+#define POD_HOST_PORTS_MAX 16
+struct host_port {
+	__u16 port;                /* host byte order */
+	__u8 proto;                /* IPPROTO_TCP / IPPROTO_UDP */
+	__u8 pad;
+};
 struct pod_meta {
 	char k8s_namespace[POD_META_NS_LEN];
 	char k8s_name[POD_META_NAME_LEN];
 	char annotations[POD_META_ANN_LEN];
+	struct host_port host_ports[POD_HOST_PORTS_MAX]; /* the pod's hostPorts; {0} ends the list */
 };
+
+/* ---- host_ports (HASH, key struct host_port, value __u32 unused), plugin-written:
+ * every registered pod's hostPorts (rebuilt from pod_meta at each ADD and DEL). A
+ * new pair never takes one (host_holds): portmap would DNAT the remote's new
+ * connections to it to the hostPort's pod. */
+#define HOST_PORTS_MAX 4096
 
 /* ---- counters (PERCPU_ARRAY, index enum masq_counter) ---- */
 enum masq_counter {

@@ -107,7 +107,8 @@ _Static_assert(sizeof(struct nat6_permit) == 24, "nat6_permit size");
 _Static_assert(NAT_FILTER_AD != POD_F_NAT_OUTGOING && NAT_FILTER_AD != RULE_F_TO_ADDRESS &&
 	       NAT_FILTER_AD != ATT_F_NAT_OUTGOING, "filter bits are free in every flags word");
 _Static_assert(sizeof(struct rule_stats) == 16, "rule_stats size");
-_Static_assert(sizeof(struct pod_meta) == 1344, "pod_meta size");
+_Static_assert(sizeof(struct pod_meta) == 1408, "pod_meta size");
+_Static_assert(sizeof(struct host_port) == 4, "host_port size");
 _Static_assert(sizeof(struct nat4_key) == 16, "nat4_key size");
 _Static_assert(sizeof(struct nat4_entry) == 48, "nat4_entry size");
 _Static_assert(sizeof(struct nat_gc) == 120, "nat_gc size");

@@ -63,6 +63,15 @@ struct {
 } uplinks SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, HOST_PORTS_MAX);
+	__type(key, struct host_port);
+	__type(value, __u32);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* written by the plugin only: no upfront memory */
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} host_ports SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);

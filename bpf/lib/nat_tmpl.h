@@ -263,7 +263,7 @@ struct NAT_FN(probe) {
  * host_holds - would the reply of a pair claimed as @rk (remote -> nat address,
  * candidate port) reach a host socket instead? A listener on the port (kubelet,
  * a hostNetwork server), a bound UDP socket (WireGuard, VXLAN, DNS), or a host
- * connection on that very tuple. The port space is the host's too (1024-65535 by
+ * connection on that very tuple; or is the port a pod's hostPort (host_ports)? The port space is the host's too (1024-65535 by
  * default): this keeps a pod from taking a tuple the host already uses; a host
  * flow that starts after a pod took its tuple is remapped (host_egress).
  * TIME_WAIT sockets are not full sockets: not found, and their tuple may be
@@ -281,6 +281,12 @@ __attribute__((noinline)) int NAT_FN(host_holds)(struct __sk_buff *skb, const KE
 	 * every state of the port search's loop (and a key pointer may be NULL). */
 	if (!skb || !rk)
 		return false;
+	if (rk->proto != ICMP_PROTO) {
+		struct host_port hp = { .port = bpf_ntohs(rk->dport), .proto = rk->proto };
+
+		if (bpf_map_lookup_elem(&host_ports, &hp))
+			return true; /* a pod's hostPort: portmap DNATs new connections to it */
+	}
 	if (rk->proto == IPPROTO_TCP)
 		sk = bpf_sk_lookup_tcp(skb, t, SK_TUPLE_LEN, BPF_F_CURRENT_NETNS, 0);
 	else if (rk->proto == IPPROTO_UDP)

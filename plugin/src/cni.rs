@@ -252,7 +252,10 @@ fn cmd_add(env: &CniEnv, conf: &NetConf, pins: &Pins) -> Result<serde_json::Valu
         nat_outgoing: conf.masq.nat_outgoing,
         nat_filtering: crate::node::filter_bits(conf.masq.nat_filtering),
         l2: pod_l2(env, &prev, &veth)?,
-        meta: pod::meta_of(&who.namespace, &who.name, &conf.pod_annotations),
+        meta: pod::with_host_ports(
+            pod::meta_of(&who.namespace, &who.name, &conf.pod_annotations),
+            &conf.host_ports.iter().map(|&(port, proto)| abi::HostPort { port, proto, pad: 0 }).collect::<Vec<_>>(),
+        ),
     };
     pod::register(pins, &key, &reg)?;
     Ok(raw)

@@ -160,6 +160,8 @@ pub struct NetConf {
     /// io.kubernetes.cri.pod-annotations (containerd >= 1.5 and CRI-O pass them
     /// for the capability the chained entry declares); others are not kept.
     pub pod_annotations: BTreeMap<String, String>,
+    /// The pod's hostPorts (port, IP protocol), from runtimeConfig's portMappings.
+    pub host_ports: Vec<(u16, u8)>,
     pub masq: MasqConfig,
 }
 
@@ -228,6 +230,55 @@ fn parse_pod_annotations(obj: &Map<String, Value>) -> Result<BTreeMap<String, St
         return Err(Error::config(&key, format!("the {ANNOTATION_PREFIX} annotations take {len} bytes as JSON; {ANNOTATIONS_MAX_BYTES} at most")));
     }
     Ok(kept)
+}
+
+/// The capability portmap declares for hostPorts; the chained entry declares it
+/// too, so a pod's hostPorts are never handed to masqueraded flows.
+pub const CAP_PORT_MAPPINGS: &str = "portMappings";
+/// hostPorts kept per pod (POD_HOST_PORTS_MAX of the ABI).
+pub const HOST_PORTS_PER_POD: usize = 16;
+
+/// runtimeConfig's portMappings (`[{"hostPort": 8080, "containerPort": 80,
+/// "protocol": "tcp", "hostIP": ...}]`, as kubelet's runtimes and podman pass
+/// them): the distinct (hostPort, IP protocol) pairs, TCP and UDP (SCTP is never
+/// masqueraded). A hostIP does not narrow it: the port is kept off every address.
+fn parse_port_mappings(obj: &Map<String, Value>) -> Result<Vec<(u16, u8)>> {
+    let key = format!("runtimeConfig.{CAP_PORT_MAPPINGS}");
+    let list = match obj.get("runtimeConfig").and_then(|rc| rc.get(CAP_PORT_MAPPINGS)) {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(a)) => a,
+        Some(v) => return Err(wrong_type(&key, "a list of port mappings", v)),
+    };
+    let mut out: Vec<(u16, u8)> = Vec::new();
+    for (i, m) in list.iter().enumerate() {
+        let at = format!("{key}[{i}]");
+        let m = m.as_object().ok_or_else(|| wrong_type(&at, "an object", m))?;
+        // Keys as Go's encoding/json reads them, case-insensitively: containerd's go-cni
+        // sends its struct's field names ("HostPort", "Protocol"), libcni users "hostPort".
+        let get = |name: &str| m.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v);
+        let port = match get("hostPort") {
+            Some(Value::Number(n)) if n.as_u64().is_some_and(|p| (1..=65535).contains(&p)) => n.as_u64().unwrap() as u16,
+            Some(v) => return Err(Error::config(&format!("{at}.hostPort"), format!("must be a port number 1-65535, got {v}"))),
+            None => return Err(Error::config(&format!("{at}.hostPort"), "is missing")),
+        };
+        let proto = match get("protocol") {
+            None | Some(Value::Null) => 6,
+            Some(Value::String(p)) => match p.to_ascii_lowercase().as_str() {
+                "tcp" => 6,
+                "udp" => 17,
+                "sctp" => continue,
+                _ => return Err(Error::config(&format!("{at}.protocol"), format!("{} is not tcp, udp or sctp", quote(p)))),
+            },
+            Some(v) => return Err(wrong_type(&format!("{at}.protocol"), "\"tcp\", \"udp\" or \"sctp\"", v)),
+        };
+        if !out.contains(&(port, proto)) {
+            out.push((port, proto));
+        }
+    }
+    if out.len() > HOST_PORTS_PER_POD {
+        return Err(Error::config(&key, format!("{} hostPorts; a pod may have {HOST_PORTS_PER_POD} at most", out.len())));
+    }
+    Ok(out)
 }
 
 /// JSON `{"containerID": ..., "ifname": ...}`.
@@ -1628,6 +1679,7 @@ fn netconf_from_map(
     }
 
     let pod_annotations = parse_pod_annotations(obj)?;
+    let host_ports = parse_port_mappings(obj)?;
     let masq = parse_masq(obj)?;
     Ok(NetConf {
         cni_version,
@@ -1636,6 +1688,7 @@ fn netconf_from_map(
         prev_result,
         valid_attachments,
         pod_annotations,
+        host_ports,
         masq,
     })
 }
@@ -2524,6 +2577,34 @@ mod pod_identity_tests {
         assert_eq!(c.pod_annotations, want);
         assert!(conf_with(json!({"portMappings": []})).unwrap().pod_annotations.is_empty());
         assert!(conf_with(json!({CAP_POD_ANNOTATIONS: null})).unwrap().pod_annotations.is_empty());
+    }
+
+    #[test]
+    fn port_mappings_give_the_pods_host_ports() {
+        let c = conf_with(json!({CAP_PORT_MAPPINGS: [
+            {"hostPort": 8080, "containerPort": 80, "protocol": "tcp"},
+            {"hostPort": 8080, "containerPort": 80, "protocol": "TCP", "hostIP": "10.0.0.5"},
+            {"hostPort": 5353, "containerPort": 53, "protocol": "udp"},
+            {"hostPort": 9000, "containerPort": 9000},
+            {"HostPort": 7000, "ContainerPort": 80, "Protocol": "udp", "HostIP": ""},
+            {"hostPort": 3868, "containerPort": 3868, "protocol": "sctp"}]}))
+        .unwrap();
+        assert_eq!(c.host_ports, [(8080, 6), (5353, 17), (9000, 6), (7000, 17)]);
+        assert!(conf_with(json!({CAP_PORT_MAPPINGS: null})).unwrap().host_ports.is_empty());
+        assert!(conf_with(json!({})).unwrap().host_ports.is_empty());
+        let many: Vec<Value> = (1..=17).map(|p| json!({"hostPort": 9000 + p, "containerPort": 80})).collect();
+        for (rc, want) in [
+            (json!({CAP_PORT_MAPPINGS: {"hostPort": 1}}), "runtimeConfig.portMappings\""),
+            (json!({CAP_PORT_MAPPINGS: [{"containerPort": 80}]}), "runtimeConfig.portMappings[0].hostPort\""),
+            (json!({CAP_PORT_MAPPINGS: [{"hostPort": 0}]}), "runtimeConfig.portMappings[0].hostPort\""),
+            (json!({CAP_PORT_MAPPINGS: [{"hostPort": 80}, {"hostPort": 70000}]}), "runtimeConfig.portMappings[1].hostPort\""),
+            (json!({CAP_PORT_MAPPINGS: [{"hostPort": 80, "protocol": "icmp"}]}), "runtimeConfig.portMappings[0].protocol\""),
+            (json!({CAP_PORT_MAPPINGS: many}), "16 at most"),
+        ] {
+            let e = conf_with(rc.clone()).unwrap_err();
+            assert_eq!(e.code, code::INVALID_CONFIG, "{rc}");
+            assert!(e.msg.contains(want), "{rc}: {}", e.msg);
+        }
     }
 
     #[test]

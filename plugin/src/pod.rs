@@ -10,7 +10,7 @@ use aya::{
 
 use crate::{
     bpf::{
-        abi::{self, AttachmentInfo, AttachmentKey, PodInfo, PodL2, PodMeta, VethInfo},
+        abi::{self, AttachmentInfo, AttachmentKey, HostPort, PodInfo, PodL2, PodMeta, VethInfo},
         loader::{self, Pins},
         maps, nat,
     },
@@ -76,6 +76,39 @@ pub fn meta_of(namespace: &str, name: &str, annotations: &std::collections::BTre
         put(&mut m.annotations, &serde_json::to_string(annotations).unwrap_or_default());
     }
     m
+}
+
+/// `meta` with the pod's hostPorts (at most POD_HOST_PORTS_MAX: the config parser bounds them).
+pub fn with_host_ports(mut meta: PodMeta, ports: &[HostPort]) -> PodMeta {
+    for (slot, p) in meta.host_ports.iter_mut().zip(ports) {
+        *slot = *p;
+    }
+    meta
+}
+
+/// The hostPorts of a `pod_meta` record.
+pub fn host_ports_of(m: &PodMeta) -> Vec<HostPort> {
+    m.host_ports.iter().take_while(|p| p.port != 0).copied().collect()
+}
+
+/// Make `host_ports` the union of every registration's hostPorts (caller holds
+/// the node lock): rebuilt, not counted, so a failed step heals at the next ADD or DEL.
+pub fn sync_host_ports(pins: &Pins) -> Result<()> {
+    let want: std::collections::BTreeSet<HostPort> =
+        list_meta(pins)?.values().flat_map(host_ports_of).collect();
+    let mut m: HashMap<MapData, HostPort, u32> = maps::open(pins, abi::MAP_HOST_PORTS)?;
+    let have: Vec<HostPort> = m.keys().collect::<std::result::Result<_, _>>().map_err(|e| map_err("host_ports", e))?;
+    for k in have.iter().filter(|k| !want.contains(k)) {
+        match m.remove(k) {
+            Ok(()) => {}
+            Err(e) if maps::is_key_not_found(&e) => {}
+            Err(e) => return Err(map_err("remove host_ports entry", e)),
+        }
+    }
+    for k in want.iter().filter(|k| !have.contains(k)) {
+        m.insert(k, 0, 0).map_err(|e| map_err("write host_ports", e))?;
+    }
+    Ok(())
 }
 
 /// (namespace, name, annotations) of a `pod_meta` record; annotations as a JSON object.
@@ -153,6 +186,9 @@ pub fn register(pins: &Pins, key: &AttachmentKey, reg: &Registration) -> Result<
         atts.insert(key, info, 0).map_err(|e| map_err("write attachments", e))?;
         let mut meta: HashMap<MapData, AttachmentKey, PodMeta> = maps::open(pins, abi::MAP_POD_META)?;
         meta.insert(key, reg.meta, 0).map_err(|e| map_err("write pod_meta", e))?;
+        if reg.meta.host_ports[0].port != 0 {
+            sync_host_ports(pins)?;
+        }
         let flags = if reg.nat_outgoing { abi::POD_F_NAT_OUTGOING } else { 0 } | (reg.nat_filtering & abi::NAT_FILTER_MASK);
         let pod = PodInfo { ifindex: reg.veth_ifindex, flags, l2: reg.l2 };
         // The addresses first, then the veth's entry: an address a veths entry
@@ -288,11 +324,19 @@ pub fn unregister(pins: &Pins, key: &AttachmentKey) -> Result<bool> {
     }
     if errors.is_empty() {
         match maps::open::<HashMap<MapData, AttachmentKey, PodMeta>>(pins, abi::MAP_POD_META) {
-            Ok(mut m) => match m.remove(key) {
-                Ok(()) => {}
-                Err(e) if maps::is_key_not_found(&e) => {}
-                Err(e) => errors.push(format!("remove pod_meta entry: {e}")),
-            },
+            Ok(mut m) => {
+                let had_ports = m.get(key, 0).is_ok_and(|meta| meta.host_ports[0].port != 0);
+                match m.remove(key) {
+                    Ok(()) => {}
+                    Err(e) if maps::is_key_not_found(&e) => {}
+                    Err(e) => errors.push(format!("remove pod_meta entry: {e}")),
+                }
+                if had_ports {
+                    if let Err(e) = sync_host_ports(pins) {
+                        errors.push(e.msg);
+                    }
+                }
+            }
             Err(e) => errors.push(e.msg),
         }
     }

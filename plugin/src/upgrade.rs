@@ -95,6 +95,18 @@ pub fn finish(pins: &Pins, adopted: Adopted) {
     }
 }
 
+/// Layout 10's `struct pod_meta` (before the hostPorts).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct PodMetaV10 {
+    k8s_namespace: [u8; abi::POD_META_NS_LEN],
+    k8s_name: [u8; abi::POD_META_NAME_LEN],
+    annotations: [u8; abi::POD_META_ANN_LEN],
+}
+// SAFETY: plain bytes, no padding (1344 = 64 + 256 + 1024), as the map stores them.
+unsafe impl aya::Pod for PodMetaV10 {}
+const _: () = assert!(std::mem::size_of::<PodMetaV10>() == 1344);
+
 fn adopt_registrations(pins: &Pins, old: &Pins) -> Result<()> {
     let (k, v) = (std::mem::size_of::<AttachmentKey>(), std::mem::size_of::<AttachmentInfo>());
     if !same_shape(old, abi::MAP_ATTACHMENTS, k, v) {
@@ -106,8 +118,25 @@ fn adopt_registrations(pins: &Pins, old: &Pins) -> Result<()> {
     let l2 = open_if_shaped::<u32, PodL2>(old, abi::MAP_POD_L2);
     let pods4 = open_if_shaped::<[u8; 4], PodInfo>(old, abi::MAP_PODS4);
     let pods6 = open_if_shaped::<[u8; 16], PodInfo>(old, abi::MAP_PODS6);
-    // Who each pod is: from layout 10 on (before, nobody was recorded).
+    // Who each pod is: from layout 10 on (before, nobody was recorded); layout 10's
+    // record lacks the hostPorts (the pod's next ADD, if any, brings them).
     let metas = open_if_shaped::<AttachmentKey, abi::PodMeta>(old, abi::MAP_POD_META);
+    let metas10 = if metas.is_none() { open_if_shaped::<AttachmentKey, PodMetaV10>(old, abi::MAP_POD_META) } else { None };
+    let meta_of = |key: &AttachmentKey| -> abi::PodMeta {
+        if let Some(m) = metas.as_ref().and_then(|m| m.get(key, 0).ok()) {
+            return m;
+        }
+        metas10
+            .as_ref()
+            .and_then(|m| m.get(key, 0).ok())
+            .map(|o| abi::PodMeta {
+                k8s_namespace: o.k8s_namespace,
+                k8s_name: o.k8s_name,
+                annotations: o.annotations,
+                ..Default::default()
+            })
+            .unwrap_or_default()
+    };
     let l2_of = |info: &AttachmentInfo| -> PodL2 {
         if let Some(l2) = l2.as_ref().and_then(|m| m.get(&info.veth_ifindex, 0).ok()) {
             return l2;
@@ -132,7 +161,7 @@ fn adopt_registrations(pins: &Pins, old: &Pins) -> Result<()> {
             nat_outgoing: info.flags & abi::ATT_F_NAT_OUTGOING != 0,
             nat_filtering: info.flags & abi::NAT_FILTER_MASK,
             l2: l2_of(&info),
-            meta: metas.as_ref().and_then(|m| m.get(&key, 0).ok()).unwrap_or_default(),
+            meta: meta_of(&key),
         };
         let name = pod::cstr(&key.container_id);
         match crate::netlink::get_link_by_name(&reg.veth_name) {

@@ -265,3 +265,25 @@ fn host_pairs_are_looked_up_only_while_some_exist() {
     assert_eq!(dp.egress(&frame).passed(), frame);
     assert!(dp.fwd().is_empty());
 }
+
+/// A pod's hostPort (portmap DNATs the node's port to it; no socket holds it) is
+/// never handed to a masqueraded flow: a new connection from the remote to that
+/// port would otherwise be taken for the flow's reply.
+#[test]
+fn a_pods_host_port_is_never_handed_out() {
+    use aya::maps::{HashMap, MapData};
+    use ebpf_masq::bpf::abi::{HostPort, MAP_HOST_PORTS};
+    let dp = node();
+    dp.set_config(20000, 20001, 3600);
+    let mut hp: HashMap<MapData, HostPort, u32> = ebpf_masq::bpf::maps::open(&dp.pins, MAP_HOST_PORTS).unwrap();
+    hp.insert(HostPort { port: 20000, proto: TCP, pad: 0 }, 0, 0).unwrap();
+    // TCP: the pod's own 20000 is a hostPort: 20001. UDP 20000 is not one: kept.
+    assert_eq!(summary(&dp.egress(&tcp(POD, REMOTE, 20000, 443, SYN)).passed()).sport, 20001);
+    assert_eq!(summary(&dp.egress(&udp(POD, REMOTE, 20000, 53)).passed()).sport, 20000);
+    // The only other TCP port is taken towards that remote endpoint: refused, not shared.
+    dp.egress(&tcp(POD2, REMOTE, 40000, 443, SYN)).dropped();
+    assert_eq!(dp.drops(drop::NO_PORT), 1);
+    // The hostPort goes (its pod was deleted): it may be handed out again.
+    hp.remove(&HostPort { port: 20000, proto: TCP, pad: 0 }).unwrap();
+    assert_eq!(summary(&dp.egress(&tcp(POD2, REMOTE, 40000, 443, SYN)).passed()).sport, 20000);
+}

@@ -44,14 +44,16 @@ pub const MAP_NAT4_PERMIT: &str = "nat4_permit";
 pub const MAP_NAT6_PERMIT: &str = "nat6_permit";
 pub const MAP_POD_META: &str = "pod_meta";
 pub const MAP_MASQ_POOL: &str = "masq_pool";
+pub const MAP_HOST_PORTS: &str = "host_ports";
 
 /// Every map the objects define: a node is only loaded when all of them are pinned.
-pub const ALL_MAPS: [&str; 34] = [
+pub const ALL_MAPS: [&str; 35] = [
     MAP_CONFIG, MAP_PODS4, MAP_PODS6, MAP_UPLINKS, MAP_UPLINKS_DIRECT, MAP_EXCL4, MAP_EXCL6, MAP_RULES4,
     MAP_RULE_EXCEPT4, MAP_RULE_STATS, MAP_NAT4_FWD, MAP_NAT4_REV, MAP_VETHS, MAP_COUNTERS, MAP_DROPS,
     MAP_ATTACHMENTS, MAP_RULES6, MAP_RULE_EXCEPT6, MAP_NAT6_FWD, MAP_NAT6_REV, MAP_FRAG4, MAP_FRAG6, MAP_SVC4,
     MAP_SVC6, MAP_NAT_GC, MAP_RESERVED_PORTS, MAP_NAT4_BIND, MAP_NAT6_BIND, MAP_NAT4_OPEN,
     MAP_NAT6_OPEN, MAP_NAT4_PERMIT, MAP_NAT6_PERMIT, MAP_POD_META, MAP_MASQ_POOL,
+    MAP_HOST_PORTS,
 ];
 
 pub const MAX_RULES: u32 = 256;
@@ -601,12 +603,33 @@ pub struct PodMeta {
     pub k8s_namespace: [u8; POD_META_NS_LEN],
     pub k8s_name: [u8; POD_META_NAME_LEN],
     pub annotations: [u8; POD_META_ANN_LEN],
+    /// The pod's hostPorts (runtimeConfig portMappings); a zero port ends the list.
+    pub host_ports: [HostPort; POD_HOST_PORTS_MAX],
 }
 
 impl Default for PodMeta {
     fn default() -> Self {
-        PodMeta { k8s_namespace: [0; POD_META_NS_LEN], k8s_name: [0; POD_META_NAME_LEN], annotations: [0; POD_META_ANN_LEN] }
+        PodMeta {
+            k8s_namespace: [0; POD_META_NS_LEN],
+            k8s_name: [0; POD_META_NAME_LEN],
+            annotations: [0; POD_META_ANN_LEN],
+            host_ports: [HostPort::default(); POD_HOST_PORTS_MAX],
+        }
     }
+}
+
+/// hostPorts one pod's record holds.
+pub const POD_HOST_PORTS_MAX: usize = 16;
+/// Entries of `host_ports`.
+pub const HOST_PORTS_MAX: u32 = 4096;
+/// `struct host_port`: a hostPort (port in host byte order, IPPROTO_TCP/UDP), the
+/// key of `host_ports` (whose values are unused).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HostPort {
+    pub port: u16,
+    pub proto: u8,
+    pub pad: u8,
 }
 
 /// Counter indexes (enum masq_counter).
@@ -707,7 +730,8 @@ macro_rules! pod {
 }
 
 pod! {
-    PodMeta = 1344,
+    PodMeta = 1408,
+    HostPort = 4,
     MasqConfig = 40,
     PodInfo = 28,
     PodL2 = 20,
@@ -798,6 +822,7 @@ mod tests {
         assert_eq!(define("NAT_F_OPEN"), NAT_F_OPEN as u32);
         assert_eq!(define("NAT_F_HOST"), NAT_F_HOST as u32);
         assert_eq!(define("MASQ_POOL_MAX") as usize, MASQ_POOL_MAX);
+        assert_eq!((define("POD_HOST_PORTS_MAX") as usize, define("HOST_PORTS_MAX")), (POD_HOST_PORTS_MAX, HOST_PORTS_MAX));
         assert_eq!((define("UPLINK_F_POOL4"), define("UPLINK_F_POOL6")), (UPLINK_F_POOL4, UPLINK_F_POOL6));
         assert_eq!(counters[counter::HOST_SOCKET_AVOIDED as usize], "CNT_HOST_SOCKET_AVOIDED");
         assert_eq!(

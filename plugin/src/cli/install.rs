@@ -393,8 +393,12 @@ pub fn entry_from(
     }
     match config::masq_to_json(&masq) {
         Value::Object(mut m) => {
-            // containerd (>= 1.5) and CRI-O then pass the pod's annotations as runtimeConfig.
-            m.insert("capabilities".into(), serde_json::json!({ (config::CAP_POD_ANNOTATIONS): true }));
+            // containerd (>= 1.5) and CRI-O then pass the pod's annotations as runtimeConfig,
+            // and every runtime its hostPorts (portMappings, as to portmap): never handed out.
+            m.insert(
+                "capabilities".into(),
+                serde_json::json!({ (config::CAP_POD_ANNOTATIONS): true, (config::CAP_PORT_MAPPINGS): true }),
+            );
             Ok(m)
         }
         other => unreachable!("masq_to_json returned {other}"),
@@ -938,7 +942,7 @@ mod tests {
 
     /// What every entry declares: the CRI runtime then passes the pod's annotations.
     fn caps() -> Value {
-        json!({"io.kubernetes.cri.pod-annotations": true})
+        json!({"io.kubernetes.cri.pod-annotations": true, "portMappings": true})
     }
 
     #[test]

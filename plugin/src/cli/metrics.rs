@@ -681,6 +681,7 @@ mod tests {
             k8s_namespace: String::new(),
             k8s_name: String::new(),
             annotations: serde_json::json!({}),
+            host_ports: vec![],
         }
     }
 

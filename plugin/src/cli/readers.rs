@@ -142,6 +142,8 @@ pub struct PodRow {
     pub k8s_name: String,
     /// The pod's ebpf-masq.io/ annotations (runtimeConfig), a JSON object.
     pub annotations: serde_json::Value,
+    /// The pod's hostPorts ("8080/tcp"), never handed to masqueraded flows.
+    pub host_ports: Vec<String>,
 }
 
 /// Every pod attachment on the node, in map order.
@@ -151,7 +153,12 @@ pub fn pods(pins: &Pins) -> Result<Vec<PodRow>> {
     let metas = if has_map(pins, abi::MAP_POD_META) { pod::list_meta(pins)? } else { Default::default() };
     let mut out = Vec::new();
     for (k, info) in pod::list_attachments(pins)? {
-        let (k8s_namespace, k8s_name, annotations) = pod::meta_fields(&metas.get(&k).copied().unwrap_or_default());
+        let meta = metas.get(&k).copied().unwrap_or_default();
+        let (k8s_namespace, k8s_name, annotations) = pod::meta_fields(&meta);
+        let host_ports = pod::host_ports_of(&meta)
+            .iter()
+            .map(|h| format!("{}/{}", h.port, if h.proto == 17 { "udp" } else { "tcp" }))
+            .collect();
         let st = stats.get(&info.veth_ifindex, 0).ok();
         let sum =
             |f: fn(&PodStats) -> u64| st.as_ref().map(|s| s.iter().map(|v| f(&v.stats)).sum::<u64>()).unwrap_or(0);
@@ -168,6 +175,7 @@ pub fn pods(pins: &Pins) -> Result<Vec<PodRow>> {
             k8s_namespace,
             k8s_name,
             annotations,
+            host_ports,
         });
     }
     Ok(out)

@@ -134,6 +134,7 @@ pub fn collect(pins: &Pins) -> Result<Value> {
                 "k8s_namespace": p.k8s_namespace,
                 "k8s_name": p.k8s_name,
                 "annotations": p.annotations,
+                "host_ports": p.host_ports,
             })
         })
         .collect();
@@ -246,10 +247,14 @@ pub fn run(pins: &Pins, json_out: bool) -> Result<()> {
             ("", "") => String::new(),
             (ns, name) => format!("pod {ns}/{name} "),
         };
-        let ann = match p["annotations"].as_object() {
+        let mut ann = match p["annotations"].as_object() {
             Some(m) if !m.is_empty() => format!(" annotations {}", p["annotations"]),
             _ => String::new(),
         };
+        if let Some(h) = p["host_ports"].as_array().filter(|h| !h.is_empty()) {
+            let list: Vec<&str> = h.iter().filter_map(|x| x.as_str()).collect();
+            ann.push_str(&format!(" hostPorts {}", list.join(",")));
+        }
         println!(
             "  {who}{} {} veth {} {} natOutgoing={} attached={}{} packets {} spoofed-dropped {}{ann}",
             p["container_id"].as_str().unwrap_or(""),
