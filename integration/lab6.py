@@ -380,13 +380,8 @@ def sources(cap):
     return c
 
 
-def status(topo, binary):
-    p = topo.node.enter([binary, "status", "--json", "--pin-path", topo.lab.pin_path])
-    return json.loads(p.stdout)
-
-
 def counters(topo, binary):
-    s = status(topo, binary)
+    s = topo.status(binary)
     return s["counters"], s["drops"]
 
 

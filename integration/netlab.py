@@ -372,6 +372,11 @@ class Topo:
         p = self.node.enter([binary, "nat", "list", "--json", "--pin-path", self.lab.pin_path])
         return json.loads(p.stdout)
 
+    def status(self, binary):
+        """`ebpf-masq status --json` of this lab's node."""
+        p = self.node.enter([binary, "status", "--json", "--pin-path", self.lab.pin_path])
+        return json.loads(p.stdout)
+
     def node_tc_state(self):
         """{dev: (qdiscs, ingress filters, egress filters)} for every link in node."""
         return {dev: (self.node.enter(["tc", "qdisc", "show", "dev", dev]).stdout,

@@ -161,7 +161,7 @@ def test_agent_keeps_chain_config_and_registrations(topo, plugin, lab):
     gone = net.add(topo.pod_ns("gone"))
 
     def registered():
-        s = json.loads(topo.node.enter([plugin, "status", "--json", "--pin-path", lab.pin_path]).stdout)
+        s = topo.status(plugin)
         return {p["veth"] for p in s["pods"]}
 
     assert gone.host_veth in registered()

@@ -174,11 +174,6 @@ s.close()
 """
 
 
-def status(topo, plugin):
-    p = topo.node.enter([plugin, "status", "--json", "--pin-path", topo.lab.pin_path])
-    return json.loads(p.stdout)
-
-
 def delta(after, before, group):
     return {k: after[group][k] - before[group].get(k, 0) for k in after[group]}
 
@@ -223,11 +218,11 @@ def test_churn_short_connections_never_fail(topo, masq_pod, plugin):
     pods = [pod] + [net.add(topo.pod_ns(f"pod{i}")) for i in range(2, CHURN_PODS + 1)]
     tune(topo, pods)
     srv = EchoServer(topo, 5000)
-    before = status(topo, plugin)
+    before = topo.status(plugin)
     t0 = time.monotonic()
     results = run_clients(pods, 5000, CHURN_SECONDS, conc=8, rate=CHURN_RATE, timeout=5)
     took = time.monotonic() - t0
-    after = status(topo, plugin)
+    after = topo.status(plugin)
     time.sleep(1.2)  # the server's next dump
     stats = srv.stats()
 
@@ -268,13 +263,13 @@ def test_port_exhaustion_fails_cleanly_and_recovers(topo, masq_pod, plugin):
     lf = pod.ns.spawn([PY, "-c", LONGFLOW, EXT, 5000, lf_out, lf_stop, 0.2, 300])
     wait_for(lambda: len([r for r in longflow_records(lf_out) if r.get("ok")]) >= 3, what="long-lived flow")
     [lf_entry] = [e for e in topo.nat_list(plugin) if e["proto"] == "tcp" and e["pod_addr"] == pod.ip]
-    before = status(topo, plugin)
+    before = topo.status(plugin)
 
     # The flood: far more new connections than ports, from both pods.
     t_flood = time.time()
     results = run_clients([pod, pod2], 5000, seconds=8, conc=16, rate=0, timeout=1)
     t_flood_end = time.time()
-    mid = status(topo, plugin)
+    mid = topo.status(plugin)
     ok = sum(r["ok"] for r in results)
     failed = sum(sum(r["errors"].values()) for r in results)
     c, d = delta(mid, before, "counters"), delta(mid, before, "drops")
@@ -298,7 +293,7 @@ def test_port_exhaustion_fails_cleanly_and_recovers(topo, masq_pod, plugin):
     while after_ok < 5 and time.monotonic() < deadline:
         tries += 1
         after_ok += pod2.ns.exec([PY, "-c", PING_ONCE, EXT, 5000], check=False).returncode == 0
-    after = status(topo, plugin)
+    after = topo.status(plugin)
     freed_by = {k: after["counters"][k] - before["counters"][k]
                 for k in ("nat_finished_reused", "nat_reclaimed", "nat_expired")}
     print(f"after the flood: {after_ok} of {tries} new connections ok; {freed_by}")
@@ -349,10 +344,10 @@ class Pressure:
         topo.ext.spawn([PY, "-c", "import socket\ns=socket.socket(2,2)\ns.bind(('0.0.0.0',5001))\n"
                         "while True: s.recv(65535)"])
         time.sleep(0.3)
-        before = status(topo, plugin)
+        before = topo.status(plugin)
         udp_flood(topo, self.pod, self.mac, range(20000, 20000 + MAP_FLOWS), 5001)
         self.flows = [e for e in topo.nat_list(plugin) if e["proto"] == "udp" and e["pod_addr"] == self.pod.ip]
-        self.after = status(topo, plugin)
+        self.after = topo.status(plugin)
         c, d = delta(self.after, before, "counters"), delta(self.after, before, "drops")
         print(f"map pressure: {MAP_FLOWS} flows sent, counters {nonzero(c)}, drops {nonzero(d)}; "
               f"nat list: {len(self.flows)} pairs, {sum(not e['complete'] for e in self.flows)} incomplete")
@@ -373,10 +368,10 @@ def test_map_pressure_full_table_refuses_new_flows_only(topo, masq_pod, plugin):
     print(f"replies to flows with a pair: {len(sample) - len(lost)}/{len(sample)} reached the pod")
     assert not lost, lost[:5]
     # A new flow is refused cleanly (counted), the node's own traffic is untouched.
-    before = status(topo, plugin)
+    before = topo.status(plugin)
     srv = topo.ext.server("udp", 5002)
     rc, _ = pr.pod.ns.client("udp", EXT, 5002, timeout=2)
-    d = delta(status(topo, plugin), before, "drops")
+    d = delta(topo.status(plugin), before, "drops")
     assert rc != 0 and srv.addrs() == set(), (rc, srv.addrs())
     assert d["nat_table_full"] >= 1, nonzero(d)
     assert topo.node.exec(["ping", "-c", 1, "-W", 2, EXT], check=False).returncode == 0
@@ -390,7 +385,7 @@ def test_map_pressure_full_table_refuses_new_flows_only(topo, masq_pod, plugin):
 
 def test_map_pressure_every_entry_has_both_halves(topo, masq_pod, plugin):
     pr = Pressure(topo, masq_pod, plugin)
-    st = status(topo, plugin)
+    st = topo.status(plugin)
     maps = f"{topo.lab.pin_path}/v{st['layout_version']}/maps"
     fwd, rev = bpftool_nat4(topo, f"{maps}/nat4_fwd"), bpftool_nat4(topo, f"{maps}/nat4_rev")
     print(f"map pressure: {len(fwd)} forward halves, {len(rev)} reverse halves (bpftool)")
@@ -439,10 +434,10 @@ def test_every_free_port_is_usable(topo, masq_pod, plugin):
     net, pod = masq_pod(portRange="20000-20063")
     mac = macs(topo, pod)
     endpoints = range(6000, 6010)  # mapping is per endpoint: ten independent 64-port spaces
-    before = status(topo, plugin)
+    before = topo.status(plugin)
     for i, dport in enumerate(endpoints):
         udp_flood(topo, pod, mac, range(30000 + 64 * i, 30000 + 64 * (i + 1)), dport, gap=0.001)
-    d = delta(status(topo, plugin), before, "drops")
+    d = delta(topo.status(plugin), before, "drops")
     per = {}
     for e in topo.nat_list(plugin):
         if e["proto"] == "udp" and e["pod_addr"] == pod.ip:

@@ -116,7 +116,7 @@ def churn(tmp_path, plugin, benchtool, mode):
         assert peers <= {NODE_IP}, (mode, peers)
         status = None
         if keys is not None:
-            status = json.loads(topo.node.enter([plugin, "status", "--json", "--pin-path", lab.pin_path]).stdout)
+            status = topo.status(plugin)
             c, d = status["counters"], status["drops"]
             print(f"{mode}: nat_created {c['nat_created']}, nat_finished_reused {c['nat_finished_reused']}, "
                   f"probes/pair {c['port_probes'] / max(1, c['nat_created']):.2f}, "

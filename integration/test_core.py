@@ -154,7 +154,7 @@ def test_an_address_handed_to_a_new_pod_is_spoofed_from_the_old_pods_veth(topo, 
     assert old.ip == new.ip == "10.244.1.50" and old.host_veth != new.host_veth
 
     def status():
-        return json.loads(topo.node.enter([plugin, "status", "--json", "--pin-path", topo.lab.pin_path]).stdout)
+        return topo.status(plugin)
 
     spoofed0 = {p["veth"]: p["spoofed_dropped"] for p in status()["pods"]}
     with topo.ext.capture("eth0", "udp port 5002") as cap:
@@ -203,7 +203,7 @@ def test_uplink_with_a_large_ifindex(topo, plugin, masq_pod):
         ns.ip("link", "set", "eth0", "up")
     topo.node.ip("route", "add", "default", "via", EXT, "dev", "eth0")
     net, pod = masq_pod()
-    st = json.loads(topo.node.enter([plugin, "status", "--json", "--pin-path", topo.lab.pin_path]).stdout)
+    st = topo.status(plugin)
     assert [u["ifindex"] for u in st["uplinks"]] == [5000], st["uplinks"]
     with topo.ext.capture("eth0", ECHO) as cap:
         assert pod.ns.ping(EXT, count=3) == (0, 0.0)
@@ -217,7 +217,7 @@ def test_default_attach_modes(topo, plugin, masq_pod):
     net, pod = masq_pod()
     assert hooks_of(topo, [pod]) == want_hooks([pod], "tcx", ["tc"])
     assert "clsact" not in topo.node.enter(["tc", "qdisc", "show", "dev", "eth0"]).stdout
-    st = json.loads(topo.node.enter([plugin, "status", "--json", "--pin-path", topo.lab.pin_path]).stdout)
+    st = topo.status(plugin)
     [up] = st["uplinks"]
     assert (up["egress_attach_mode"], up["ingress_attach_mode"]) == ("tcx", "tcx"), up
     assert (st["pods"][0]["veth_attached"], st["pods"][0]["veth_attach_mode"]) == (True, "tc"), st["pods"]
@@ -231,7 +231,7 @@ def test_tc_attach_mode_and_takeover_by_tcx(topo, plugin):
     net.env["EBPF_MASQ_ATTACH"] = "tc"
     a = net.add(topo.pod_ns("a"))
     assert hooks_of(topo, [a]) == want_hooks([a], "tc", ["tc"])
-    st = json.loads(topo.node.enter([plugin, "status", "--json", "--pin-path", topo.lab.pin_path]).stdout)
+    st = topo.status(plugin)
     assert st["uplinks"][0]["egress_attach_mode"] == "tc" and st["pods"][0]["veth_attached"], st
     assert_masqueraded(topo, [a], 5001)
     rc, _, log = topo.run_plugin(plugin, "CHECK", net.plugin_conf(1, a.result), a.ns)

@@ -43,7 +43,7 @@ def test_run_stop_twice_remove_through_the_cri(topo, plugin, lab):
     assert ext.addrs() == {NODE_IP}
     assert native.addrs() == {pod_ip}  # nativeRoutingCIDR: never masqueraded
 
-    s = json.loads(topo.node.enter([plugin, "status", "--json", "--pin-path", lab.pin_path]).stdout)
+    s = topo.status(plugin)
     [reg] = s["pods"]
     assert reg["container_id"] == sid and reg["addresses"] == [pod_ip], reg
     assert (reg["k8s_namespace"], reg["k8s_name"]) == ("shop", "web-0"), reg
@@ -57,7 +57,7 @@ def test_run_stop_twice_remove_through_the_cri(topo, plugin, lab):
     cri.stop(sid)
     cri.remove(sid)
     assert cri.list_sandboxes() == []
-    s = json.loads(topo.node.enter([plugin, "status", "--json", "--pin-path", lab.pin_path]).stdout)
+    s = topo.status(plugin)
     assert s["pods"] == [], s["pods"]
     assert not [f for f in topo.nat_list(plugin) if f["pod_addr"] == pod_ip]
     leases = lab.tmp / "ipam" / conflist["name"]

@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from lab6 import POD_SUBNET6, DualTopo, Server6, client, ping, ping_ok, pod_addrs, same_ip, status
+from lab6 import POD_SUBNET6, DualTopo, Server6, client, ping, ping_ok, pod_addrs, same_ip
 from netlab import POD_SUBNET
 
 EXT, NODE_IP, EXT6, NODE6 = DualTopo.EXT, DualTopo.NODE_EXT, DualTopo.EXT6, DualTopo.NODE_EXT6
@@ -65,7 +65,7 @@ def test_remote_opens_tcp_udp_and_ping_to_a_pod(routed, plugin):
 
     if mode == "iptables":
         return
-    s = status(topo, plugin)
+    s = topo.status(plugin)
     assert s["counters"]["inbound_flows_tracked"] >= 6, s["counters"]
     assert s["counters"]["inbound_packets_untranslated"] > 0, s["counters"]
     flows = topo.nat_list(plugin)

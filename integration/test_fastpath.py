@@ -19,13 +19,8 @@ ECHO = "icmp[icmptype] = icmp-echo"
 FAST = {"fastPath": True}
 
 
-def status(topo, plugin):
-    p = topo.node.enter([plugin, "status", "--json", "--pin-path", topo.lab.pin_path])
-    return json.loads(p.stdout)
-
-
 def counters(topo, plugin):
-    return status(topo, plugin)["counters"]
+    return topo.status(plugin)["counters"]
 
 
 def forwarded(ns):
@@ -197,7 +192,7 @@ def test_spoofed_source_dropped_fast(topo, plugin, masq_pod):
             pod.ns.exec([PY, "-c", SPOOF, pod.ip, EXT, 5002])
     assert cap.sources() == {NODE_IP: 3}
     assert w.egress == 3, vars(w)
-    assert status(topo, plugin)["drops"]["spoofed_source"] == 3
+    assert topo.status(plugin)["drops"]["spoofed_source"] == 3
 
 
 def pod_entries(topo):

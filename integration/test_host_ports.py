@@ -49,7 +49,7 @@ def test_a_host_flow_on_a_pods_tuple_is_remapped_and_both_work(node, plugin):
     ports = sorted(r["port"] for r in done)
     assert {r["addr"] for r in done} == {NODE_IP} and len(set(ports)) == 2 and 40000 in ports, (mode, done)
     if MODES[mode] is not None:
-        s = json.loads(topo.node.enter([plugin, "status", "--json", "--pin-path", topo.lab.pin_path]).stdout)
+        s = topo.status(plugin)
         assert s["counters"]["host_flows_remapped"] >= 1, s["counters"]
         assert not any(s["drops"].values()), s["drops"]
 
@@ -71,7 +71,7 @@ def test_host_listeners_and_bound_udp_ports_are_not_handed_to_pods(node, plugin)
     if MODES[mode] is None:
         return  # the yardstick hands them out (printed above)
     assert seen["tcp"] != 10250 and seen["udp"] != 51820, (mode, seen)
-    s = json.loads(topo.node.enter([plugin, "status", "--json", "--pin-path", topo.lab.pin_path]).stdout)
+    s = topo.status(plugin)
     assert s["counters"]["host_socket_ports_avoided"] >= 2, s["counters"]
 
 
@@ -100,9 +100,7 @@ def test_a_pods_host_port_is_not_handed_out(topo, plugin):
         {"hostPort": 5353, "containerPort": 53, "protocol": "udp"}]})}
     topo.node.enter(["cnitool", "add", net.name, web.path], env=env)
     net.pods.append(web)
-    status = lambda: json.loads(  # noqa: E731
-        topo.node.enter([plugin, "status", "--json", "--pin-path", topo.lab.pin_path]).stdout)
-    [w] = [p for p in status()["pods"] if p["host_ports"]]
+    [w] = [p for p in topo.status(plugin)["pods"] if p["host_ports"]]
     assert sorted(w["host_ports"]) == ["5353/udp", "8080/tcp"], w
     client = net.add(topo.pod_ns("client"))
     tcp, udp = topo.ext.server("tcp", 5000), topo.ext.server("udp", 5001)
@@ -113,7 +111,7 @@ def test_a_pods_host_port_is_not_handed_out(topo, plugin):
     # The pod goes: so do its hostPorts; another pod's own 8080 is kept again.
     topo.node.enter(["cnitool", "del", net.name, web.path], env=env)
     net.pods.remove(web)
-    assert all(not p["host_ports"] for p in status()["pods"])
+    assert all(not p["host_ports"] for p in topo.status(plugin)["pods"])
     other = net.add(topo.pod_ns("other"))
     assert other.ns.client("tcp", EXT, 5000, bind_port=8080)[0] == 0
     assert tcp.records("done")[-1]["port"] == 8080, tcp.records()

@@ -163,11 +163,6 @@ def leaks(ipb):
     return found
 
 
-def status(topo, plugin):
-    p = topo.node.enter([plugin, "status", "--json", "--pin-path", topo.lab.pin_path])
-    return json.loads(p.stdout)
-
-
 def delta(after, before, group):
     return {k: after[group][k] - before[group].get(k, 0) for k in after[group]}
 
@@ -189,7 +184,7 @@ def assert_kernel_fine(before):
 
 def assert_healthy(topo, plugin, pod, kbefore):
     """status/nat list work, programs pinned, ordinary traffic is still masqueraded."""
-    s = status(topo, plugin)
+    s = topo.status(plugin)
     assert all(p["pinned"] for p in s["programs"]), s["programs"]
     assert all(u["egress_attached"] and u["ingress_attached"] for u in s["uplinks"]), s["uplinks"]
     topo.nat_list(plugin)
@@ -251,7 +246,7 @@ class Hostile:
         return e["nat_port"]
 
     def status(self):
-        return status(self.topo, self.plugin)
+        return self.topo.status(self.plugin)
 
 
 @pytest.fixture

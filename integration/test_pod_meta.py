@@ -15,10 +15,6 @@ EXT, NODE_IP = Topo.EXT, Topo.NODE_EXT
 CAP = "io.kubernetes.cri.pod-annotations"
 
 
-def status(topo, plugin):
-    return json.loads(topo.node.enter([plugin, "status", "--json", "--pin-path", topo.lab.pin_path]).stdout)
-
-
 def pod_meta_entries(topo):
     out = sh(["bpftool", "-j", "map", "dump", "pinned", f"{topo.lab.pin_path}/v{LAYOUT}/maps/pod_meta"]).stdout
     return json.loads(out)
@@ -32,7 +28,7 @@ def test_namespace_name_and_annotations_reach_the_registration(topo, plugin):
            "CAP_ARGS": json.dumps({CAP: annotations})}
     topo.node.enter(["cnitool", "add", net.name, ns.path], env=env)
     net.pods.append(ns)
-    [p] = status(topo, plugin)["pods"]
+    [p] = topo.status(plugin)["pods"]
     assert (p["k8s_namespace"], p["k8s_name"]) == ("shop", "web-0"), p
     assert p["annotations"] == {"ebpf-masq.io/egress-policy": "partner"}, p  # only ours are kept
     text = topo.node.enter([plugin, "status", "--pin-path", topo.lab.pin_path]).stdout
@@ -49,13 +45,13 @@ def test_namespace_name_and_annotations_reach_the_registration(topo, plugin):
     assert len(pod_meta_entries(topo)) == 1
     topo.node.enter(["cnitool", "del", net.name, ns.path], env=env)
     net.pods.remove(ns)
-    assert status(topo, plugin)["pods"] == []
+    assert topo.status(plugin)["pods"] == []
     assert pod_meta_entries(topo) == []
 
 
 def test_without_k8s_args_the_pod_is_unnamed(topo, plugin, masq_pod):
     net, pod = masq_pod()
-    [p] = status(topo, plugin)["pods"]
+    [p] = topo.status(plugin)["pods"]
     assert (p["k8s_namespace"], p["k8s_name"], p["annotations"]) == ("", "", {}), p
     assert pod.ns.client("udp", EXT, 5001)[0] in (0, 1)  # any flow
     assert all(f["k8s_pod"] is None for f in topo.nat_list(plugin))

@@ -46,7 +46,7 @@ def test_each_pod_keeps_one_address_of_the_pool(topo, plugin, fast):
     assert tcp.addrs("done") == set(POOL) and udp.addrs() == set(POOL), (tcp.records(), udp.records())
     kept = [r for r in udp.records("dgram") if r["port"] == 40000]
     assert {r["addr"] for r in kept} == set(POOL), f"port 40000 kept on each address once: {kept}"
-    s = json.loads(topo.node.enter([plugin, "status", "--json", "--pin-path", topo.lab.pin_path]).stdout)
+    s = topo.status(plugin)
     [eth0] = [u for u in s["uplinks"] if u["name"] == "eth0"]
     assert eth0["pool_v4"] == POOL, eth0
     # explain names the address a pod is paired with, as the data plane chose it.

@@ -65,11 +65,6 @@ def attachment_id(container_id, id_len=72):
     return container_id[:id_len - 1 - len(tail)] + tail
 
 
-def status(topo, plugin):
-    p = topo.node.enter([plugin, "status", "--json", "--pin-path", topo.lab.pin_path])
-    return json.loads(p.stdout)
-
-
 def hold_open(topo, plugin, run, gate, container_id, subnet_prefix):
     """Wait until the container has done its traffic, check the live registration,
     release it, and return (container IP, its output)."""
@@ -79,7 +74,7 @@ def hold_open(topo, plugin, run, gate, container_id, subnet_prefix):
     assert m and m.group(1).startswith(subnet_prefix), run.output()
     ip = m.group(1)
 
-    st = status(topo, plugin)
+    st = topo.status(plugin)
     pods = st["pods"]
     assert [(p["container_id"], p["ifname"], p["addresses"]) for p in pods] == \
         [(attachment_id(container_id), "eth0", [ip])], pods
@@ -105,7 +100,7 @@ def check_after_exit(topo, plugin, ip, container_id, log, srv, cap, out, del_net
 
     # the runtime's DEL removed the registration and the pod's NAT flows
     def gone():
-        st = status(topo, plugin)
+        st = topo.status(plugin)
         return st if st["pods"] == [] else None
     wait_for(gone, timeout=15, what="pod registration removed by the runtime's DEL")
     assert [f for f in topo.nat_list(plugin) if f["pod_addr"] == ip] == []

@@ -112,5 +112,5 @@ def test_nat_filtering_is_what_the_config_says(lab, topo, plugin, filtering, exp
     found, out = discover(pod, "-m", "-f")
     assert found.get("Mapping") == "Endpoint Independent", out
     assert found.get("Filtering") == expect, out
-    s = json.loads(topo.node.enter([plugin, "status", "--json", "--pin-path", lab.pin_path]).stdout)
+    s = topo.status(plugin)
     assert s["counters"]["filter_admitted"] > 0, s["counters"]
