@@ -11,7 +11,7 @@ import json
 import pytest
 
 from lab6 import (POD_SUBNET6, DualTopo, Server6, client, client_bg, client_result, counters, ping,
-                  ping_ok, pod_addrs, same_ip, settle, sources, status)
+                  ping_ok, pod_addrs, same_ip, settle, sources)
 from netlab import PY
 
 EXT, NATIVE, NODE_IP, NODE_NATIVE = DualTopo.EXT, DualTopo.NATIVE, DualTopo.NODE_EXT, DualTopo.NODE_NATIVE
@@ -43,7 +43,7 @@ def test_add_registers_both_families(dual, plugin, dual_pod):
     net, pod, v4, v6 = dual_pod
     assert ipaddress.ip_address(v4) in ipaddress.ip_network("10.244.1.0/24")
     assert ipaddress.ip_address(v6) in ipaddress.ip_network(POD_SUBNET6)
-    s = status(dual, plugin)
+    s = dual.status(plugin)
     ups = {u["name"]: u for u in s["uplinks"]}
     assert same_ip(ups["eth0"]["masquerade_v4"], NODE_IP) and same_ip(ups["eth0"]["masquerade_v6"], NODE6), ups
     assert same_ip(ups["eth1"]["masquerade_v6"], NODE_NATIVE6), ups
@@ -125,7 +125,7 @@ def test_ipv4_and_ipv6_at_the_same_time(dual, plugin, dual_pod):
     for f in mine:
         want = (v4, NODE_IP, EXT) if f["family"] == "ipv4" else (v6, NODE6, EXT6)
         assert all(same_ip(a, b) for a, b in zip((f["pod_addr"], f["nat_addr"], f["remote_addr"]), want)), f
-    s = status(dual, plugin)
+    s = dual.status(plugin)
     assert s["nat_flows_v6"] >= 3 and s["nat_flows_v4"] >= 3, (s["nat_flows_v4"], s["nat_flows_v6"])
     assert s["counters"]["snat_packets_v6"] > 0 and s["counters"]["rnat_packets_v6"] > 0, s["counters"]
 
@@ -134,7 +134,7 @@ def test_ipv4_and_ipv6_at_the_same_time(dual, plugin, dual_pod):
     assert rc == 0, log
     left = [f for f in dual.nat_list(plugin) if same_ip(f["pod_addr"], v4) or same_ip(f["pod_addr"], v6)]
     assert left == [], left
-    assert all(p["veth"] != pod.host_veth for p in status(dual, plugin)["pods"])
+    assert all(p["veth"] != pod.host_veth for p in dual.status(plugin)["pods"])
     p = net.delete(pod.ns, check=False)
     assert p.returncode == 0, p.stdout + p.stderr
 
@@ -157,7 +157,7 @@ def test_spoofed_ipv6_source_dropped(dual, plugin, dual_pod):
         pod.ns.exec([PY, "-c", SPOOF6, spoofed, EXT6, 5002])
         pod.ns.exec([PY, "-c", SPOOF6, v6, EXT6, 5002])  # control: the pod's own address
     assert sources(cap) == {NODE6: 3}
-    s = status(dual, plugin)
+    s = dual.status(plugin)
     assert s["drops"]["spoofed_source"] - drops_before >= 3, s["drops"]
     [mine] = [p for p in s["pods"] if p["veth"] == pod.host_veth]
     assert mine["spoofed_dropped"] >= 3, mine
@@ -183,7 +183,7 @@ def test_link_local_sources_still_work(dual, plugin, dual_pod):
     assert ping_ok(p, 2), p.stdout + p.stderr
     neigh = pod.ns.ip("-6", "neigh", "show", "dev", "eth0").stdout
     assert gw_ll in neigh and "lladdr" in neigh, neigh
-    s = status(dual, plugin)
+    s = dual.status(plugin)
     assert s["drops"]["spoofed_source"] == drops_before, s["drops"]
     [mine] = [p for p in s["pods"] if p["veth"] == pod.host_veth]
     assert mine["spoofed_dropped"] == 0, mine
