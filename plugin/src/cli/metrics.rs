@@ -3,13 +3,21 @@
 //!
 //! Printed once (for node-exporter's textfile collector:
 //! `ebpf-masq metrics > f.prom.$$ && mv f.prom.$$ /var/lib/node_exporter/ebpf_masq.prom`)
-//! or served on `GET /metrics` by a tiny std::net HTTP server (`--listen ADDR`).
+//! or served on `GET /metrics` by tiny_http (`--listen ADDR`).
+//!
+//! Each scrape reads the maps anew into a [`Snapshot`]; prometheus-client's
+//! registry encodes it through one [`Collector`] (const metrics: nothing is kept
+//! between scrapes) with its 0.0.4 text encoder, not the OpenMetrics one: the
+//! textfile collector reads only 0.0.4, and there counters are `…_total` on the
+//! HELP and TYPE lines too, with no `# EOF`.
 
-use std::{
-    fmt::Write as _,
-    io::{Read, Write},
-    net::{TcpListener, TcpStream},
-    time::Duration,
+use std::{fmt, io::Write};
+
+use prometheus_client::{
+    collector::Collector,
+    encoding::{prometheus_text, DescriptorEncoder, EncodeGaugeValue, EncodeMetric},
+    metrics::{counter::ConstCounter, gauge::ConstGauge, MetricType},
+    registry::Registry,
 };
 
 use crate::{
@@ -93,78 +101,93 @@ pub fn collect(pins: &Pins) -> Result<Snapshot> {
     })
 }
 
-/// Escape a label value: backslash, double quote and line feed.
-pub fn escape_label(v: &str) -> String {
-    let mut s = String::with_capacity(v.len());
-    for c in v.chars() {
-        match c {
-            '\\' => s.push_str("\\\\"),
-            '"' => s.push_str("\\\""),
-            '\n' => s.push_str("\\n"),
-            c => s.push(c),
-        }
-    }
-    s
-}
-
-/// One metric family being written.
-struct Family<'a> {
-    out: &'a mut String,
-    name: &'static str,
-}
-
-impl Family<'_> {
-    fn sample(&mut self, labels: &[(&str, &str)], value: impl std::fmt::Display) {
-        self.out.push_str(self.name);
-        if !labels.is_empty() {
-            self.out.push('{');
-            for (i, (k, v)) in labels.iter().enumerate() {
-                if i > 0 {
-                    self.out.push(',');
-                }
-                let _ = write!(self.out, "{k}=\"{}\"", escape_label(v));
-            }
-            self.out.push('}');
-        }
-        let _ = writeln!(self.out, " {value}");
-    }
-}
-
-fn family<'a>(out: &'a mut String, name: &'static str, kind: &str, help: &str) -> Family<'a> {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-    Family { out, name }
-}
-
 /// The exposition text of one snapshot.
 pub fn render(s: &Snapshot) -> String {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(Scrape(s.clone())));
     let mut out = String::new();
-    family(&mut out, "ebpf_masq_data_plane_loaded", "gauge", "1 when the ebpf-masq programs are pinned under the pin path.")
-        .sample(&[], s.loaded as u64);
+    // Only the writer can fail, and a String's never does.
+    prometheus_text::encode(&mut out, &registry).expect("encoding into a String");
+    out
+}
+
+/// One scrape's snapshot, encoded family by family in a fixed order.
+#[derive(Debug)]
+struct Scrape(Snapshot);
+
+impl Collector for Scrape {
+    fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
+        encode_snapshot(&self.0, &mut enc)
+    }
+}
+
+/// A sample's labels, in the order they are written.
+type Labels<'a> = Vec<(&'static str, &'a str)>;
+
+/// One family: HELP, TYPE, then its samples (none is fine: HELP and TYPE alone).
+fn family<'a, M: EncodeMetric>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    kind: MetricType,
+    samples: impl IntoIterator<Item = (Labels<'a>, M)>,
+) -> fmt::Result {
+    let mut m = enc.encode_descriptor(name, help, None, kind)?;
+    for (labels, metric) in samples {
+        metric.encode(m.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+/// A counter family. `name` is the name users see; the encoder appends `_total`
+/// itself, so the family is declared without it.
+fn counters<'a>(enc: &mut DescriptorEncoder, name: &str, help: &str, samples: impl IntoIterator<Item = (Labels<'a>, u64)>) -> fmt::Result {
+    let declared = name.strip_suffix("_total").expect("a counter's name ends in _total");
+    family(enc, declared, help, MetricType::Counter, samples.into_iter().map(|(l, v)| (l, ConstCounter::new(v))))
+}
+
+fn counter(enc: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> fmt::Result {
+    counters(enc, name, help, [(Labels::new(), v)])
+}
+
+fn gauges<'a, N: EncodeGaugeValue>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    samples: impl IntoIterator<Item = (Labels<'a>, N)>,
+) -> fmt::Result {
+    family(enc, name, help, MetricType::Gauge, samples.into_iter().map(|(l, v)| (l, ConstGauge::new(v))))
+}
+
+fn gauge<N: EncodeGaugeValue>(enc: &mut DescriptorEncoder, name: &str, help: &str, v: N) -> fmt::Result {
+    gauges(enc, name, help, [(Labels::new(), v)])
+}
+
+fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder) -> fmt::Result {
+    gauge(enc, "ebpf_masq_data_plane_loaded", "1 when the ebpf-masq programs are pinned under the pin path.", s.loaded as u64)?;
     if !s.loaded {
-        return out;
+        return Ok(());
     }
 
     let dirs = [("snat", "snat"), ("rnat", "rnat")];
     let fams = [("ipv4", "v4"), ("ipv6", "v6")];
-    let mut f = family(
-        &mut out,
+    let by_direction = |what: &str| -> Vec<(Labels, u64)> {
+        let mut out = Vec::new();
+        for (d, dn) in dirs {
+            for (fam, fs) in fams {
+                out.push((vec![("direction", d), ("family", fam)], s.counter(&format!("{dn}_{what}_{fs}"))));
+            }
+        }
+        out
+    };
+    counters(
+        enc,
         "ebpf_masq_translated_packets_total",
-        "counter",
         "Packets translated: snat = source rewritten on uplink egress, rnat = reply rewritten back on uplink ingress.",
-    );
-    for (d, dn) in dirs {
-        for (fam, fs) in fams {
-            f.sample(&[("direction", d), ("family", fam)], s.counter(&format!("{dn}_packets_{fs}")));
-        }
-    }
-    let mut f = family(&mut out, "ebpf_masq_translated_bytes_total", "counter", "Bytes of the translated packets (skb length).");
-    for (d, dn) in dirs {
-        for (fam, fs) in fams {
-            f.sample(&[("direction", d), ("family", fam)], s.counter(&format!("{dn}_bytes_{fs}")));
-        }
-    }
-    for (name, counter, help) in [
+        by_direction("packets"),
+    )?;
+    counters(enc, "ebpf_masq_translated_bytes_total", "Bytes of the translated packets (skb length).", by_direction("bytes"))?;
+    for (name, key, help) in [
         ("ebpf_masq_nat_pairs_created_total", "nat_created", "NAT pairs (forward and reverse half) created."),
         (
             "ebpf_masq_nat_pairs_reclaimed_total",
@@ -246,85 +269,93 @@ pub fn render(s: &Snapshot) -> String {
              connection on that tuple) would have received its replies.",
         ),
     ] {
-        family(&mut out, name, "counter", help).sample(&[], s.counter(counter));
+        counter(enc, name, help, s.counter(key))?;
     }
-    let mut f = family(
-        &mut out,
+    counters(
+        enc,
         "ebpf_masq_skipped_packets_total",
-        "counter",
         "Pod packets the policy left untouched: destination excluded, or natOutgoing false.",
-    );
-    f.sample(&[("reason", "destination_excluded")], s.counter("skipped_excluded"));
-    f.sample(&[("reason", "nat_outgoing_false")], s.counter("skipped_nat_outgoing_false"));
+        [
+            (vec![("reason", "destination_excluded")], s.counter("skipped_excluded")),
+            (vec![("reason", "nat_outgoing_false")], s.counter("skipped_nat_outgoing_false")),
+        ],
+    )?;
     if s.has("icmp_errors_to_pods") || s.has("icmp_errors_outward") {
-        let mut f = family(
-            &mut out,
+        counters(
+            enc,
             "ebpf_masq_icmp_errors_translated_total",
-            "counter",
             "ICMP errors translated: to_pod = about a masqueraded flow, sent back to the pod; \
              outward = about a translated reply (from a pod or the node), sent out.",
-        );
-        f.sample(&[("direction", "to_pod")], s.counter("icmp_errors_to_pods"));
-        f.sample(&[("direction", "outward")], s.counter("icmp_errors_outward"));
+            [
+                (vec![("direction", "to_pod")], s.counter("icmp_errors_to_pods")),
+                (vec![("direction", "outward")], s.counter("icmp_errors_outward")),
+            ],
+        )?;
     }
     if s.has("fragments_translated") {
-        family(
-            &mut out,
+        counter(
+            enc,
             "ebpf_masq_fragments_translated_total",
-            "counter",
             "Later fragments translated like their first fragment.",
-        )
-        .sample(&[], s.counter("fragments_translated"));
+            s.counter("fragments_translated"),
+        )?;
     }
 
-    let mut f = family(&mut out, "ebpf_masq_nat_entries", "gauge", "NAT pairs currently in the table (reverse halves: one per pair).");
-    for (fam, _) in fams {
-        f.sample(&[("family", fam)], s.nat.iter().find(|(x, _, _)| *x == fam).map(|(_, n, _)| *n).unwrap_or(0));
-    }
-    let mut f = family(&mut out, "ebpf_masq_nat_entries_limit", "gauge", "Capacity of the NAT table (natMaxEntries) per family.");
-    for (fam, _, max) in &s.nat {
-        f.sample(&[("family", fam)], *max);
-    }
+    gauges(
+        enc,
+        "ebpf_masq_nat_entries",
+        "NAT pairs currently in the table (reverse halves: one per pair).",
+        fams.map(|(fam, _)| (vec![("family", fam)], s.nat.iter().find(|(x, _, _)| *x == fam).map(|(_, n, _)| *n).unwrap_or(0))),
+    )?;
+    gauges(
+        enc,
+        "ebpf_masq_nat_entries_limit",
+        "Capacity of the NAT table (natMaxEntries) per family.",
+        s.nat.iter().map(|(fam, _, max)| (vec![("family", *fam)], *max)),
+    )?;
 
-    family(&mut out, "ebpf_masq_nat_expiry_sweeps_total", "counter",
-           "Runs of the NAT expiry sweep (one bpf_timer per node; a run walks one shard).")
-        .sample(&[], s.sweep.runs);
-    family(&mut out, "ebpf_masq_nat_expiry_cycles_total", "counter",
-           "Complete cycles of the NAT expiry sweep (every shard walked once).")
-        .sample(&[], s.sweep.cycles);
-    family(&mut out, "ebpf_masq_nat_expiry_last_run_seconds", "gauge",
-           "How long the last expiry sweep run held its CPU (one shard walked in softirq).")
-        .sample(&[], s.sweep.last_run_ns as f64 / 1e9);
-    family(&mut out, "ebpf_masq_nat_expiry_max_run_seconds", "gauge",
-           "The longest expiry sweep run since the NAT maps were created.")
-        .sample(&[], s.sweep.max_run_ns as f64 / 1e9);
-    family(&mut out, "ebpf_masq_nat_expiry_last_checked_pairs", "gauge", "NAT pairs the last complete expiry cycle (every shard once) looked at.")
-        .sample(&[], s.sweep.last_checked);
-    family(&mut out, "ebpf_masq_nat_expiry_running", "gauge",
-           "1 while the NAT expiry sweep runs; 0 while it is idle (no pair, or none created yet).")
-        .sample(&[], u64::from(s.sweep.armed));
-    family(&mut out, "ebpf_masq_nat_expiry_walks_ipv6", "gauge",
-           "1 while the sweep cycle walks the IPv6 NAT shards too (IPv6 pairs may exist).")
-        .sample(&[], u64::from(s.sweep.walks_ipv6));
+    counter(enc, "ebpf_masq_nat_expiry_sweeps_total",
+            "Runs of the NAT expiry sweep (one bpf_timer per node; a run walks one shard).", s.sweep.runs)?;
+    counter(enc, "ebpf_masq_nat_expiry_cycles_total",
+            "Complete cycles of the NAT expiry sweep (every shard walked once).", s.sweep.cycles)?;
+    gauge(enc, "ebpf_masq_nat_expiry_last_run_seconds",
+          "How long the last expiry sweep run held its CPU (one shard walked in softirq).", s.sweep.last_run_ns as f64 / 1e9)?;
+    gauge(enc, "ebpf_masq_nat_expiry_max_run_seconds",
+          "The longest expiry sweep run since the NAT maps were created.", s.sweep.max_run_ns as f64 / 1e9)?;
+    gauge(enc, "ebpf_masq_nat_expiry_last_checked_pairs",
+          "NAT pairs the last complete expiry cycle (every shard once) looked at.", s.sweep.last_checked)?;
+    gauge(enc, "ebpf_masq_nat_expiry_running",
+          "1 while the NAT expiry sweep runs; 0 while it is idle (no pair, or none created yet).", u64::from(s.sweep.armed))?;
+    gauge(enc, "ebpf_masq_nat_expiry_walks_ipv6",
+          "1 while the sweep cycle walks the IPv6 NAT shards too (IPv6 pairs may exist).", u64::from(s.sweep.walks_ipv6))?;
 
-    let mut f = family(&mut out, "ebpf_masq_drops_total", "counter", "Packets dropped by the data plane, by reason.");
-    for (reason, v) in &s.drops {
-        f.sample(&[("reason", reason)], *v);
-    }
+    counters(
+        enc,
+        "ebpf_masq_drops_total",
+        "Packets dropped by the data plane, by reason.",
+        s.drops.iter().map(|(reason, v)| (vec![("reason", reason.as_str())], *v)),
+    )?;
 
     let rule_labels = |r: &RuleRow| {
         let out_if = r.out_interface.clone().unwrap_or_else(|| format!("ifindex:{}", r.out_ifindex));
         (r.id.to_string(), r.source_cidr(), out_if)
     };
     let rules: Vec<_> = s.rules.iter().map(|r| (rule_labels(r), r.packets, r.bytes)).collect();
-    let mut f = family(&mut out, "ebpf_masq_rule_packets_total", "counter", "Packets masqueraded by each masqueradeRules entry.");
-    for ((id, src, oif), p, _) in &rules {
-        f.sample(&[("rule", id), ("source", src), ("out_interface", oif)], *p);
+    fn labels((id, src, oif): &(String, String, String)) -> Labels<'_> {
+        vec![("rule", id), ("source", src), ("out_interface", oif)]
     }
-    let mut f = family(&mut out, "ebpf_masq_rule_bytes_total", "counter", "Bytes masqueraded by each masqueradeRules entry.");
-    for ((id, src, oif), _, b) in &rules {
-        f.sample(&[("rule", id), ("source", src), ("out_interface", oif)], *b);
-    }
+    counters(
+        enc,
+        "ebpf_masq_rule_packets_total",
+        "Packets masqueraded by each masqueradeRules entry.",
+        rules.iter().map(|(l, p, _)| (labels(l), *p)),
+    )?;
+    counters(
+        enc,
+        "ebpf_masq_rule_bytes_total",
+        "Bytes masqueraded by each masqueradeRules entry.",
+        rules.iter().map(|(l, _, b)| (labels(l), *b)),
+    )?;
 
     for (name, help, get) in [
         (
@@ -339,133 +370,89 @@ pub fn render(s: &Snapshot) -> String {
             |p: &PodRow| p.spoofed,
         ),
     ] {
-        let mut f = family(&mut out, name, "counter", help);
-        for p in &s.pods {
-            f.sample(&[("container_id", &p.container_id), ("ifname", &p.ifname)], get(p));
-        }
-    }
-    out
-}
-
-pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
-/// Longest request head we read; anything longer is refused (431).
-pub const MAX_REQUEST: usize = 8192;
-const IO_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// An HTTP response: status, reason, content type, body.
-#[derive(Debug, PartialEq)]
-pub struct Response {
-    pub status: u16,
-    pub reason: &'static str,
-    pub content_type: &'static str,
-    pub body: String,
-    pub allow: bool,
-}
-
-fn plain(status: u16, reason: &'static str, body: impl Into<String>) -> Response {
-    Response { status, reason, content_type: "text/plain; charset=utf-8", body: body.into(), allow: false }
-}
-
-/// The response to one request head (the bytes up to the blank line).
-/// `metrics` is called only for `GET /metrics` (or HEAD).
-pub fn respond(head: &[u8], metrics: impl FnOnce() -> Result<String>) -> (Response, bool) {
-    let head_only = head.starts_with(b"HEAD ");
-    let Some(line) = std::str::from_utf8(head).ok().and_then(|h| h.split("\r\n").next()) else {
-        return (plain(400, "Bad Request", "bad request\n"), false);
-    };
-    let mut parts = line.split(' ');
-    let (Some(method), Some(target), Some(version), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
-        return (plain(400, "Bad Request", "bad request\n"), false);
-    };
-    if !version.starts_with("HTTP/1.") || !target.starts_with('/') {
-        return (plain(400, "Bad Request", "bad request\n"), false);
-    }
-    if method != "GET" && method != "HEAD" {
-        let mut r = plain(405, "Method Not Allowed", "only GET and HEAD\n");
-        r.allow = true;
-        return (r, false);
-    }
-    let path = target.split(['?', '#']).next().unwrap_or("");
-    if path != "/metrics" {
-        return (plain(404, "Not Found", "not found: try /metrics\n"), head_only);
-    }
-    match metrics() {
-        Ok(body) => (Response { status: 200, reason: "OK", content_type: CONTENT_TYPE, body, allow: false }, head_only),
-        Err(e) => (plain(500, "Internal Server Error", format!("ebpf-masq: {}\n", e.msg)), head_only),
-    }
-}
-
-fn write_response(s: &mut TcpStream, r: &Response, head_only: bool) -> std::io::Result<()> {
-    let mut head = format!(
-        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n",
-        r.status,
-        r.reason,
-        r.content_type,
-        r.body.len()
-    );
-    if r.allow {
-        head.push_str("Allow: GET, HEAD\r\n");
-    }
-    head.push_str("\r\n");
-    s.write_all(head.as_bytes())?;
-    if !head_only {
-        s.write_all(r.body.as_bytes())?;
-    }
-    s.flush()
-}
-
-/// Read one request head (bounded) and answer it.
-fn handle(pins: &Pins, mut s: TcpStream) -> std::io::Result<()> {
-    s.set_read_timeout(Some(IO_TIMEOUT))?;
-    s.set_write_timeout(Some(IO_TIMEOUT))?;
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 1024];
-    loop {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            buf.truncate(end);
-            break;
-        }
-        if buf.len() >= MAX_REQUEST {
-            let r = plain(431, "Request Header Fields Too Large", "request too large\n");
-            return write_response(&mut s, &r, false);
-        }
-        let want = chunk.len().min(MAX_REQUEST - buf.len());
-        let n = s.read(&mut chunk[..want])?;
-        if n == 0 {
-            break; // EOF before the blank line: answer what we have (likely a 400)
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    let (r, head_only) = respond(&buf, || collect(pins).map(|snap| render(&snap)));
-    write_response(&mut s, &r, head_only)
-}
-
-/// Serve `GET /metrics` on `addr` until killed; one connection at a time.
-pub fn serve(pins: &Pins, addr: &str) -> Result<()> {
-    // A numeric address only: the binary is static, and glibc's getaddrinfo would
-    // need the node's own NSS libraries for a name.
-    let sock: std::net::SocketAddr = addr.parse().map_err(|_| {
-        Error::new(code::INVALID_CONFIG, format!("--listen {addr:?}: expected a numeric ADDR:PORT, e.g. 127.0.0.1:9436 or [::]:9436"))
-    })?;
-    let listener = TcpListener::bind(sock).map_err(|e| Error::new(code::IO_FAILURE, format!("listen on {addr}: {e}")))?;
-    let local = listener.local_addr().map_err(|e| Error::new(code::IO_FAILURE, format!("listen on {addr}: {e}")))?;
-    eprintln!("ebpf-masq metrics: serving http://{local}/metrics");
-    for conn in listener.incoming() {
-        match conn {
-            Ok(s) => {
-                if let Err(e) = handle(pins, s) {
-                    eprintln!("ebpf-masq metrics: connection: {e}");
-                }
-            }
-            Err(e) => {
-                eprintln!("ebpf-masq metrics: accept: {e}");
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        }
+        counters(
+            enc,
+            name,
+            help,
+            s.pods.iter().map(|p| (vec![("container_id", p.container_id.as_str()), ("ifname", p.ifname.as_str())], get(p))),
+        )?;
     }
     Ok(())
 }
 
+/// What `GET /metrics` answers: the one-shot text's content type, 0.0.4.
+pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
+const TEXT: &str = "text/plain; charset=utf-8";
+
+/// An HTTP response before tiny_http writes it.
+#[derive(Debug, PartialEq)]
+pub struct Reply {
+    pub status: u16,
+    pub content_type: &'static str,
+    pub body: String,
+    /// 405: say which methods are allowed.
+    pub allow: bool,
+}
+
+fn plain(status: u16, body: impl Into<String>) -> Reply {
+    Reply { status, content_type: TEXT, body: body.into(), allow: false }
+}
+
+/// The answer to one request; `metrics` is called only for `GET /metrics`
+/// (or HEAD: tiny_http leaves the body out). The query string is ignored.
+pub fn respond(method: &tiny_http::Method, url: &str, metrics: impl FnOnce() -> Result<String>) -> Reply {
+    if !matches!(method, tiny_http::Method::Get | tiny_http::Method::Head) {
+        return Reply { allow: true, ..plain(405, "only GET and HEAD\n") };
+    }
+    if url.split(['?', '#']).next() != Some("/metrics") {
+        return plain(404, "not found: try /metrics\n");
+    }
+    match metrics() {
+        Ok(body) => Reply { status: 200, content_type: CONTENT_TYPE, body, allow: false },
+        Err(e) => plain(500, format!("ebpf-masq: {}\n", e.msg)),
+    }
+}
+
+fn header(name: &str, value: &str) -> tiny_http::Header {
+    tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()).expect("a valid header")
+}
+
+/// Answer one request from a fresh snapshot.
+fn handle(pins: &Pins, req: tiny_http::Request) -> std::io::Result<()> {
+    let r = respond(req.method(), req.url(), || collect(pins).map(|snap| render(&snap)));
+    let mut resp = tiny_http::Response::from_string(r.body)
+        .with_status_code(r.status)
+        .with_header(header("Content-Type", r.content_type))
+        // Content-Length, never chunked, whatever the size (as before tiny_http).
+        .with_chunked_threshold(usize::MAX);
+    if r.allow {
+        resp = resp.with_header(header("Allow", "GET, HEAD"));
+    }
+    req.respond(resp)
+}
+
+/// Bind `addr`: a numeric address only, as the binary is static and glibc's
+/// getaddrinfo would need the node's own NSS libraries for a name.
+fn bind(addr: &str) -> Result<tiny_http::Server> {
+    let sock: std::net::SocketAddr = addr.parse().map_err(|_| {
+        Error::new(code::INVALID_CONFIG, format!("--listen {addr:?}: expected a numeric ADDR:PORT, e.g. 127.0.0.1:9436 or [::]:9436"))
+    })?;
+    tiny_http::Server::http(sock).map_err(|e| Error::new(code::IO_FAILURE, format!("listen on {addr}: {e}")))
+}
+
+/// Serve `GET /metrics` on `addr` until killed; one request answered at a time
+/// (tiny_http reads each connection's request in a thread of its own).
+pub fn serve(pins: &Pins, addr: &str) -> Result<()> {
+    let server = bind(addr)?;
+    let local = server.server_addr().to_ip().map_or_else(|| addr.to_string(), |a| a.to_string());
+    eprintln!("ebpf-masq metrics: serving http://{local}/metrics");
+    for req in server.incoming_requests() {
+        if let Err(e) = handle(pins, req) {
+            eprintln!("ebpf-masq metrics: connection: {e}");
+        }
+    }
+    Ok(())
+}
 pub const LONG_HELP: &str = "The data plane's counters in the Prometheus text exposition format (0.0.4): \
 packets/bytes translated per direction and family, NAT pairs created/reclaimed/expired, NAT entries, port \
 allocation failures, drops by reason, per-rule and per-pod counters. Read from the pinned maps.\n\n\
@@ -760,6 +747,40 @@ mod tests {
     }
 
     #[test]
+    fn exposition_lines_are_what_users_see() {
+        // Exact lines, as the hand-written renderer wrote them before prometheus-client:
+        // counters keep `_total` on HELP and TYPE too (0.0.4, not OpenMetrics), labels
+        // keep their order and are escaped, seconds are plain decimals.
+        let text = render(&snapshot());
+        for line in [
+            "# HELP ebpf_masq_translated_packets_total Packets translated: snat = source rewritten on uplink egress, \
+             rnat = reply rewritten back on uplink ingress.",
+            "# TYPE ebpf_masq_translated_packets_total counter",
+            "ebpf_masq_translated_packets_total{direction=\"snat\",family=\"ipv4\"} 0",
+            "ebpf_masq_translated_packets_total{direction=\"rnat\",family=\"ipv6\"} 18",
+            "# TYPE ebpf_masq_nat_entries_limit gauge",
+            "ebpf_masq_nat_entries_limit{family=\"ipv4\"} 1048576",
+            "ebpf_masq_nat_expiry_last_run_seconds 0.00045",
+            "ebpf_masq_nat_expiry_running 1",
+            "ebpf_masq_rule_packets_total{rule=\"1\",source=\"192.168.6.0/24\",out_interface=\"ifindex:7\"} 11",
+            "ebpf_masq_pod_spoofed_packets_total{container_id=\"we\\\"ird\\\\id\\nx\",ifname=\"eth0\"} 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "no line {line:?} in\n{text}");
+        }
+        // Families in the order they always came, and nothing OpenMetrics-only.
+        let families: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("# TYPE ")).map(|l| l.split(' ').next().unwrap()).collect();
+        assert_eq!(families.first(), Some(&"ebpf_masq_data_plane_loaded"));
+        assert_eq!(families.last(), Some(&"ebpf_masq_pod_spoofed_packets_total"));
+        assert_eq!(families.len(), 37, "{families:?}");
+        assert!(!text.contains("# EOF") && !text.contains("# UNIT") && !text.contains("_total_total"), "{text}");
+        // A zero float gauge is written "0.0" (it was "0"): the same value to every parser.
+        let s = Snapshot { sweep: Sweep::default(), ..snapshot() };
+        let text = render(&s);
+        assert!(text.lines().any(|l| l == "ebpf_masq_nat_expiry_last_run_seconds 0.0"), "{text}");
+        assert_eq!(value(&validate(&text).unwrap().1, "ebpf_masq_nat_expiry_last_run_seconds", &[]), 0.0);
+    }
+
+    #[test]
     fn not_loaded_is_one_gauge() {
         let text = render(&Snapshot::default());
         let (_, series) = validate(&text).unwrap();
@@ -793,53 +814,63 @@ mod tests {
 
     #[test]
     fn http_routing() {
+        use tiny_http::Method;
         let ok = || Ok("body\n".to_string());
-        let (r, head) = respond(b"GET /metrics HTTP/1.1\r\nHost: x", ok);
-        assert_eq!((r.status, r.content_type, r.body.as_str(), head), (200, CONTENT_TYPE, "body\n", false));
-        let (r, head) = respond(b"HEAD /metrics?x=1 HTTP/1.0", ok);
-        assert_eq!((r.status, head), (200, true));
-        assert_eq!(respond(b"GET / HTTP/1.1", ok).0.status, 404);
-        assert_eq!(respond(b"GET /metricsx HTTP/1.1", ok).0.status, 404);
-        let (r, _) = respond(b"POST /metrics HTTP/1.1", ok);
+        let r = respond(&Method::Get, "/metrics", ok);
+        assert_eq!(r, Reply { status: 200, content_type: CONTENT_TYPE, body: "body\n".into(), allow: false });
+        assert_eq!(respond(&Method::Head, "/metrics?x=1", ok).status, 200);
+        assert_eq!(respond(&Method::Get, "/", ok).status, 404);
+        assert_eq!(respond(&Method::Get, "/metricsx", ok).status, 404);
+        assert_eq!(respond(&Method::Get, "/metrics/extra", ok).status, 404);
+        let r = respond(&Method::Post, "/metrics", ok);
         assert!(r.status == 405 && r.allow);
-        for bad in [&b""[..], b"GET", b"GET /metrics", b"GET metrics HTTP/1.1", b"GET /metrics SPDY/3", b"\xff\xfe"] {
-            assert_eq!(respond(bad, ok).0.status, 400, "{bad:?}");
-        }
-        let (r, _) = respond(b"GET /metrics HTTP/1.1", || Err(Error::bpf("boom")));
-        assert_eq!(r.status, 500);
+        let r = respond(&Method::Get, "/metrics", || Err(Error::bpf("boom")));
+        assert_eq!((r.status, r.content_type), (500, TEXT));
+        assert!(r.body.contains("boom"), "{}", r.body);
         // The body is produced only for /metrics.
-        let (r, _) = respond(b"GET /other HTTP/1.1", || panic!("must not collect"));
-        assert_eq!(r.status, 404);
+        assert_eq!(respond(&Method::Get, "/other", || panic!("must not collect")).status, 404);
+        assert_eq!(respond(&Method::Put, "/metrics", || panic!("must not collect")).status, 405);
     }
 
     #[test]
     fn http_server_end_to_end() {
-        // The server loop on an ephemeral port with pins that do not exist: loaded 0.
+        use std::{
+            io::Read,
+            net::{Shutdown, TcpStream},
+        };
+        // The server on an ephemeral port with pins that do not exist: loaded 0.
         let dir = std::env::temp_dir().join(format!("ebpf-masq-metrics-test-{}", std::process::id()));
         let pins = Pins::new(&dir);
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
+        let server = bind("127.0.0.1:0").unwrap();
+        let addr = server.server_addr().to_ip().unwrap();
         let t = std::thread::spawn(move || {
-            for s in listener.incoming().take(3) {
-                handle(&pins, s.unwrap()).unwrap();
+            // Requests tiny_http refuses itself (a bad request line) never come here.
+            for req in server.incoming_requests().take(4) {
+                handle(&pins, req).unwrap();
             }
         });
         let get = |req: &[u8]| {
             let mut s = TcpStream::connect(addr).unwrap();
             s.write_all(req).unwrap();
+            s.shutdown(Shutdown::Write).unwrap();
             let mut out = String::new();
             s.read_to_string(&mut out).unwrap();
             out
         };
-        let r = get(b"GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n");
+        let r = get(b"GET /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
         assert!(r.starts_with("HTTP/1.1 200 OK\r\n"), "{r}");
-        assert!(r.contains(CONTENT_TYPE), "{r}");
-        assert!(r.ends_with("\r\n\r\n# HELP ebpf_masq_data_plane_loaded 1 when the ebpf-masq programs are pinned under the pin path.\n# TYPE ebpf_masq_data_plane_loaded gauge\nebpf_masq_data_plane_loaded 0\n"), "{r}");
-        assert!(get(b"GET /nope HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404 "));
-        // An endless head is cut off at MAX_REQUEST.
-        let mut big = b"GET /metrics HTTP/1.1\r\nX: ".to_vec();
-        big.resize(MAX_REQUEST, b'a'); // exactly the limit, all read: no RST on close
-        assert!(get(&big).starts_with("HTTP/1.1 431 "));
+        assert!(r.contains(&format!("Content-Type: {CONTENT_TYPE}\r\n")), "{r}");
+        let body = "# HELP ebpf_masq_data_plane_loaded 1 when the ebpf-masq programs are pinned under the pin path.\n\
+                    # TYPE ebpf_masq_data_plane_loaded gauge\nebpf_masq_data_plane_loaded 0\n";
+        assert!(r.contains(&format!("Content-Length: {}\r\n", body.len())), "{r}");
+        assert!(r.ends_with(&format!("\r\n\r\n{body}")), "{r}");
+        let r = get(b"HEAD /metrics HTTP/1.1\r\nConnection: close\r\n\r\n");
+        assert!(r.starts_with("HTTP/1.1 200 OK\r\n") && r.ends_with("\r\n\r\n"), "{r}");
+        assert!(get(b"GET /nope HTTP/1.1\r\nConnection: close\r\n\r\n").starts_with("HTTP/1.1 404 "));
+        assert!(get(b"GET\r\n\r\n").starts_with("HTTP/1.1 400 "));
+        let r = get(b"POST /metrics HTTP/1.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        assert!(r.starts_with("HTTP/1.1 405 ") && r.contains("Allow: GET, HEAD\r\n"), "{r}");
         t.join().unwrap();
     }
 }
+
