@@ -10,6 +10,7 @@
 #include "parse.h"
 #include "inner.h"
 #include "rewrite.h"
+#include "icmp_err.h"
 #include "policy.h"
 #include "fastpath.h"
 

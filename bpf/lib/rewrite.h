@@ -1,72 +1,19 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * Packet rewrites with incremental checksum updates, per family.
+ * NAT rewrites of a packet's own header, per family: address and port (or echo
+ * id), with incremental checksum updates. Writes the packet, touches no map.
+ * ICMP errors' quoted packets are rewritten in icmp_err.h.
  *
  * bpf_l4_csum_replace() with BPF_F_PSEUDO_HDR keeps CHECKSUM_PARTIAL (GSO,
  * offloaded) packets right: only the pseudo-header seed changes for those, the
  * device or the stack folds in the rest. UDP with a zero checksum stays zero
  * (BPF_F_MARK_MANGLED_0). ICMPv4 has no pseudo-header; ICMPv6 has one.
- * Fields inside an ICMP error's quoted packet are plain payload: every change
- * there is folded into the outer ICMP checksum as well.
  */
 #ifndef MASQ_REWRITE_H
 #define MASQ_REWRITE_H
 
-#include "inner.h"
-
-struct l4_offsets {
-	__u32 port;         /* the port (or echo id) being rewritten */
-	__u32 csum;
-	__u64 flags;        /* extra bpf_l4_csum_replace flags */
-};
-
-static __always_inline void l4_offsets(__u8 proto, __u32 l4_off, bool src, struct l4_offsets *o)
-{
-	o->flags = 0;
-	switch (proto) {
-	case IPPROTO_TCP:
-		o->port = l4_off + (src ? 0 : 2);
-		o->csum = l4_off + offsetof(struct tcphdr, check);
-		break;
-	case IPPROTO_UDP:
-		o->port = l4_off + (src ? 0 : 2);
-		o->csum = l4_off + offsetof(struct udphdr, check);
-		o->flags = BPF_F_MARK_MANGLED_0;
-		break;
-	default: /* ICMP / ICMPv6 echo: the id */
-		o->port = l4_off + offsetof(struct icmphdr, un.echo.id);
-		o->csum = l4_off + offsetof(struct icmphdr, checksum);
-		break;
-	}
-}
-
-/*
- * csum4_replace - an IPv4 header checksum after a 32-bit field changed from
- * @from to @to (RFC 1624, eqn. 3: HC' = ~(~HC + ~m + m')). Works on the raw
- * (network order) words: the one's complement sum does not care about byte order.
- * The IPv4 header checksum is never offloaded, so this is always the whole story.
- */
-static __always_inline __sum16 csum4_replace(__sum16 check, __be32 from, __be32 to)
-{
-	__u32 s = (__u16)~check;
-
-	s += (__u16)~(from & 0xffff) + (__u16)~(from >> 16);
-	s += (to & 0xffff) + (to >> 16);
-	s = (s & 0xffff) + (s >> 16);
-	s = (s & 0xffff) + (s >> 16);
-	return (__sum16)~s;
-}
-
-/* The same for a 16-bit field. */
-static __always_inline __sum16 csum2_replace(__sum16 check, __be16 from, __be16 to)
-{
-	__u32 s = (__u16)~check;
-
-	s += (__u16)~from + (__u16)to;
-	s = (s & 0xffff) + (s >> 16);
-	s = (s & 0xffff) + (s >> 16);
-	return (__sum16)~s;
-}
+#include "parse.h"
+#include "csum.h"
 
 /*
  * rewrite_window - where the rewrite can write straight into the packet, after
@@ -157,14 +104,6 @@ static __always_inline int nat4_rewrite_addr(struct __sk_buff *skb, const struct
 	return bpf_skb_store_bytes(skb, addr_off, &new_addr, sizeof(new_addr), 0);
 }
 
-/* Checksum difference between two IPv6 addresses, or < 0 on error. */
-static __always_inline __s64 csum_diff6(const struct in6_addr *from, const struct in6_addr *to)
-{
-	struct in6_addr a = *from, b = *to;
-
-	return bpf_csum_diff((__be32 *)&a, sizeof(a), (__be32 *)&b, sizeof(b), 0);
-}
-
 static __always_inline int nat6_rewrite_addr(struct __sk_buff *skb, const struct flow6 *f, bool src,
 					     const struct in6_addr *new_addr)
 {
@@ -172,25 +111,6 @@ static __always_inline int nat6_rewrite_addr(struct __sk_buff *skb, const struct
 	struct in6_addr a = *new_addr;
 
 	return bpf_skb_store_bytes(skb, addr_off, &a, sizeof(a), 0);
-}
-
-/*
- * csum_diff6_inline - what bpf_csum_diff(old, 16, new, 16, 0) returns, up to
- * one's-complement equivalence (all bpf_l4_csum_replace needs): the sum of
- * the new address's 32-bit words and the complements of the old one's,
- * without the helper call.
- */
-static __always_inline __u32 csum_diff6_inline(const struct in6_addr *from, const struct in6_addr *to)
-{
-	__u64 s = 0;
-	int i;
-
-#pragma unroll
-	for (i = 0; i < 4; i++)
-		s += (__u32)~from->in6_u.u6_addr32[i] + (__u64)to->in6_u.u6_addr32[i];
-	s = (s & 0xffffffff) + (s >> 32);
-	s = (s & 0xffffffff) + (s >> 32);
-	return (__u32)s;
 }
 
 /*
@@ -230,115 +150,6 @@ static __noinline int nat6_rewrite(struct __sk_buff *skb, const struct flow6 *f,
 	if (old_port != new_port && bpf_skb_store_bytes(skb, o.port, &new_port, sizeof(new_port), 0))
 		return -1;
 	return nat6_rewrite_addr(skb, f, src, new_addr);
-}
-
-static __always_inline int load_csum(struct __sk_buff *skb, __u32 off, __be16 *v)
-{
-	return bpf_skb_load_bytes(skb, off, v, sizeof(*v));
-}
-
-/*
- * Quoted L4 port (or echo id): store it, fix the quoted L4 checksum for the
- * port (and, via @addr_diff, for the quoted pseudo-header) and fold both
- * changes into the outer ICMP checksum at @outer_csum.
- */
-static __always_inline int inner_port_rewrite(struct __sk_buff *skb, __u8 proto, __u32 l4_off, bool src,
-					      bool csum_ok, __be16 old_port, __be16 new_port,
-					      __s64 addr_diff, bool addr_in_pseudo, __u32 outer_csum)
-{
-	struct l4_offsets o;
-	__be16 c_old, c_new;
-
-	l4_offsets(proto, l4_off, src, &o);
-	if (csum_ok) {
-		if (load_csum(skb, o.csum, &c_old))
-			return -1;
-		/* A zero UDP checksum means "none": leave it so. */
-		if (!(proto == IPPROTO_UDP && c_old == 0)) {
-			if (addr_in_pseudo && bpf_l4_csum_replace(skb, o.csum, 0, addr_diff, 0))
-				return -1;
-			if (bpf_l4_csum_replace(skb, o.csum, old_port, new_port, sizeof(new_port)))
-				return -1;
-			if (load_csum(skb, o.csum, &c_new))
-				return -1;
-			if (bpf_l4_csum_replace(skb, outer_csum, c_old, c_new, sizeof(c_new)))
-				return -1;
-		}
-	}
-	if (bpf_skb_store_bytes(skb, o.port, &new_port, sizeof(new_port), 0))
-		return -1;
-	return bpf_l4_csum_replace(skb, outer_csum, old_port, new_port, sizeof(new_port));
-}
-
-/*
- * icmp4_err_rewrite - translate an ICMP error and the packet it quotes.
- * Towards the pod (@egress false): outer destination, quoted source and source
- * port become the pod's. Outward (@egress true): quoted destination and
- * destination port become the node's, and the outer source too when @outer
- * (the pod sent the error; the node's own errors keep their source).
- */
-static __always_inline int icmp4_err_rewrite(struct __sk_buff *skb, const struct flow4 *f,
-					     const struct inner4 *in, bool egress, bool outer,
-					     const __be32 *new_addr_p, __be16 new_port)
-{
-	__be32 new_addr = *new_addr_p;
-	__u32 icmp_csum = f->l4_off + offsetof(struct icmphdr, checksum);
-	__u32 in_csum = in->l3_off + offsetof(struct iphdr, check);
-	__be32 in_old = egress ? in->daddr : in->saddr;
-	__u32 in_addr_off = in->l3_off + (egress ? offsetof(struct iphdr, daddr) : offsetof(struct iphdr, saddr));
-	__be16 ic_old, ic_new;
-	__s64 diff;
-
-	/* The outer header: only the IPv4 header checksum covers it. */
-	if (outer && nat4_rewrite_addr(skb, f, egress, &new_addr))
-		return -1;
-
-	/* The quoted IPv4 header: its own checksum, then both changes into ICMP's. */
-	if (load_csum(skb, in_csum, &ic_old) ||
-	    bpf_l3_csum_replace(skb, in_csum, in_old, new_addr, sizeof(new_addr)) ||
-	    load_csum(skb, in_csum, &ic_new) ||
-	    bpf_skb_store_bytes(skb, in_addr_off, &new_addr, sizeof(new_addr), 0) ||
-	    bpf_l4_csum_replace(skb, icmp_csum, in_old, new_addr, sizeof(new_addr)) ||
-	    bpf_l4_csum_replace(skb, icmp_csum, ic_old, ic_new, sizeof(ic_new)))
-		return -1;
-
-	diff = bpf_csum_diff(&in_old, sizeof(in_old), &new_addr, sizeof(new_addr), 0);
-	if (diff < 0)
-		return -1;
-	return inner_port_rewrite(skb, in->proto, in->l4_off, !egress, in->l4_csum_ok,
-				  in->echo ? (in->sport | in->dport) : (egress ? in->dport : in->sport),
-				  new_port, diff, !in->echo, icmp_csum);
-}
-
-static __always_inline int icmp6_err_rewrite(struct __sk_buff *skb, const struct flow6 *f,
-					     const struct inner6 *in, bool egress, bool outer,
-					     const struct in6_addr *new_addr_p, __be16 new_port)
-{
-	struct in6_addr new_addr = *new_addr_p;
-	__u32 icmp_csum = f->l4_off + 2;
-	const struct in6_addr *outer_old = egress ? &f->saddr : &f->daddr;
-	const struct in6_addr *in_old = egress ? &in->daddr : &in->saddr;
-	__u32 in_addr_off = in->l3_off + (egress ? offsetof(struct ipv6hdr, daddr) : offsetof(struct ipv6hdr, saddr));
-	__s64 diff;
-
-	/* Outer address: in ICMPv6's pseudo-header. */
-	if (outer) {
-		diff = csum_diff6(outer_old, &new_addr);
-		if (diff < 0 || bpf_l4_csum_replace(skb, icmp_csum, 0, diff, BPF_F_PSEUDO_HDR) ||
-		    nat6_rewrite_addr(skb, f, egress, &new_addr))
-			return -1;
-	}
-
-	/* Quoted address: payload of the ICMPv6 message. */
-	diff = csum_diff6(in_old, &new_addr);
-	if (diff < 0 || bpf_skb_store_bytes(skb, in_addr_off, &new_addr, sizeof(new_addr), 0) ||
-	    bpf_l4_csum_replace(skb, icmp_csum, 0, diff, 0))
-		return -1;
-
-	/* Quoted L4: every IPv6 L4 checksum (echo included) covers the quoted addresses. */
-	return inner_port_rewrite(skb, in->proto, in->l4_off, !egress, in->l4_csum_ok,
-				  in->echo ? (in->sport | in->dport) : (egress ? in->dport : in->sport),
-				  new_port, diff, true, icmp_csum);
 }
 
 #endif /* MASQ_REWRITE_H */
