@@ -1,0 +1,213 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * NAT engine, part 1 of 4 (nat_tmpl.h includes it, once per family): the state
+ * both directions share. A pair's two halves (lookup, expiry, refresh, keeping
+ * them in step, the expiry sweep's visit gc_pair) and a first fragment's ports
+ * (MAP_FRAG). Touches MAP_FWD, MAP_REV, MAP_OPEN, MAP_PERMIT, MAP_FRAG; never
+ * the packet.
+ */
+
+/* The forward half of a pair, in its key's shard of MAP_FWD. */
+static __always_inline ENTRY_T *NAT_FN(fwd_get)(const KEY_T *k)
+{
+	void *m = NAT_FWD_SHARD(&MAP_FWD, k, SHARD_FN);
+
+	return m ? bpf_map_lookup_elem(m, k) : NULL;
+}
+
+/*
+ * fwd_get with the shard hash inline instead of a call: for the per-packet
+ * lookup of an established flow only (every other lookup calls the global
+ * function, which the verifier checks once).
+ */
+static __always_inline ENTRY_T *NAT_FN(fwd_get_hot)(const KEY_T *k)
+{
+	__u32 i = nat_shard((const __u32 *)k, sizeof(*k) / 4, nat_seed);
+	void *m = bpf_map_lookup_elem(&MAP_FWD, &i);
+
+	return m ? bpf_map_lookup_elem(m, k) : NULL;
+}
+
+static __always_inline void NAT_FN(fwd_del)(const KEY_T *k)
+{
+	void *m = NAT_FWD_SHARD(&MAP_FWD, k, SHARD_FN);
+
+	if (m)
+		bpf_map_delete_elem(m, k);
+}
+
+static __always_inline bool NAT_FN(nat_expired)(const ENTRY_T *e, const struct masq_config *cfg,
+						__u8 proto, __u64 now)
+{
+	__u64 seen = e->last_seen_ns;
+
+	/* Another CPU may have refreshed it after we read the clock: alive. */
+	if (seen >= now)
+		return false;
+	/* A UDP pair that never lasted (a DNS query and its answer) waits the
+	 * one-shot timeout (RFC 4787 REQ-5's exception; netfilter's 2 s rule). */
+	if (proto == IPPROTO_UDP && seen <= e->created_ns + NAT_UDP_STREAM_NS)
+		return now - seen > (__u64)cfg->udp_one_shot_timeout_s * NSEC_PER_SEC;
+	return now - seen > nat_timeout_ns(cfg, proto, e->flags);
+}
+
+/*
+ * Account one packet on the half of its direction; true when last_seen was
+ * refreshed (once a second at most, and at once when the TCP state changes: the
+ * caller then brings the other half in step, nat_flags_synced).
+ */
+static __always_inline bool NAT_FN(nat_touch)(ENTRY_T *e, const FLOW_T *f, __u64 now)
+{
+	/* Plain adds, not atomics: a flow's packets come in on one CPU at a time
+	 * (RSS, one socket), and a rare lost update costs a statistic, not a byte. */
+	e->packets += 1;
+	e->bytes += f->len;
+	if (f->proto == IPPROTO_TCP) {
+		__u8 end = (f->tcp_flags & TCP_FLAG_RST) ? NAT_F_RST : (f->tcp_flags & TCP_FLAG_FIN) ? NAT_F_FIN : 0;
+
+		if (end) {
+			if ((e->flags & (end | NAT_F_TCP_CLOSING)) != (end | NAT_F_TCP_CLOSING)) {
+				e->flags |= end | NAT_F_TCP_CLOSING;
+				e->last_seen_ns = now;
+				return true;
+			}
+		} else if ((f->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN &&
+			   (e->flags & NAT_F_TCP_CLOSING)) {
+			/* The pod reuses the tuple for a new connection. */
+			e->flags &= ~(NAT_F_TCP_CLOSING | NAT_F_ENDS);
+			e->last_seen_ns = now;
+			return true;
+		}
+	}
+	if (now > e->last_seen_ns + NSEC_PER_SEC) {
+		e->last_seen_ns = now;
+		return true;
+	}
+	return false;
+}
+
+/*
+ * open_refresh - a pair of an endpoint with natFiltering (NAT_F_OPEN) was refreshed
+ * by a pod packet @f: its mapping's open entry, and for address-dependent
+ * filtering the remote's permit, stay active (outbound refresh, RFC 4787 REQ-6).
+ */
+static __noinline void NAT_FN(open_refresh)(const FLOW_T *f, const ENTRY_T *fwd, __u64 now)
+{
+	EP_T k = { .addr = fwd->addr, .port = fwd->port, .proto = f->proto };
+	OPEN_T *o = bpf_map_lookup_elem(&MAP_OPEN, &k);
+	PERMIT_T *pv;
+
+	if (!o || !ADDR_EQ(&o->addr, &f->saddr) || o->port != f->sport)
+		return;
+	o->last_seen_ns = now;
+	if (!(o->filter & NAT_FILTER_AD))
+		return;
+	PERMITKEY_T pk = { .remote = f->daddr, .addr = fwd->addr, .port = fwd->port, .proto = f->proto };
+	pv = bpf_map_lookup_elem(&MAP_PERMIT, &pk);
+	if (pv && ADDR_EQ(&pv->pod, &f->saddr))
+		pv->last_seen_ns = now;
+}
+
+/*
+ * snat_sync_rev - after the forward half of a flow was refreshed, refresh its
+ * reverse half too (carrying the TCP closing state). Returns false if the
+ * reverse half is gone (the pair is being removed) or belongs to another flow:
+ * the caller starts this flow afresh.
+ */
+static __noinline bool NAT_FN(snat_sync_rev)(const FLOW_T *f, const ENTRY_T *fwd, __u64 now)
+{
+	KEY_T rk = {
+		.saddr = f->daddr, .daddr = fwd->addr,
+		.sport = f->dport, .dport = fwd->port, .proto = f->proto,
+	};
+	ENTRY_T *rev = bpf_map_lookup_elem(&MAP_REV, &rk);
+
+	if (!rev || rev->created_ns != fwd->created_ns)
+		return false;
+	rev->last_seen_ns = now;
+	rev->flags = nat_flags_synced(fwd->flags, rev->flags);
+	if (fwd->flags & NAT_F_OPEN)
+		NAT_FN(open_refresh)(f, fwd, now);
+	return true;
+}
+
+/*
+ * snat_refresh - account a pod packet on its flow's forward half and keep the
+ * reverse half in step. False when the pair is gone from under it: the caller
+ * deletes the forward half and starts the flow afresh.
+ */
+static __always_inline bool NAT_FN(snat_refresh)(const FLOW_T *f, ENTRY_T *fwd, __u64 now)
+{
+	return !NAT_FN(nat_touch)(fwd, f, now) || NAT_FN(snat_sync_rev)(f, fwd, now);
+}
+
+/*
+ * The mirror of snat_sync_rev, from a reply that hit the reverse half. A
+ * forward half that is gone or belongs to a newer pair is left alone: a reply
+ * never recreates state.
+ */
+static __noinline void NAT_FN(rnat_sync_fwd)(const FLOW_T *f, const ENTRY_T *rev, __u64 now)
+{
+	KEY_T fk = {
+		.saddr = rev->addr, .daddr = f->saddr,
+		.sport = rev->port, .dport = f->sport, .proto = f->proto,
+	};
+	ENTRY_T *fwd = NAT_FN(fwd_get)(&fk);
+
+	if (fwd && fwd->created_ns == rev->created_ns) {
+		fwd->last_seen_ns = now;
+		fwd->flags = nat_flags_synced(rev->flags, fwd->flags);
+	}
+}
+
+/*
+ * gc_pair - the expiry sweep's visit to one forward half (bpf_for_each_map_elem
+ * callback): a pair idle past its timeout goes, reverse half first, then the
+ * forward half the walk stands on; each only if it is still this pair's.
+ */
+static long NAT_FN(gc_pair)(void *map, const KEY_T *key, ENTRY_T *fwd, struct nat_gc_walk *w)
+{
+	KEY_T fk = *key;
+	ENTRY_T *rev, *cur;
+	__u64 gen;
+
+	/* Counted in the map value, not on the stack: a constant count would keep
+	 * the verifier from ever seeing the walk's states converge. */
+	w->gc->last_checked++;
+	if (!NAT_FN(nat_expired)(fwd, w->cfg, fk.proto, w->now)) {
+		if (fwd->flags & NAT_F_HOST)
+			w->gc->seen |= NAT_GC_SEEN_HOST;
+		return 0;
+	}
+	KEY_T rk = {
+		.saddr = fk.daddr, .daddr = fwd->addr,
+		.sport = fk.dport, .dport = fwd->port, .proto = fk.proto,
+	};
+	gen = fwd->created_ns;
+	rev = bpf_map_lookup_elem(&MAP_REV, &rk);
+	if (rev && rev->created_ns == gen)
+		bpf_map_delete_elem(&MAP_REV, &rk);
+	/* A packet of the flow may have found its reverse half gone just now and
+	 * made a new pair under the same key: that one stays. */
+	cur = bpf_map_lookup_elem(map, &fk); /* @map: the shard being walked, the key's own */
+	if (cur && cur->created_ns == gen)
+		bpf_map_delete_elem(map, &fk);
+	count_add(CNT_NAT_EXPIRED, 1);
+	return 0;
+}
+
+/* Remember a first fragment's ports for the fragments that follow it. */
+static __noinline void NAT_FN(frag_remember)(const FLOW_T *f)
+{
+	FRAGKEY_T k = { .saddr = f->saddr, .daddr = f->daddr, .id = f->frag_id, .proto = f->frag_proto };
+	struct frag_ports p = { .sport = f->sport, .dport = f->dport, .proto = f->proto };
+
+	bpf_map_update_elem(&MAP_FRAG, &k, &p, BPF_ANY);
+}
+
+static __always_inline struct frag_ports *NAT_FN(frag_lookup)(const FLOW_T *f)
+{
+	FRAGKEY_T k = { .saddr = f->saddr, .daddr = f->daddr, .id = f->frag_id, .proto = f->frag_proto };
+
+	return bpf_map_lookup_elem(&MAP_FRAG, &k);
+}

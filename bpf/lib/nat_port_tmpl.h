@@ -1,0 +1,380 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * NAT engine, part 2 of 4 (nat_tmpl.h includes it, once per family): a new
+ * flow's pair. snat_new's port search (bpf_loop over probe_port: preferred ports,
+ * random ones, a sweep; host sockets checked by host_holds; finished or expired
+ * pairs taken over), then the forward half, the mapping hint (MAP_BIND) and
+ * natFiltering's records (MAP_OPEN, MAP_PERMIT). Never touches the packet.
+ */
+
+/* State of one port search, shared with the bpf_loop() callback. */
+struct NAT_FN(probe) {
+	KEY_T fk;           /* the new flow's forward key */
+	KEY_T rk;           /* the candidate reverse key (its dport is the candidate port) */
+	ENTRY_T e;          /* one entry serves both halves: the reverse one first */
+	struct __sk_buff *skb; /* for the host socket lookups (host_holds) */
+	__u64 now;
+	__u32 start;        /* first port of the sequential sweep, as an offset in the range */
+	__u32 claimed;      /* 0, or 1 + the probe that claimed its port */
+	__u32 tried;        /* ports tried (the preferred slots left empty are not) */
+	/* 16-bit fields, and no config pointer (the callback looks it up): the IPv6
+	 * fast path's call chain down to host_holds must fit the 512-byte stack. */
+	__u16 range;        /* ports that may be handed out: portRange less the skipped ones */
+	__u16 skip_lo;      /* first skipped port inside portRange (host order) */
+	__u16 skip_len;     /* skipped ports inside portRange; 0: none */
+	__u16 full;         /* the reverse map holds natMaxEntries entries */
+	__be16 want[NAT_PREFERRED]; /* ports tried first: the endpoint's binding, its own port; 0: none */
+};
+
+/*
+ * host_holds - would the reply of a pair claimed as @rk (remote -> nat address,
+ * candidate port) reach a host socket instead? A listener on the port (kubelet,
+ * a hostNetwork server), a bound UDP socket (WireGuard, VXLAN, DNS), or a host
+ * connection on that very tuple; or is the port a pod's hostPort (host_ports)? The port space is the host's too (1024-65535 by
+ * default): this keeps a pod from taking a tuple the host already uses; a host
+ * flow that starts after a pod took its tuple is remapped (host_egress).
+ * TIME_WAIT sockets are not full sockets: not found, and their tuple may be
+ * reused (as netfilter's does). ICMP ids have no socket lookup (host echo
+ * requests get a pair instead).
+ */
+__attribute__((noinline)) int NAT_FN(host_holds)(struct __sk_buff *skb, const KEY_T *rk)
+{
+	/* The key starts like the socket tuple (common.h asserts it): no copy, no
+	 * stack, which the IPv6 fast path's call chain has none of to spare. */
+	struct bpf_sock_tuple *t = (struct bpf_sock_tuple *)rk;
+	struct bpf_sock *sk;
+
+	/* A global function: the verifier checks it once, on its own, not inside
+	 * every state of the port search's loop (and a key pointer may be NULL). */
+	if (!skb || !rk)
+		return false;
+	if (rk->proto != ICMP_PROTO) {
+		struct host_port hp = { .port = bpf_ntohs(rk->dport), .proto = rk->proto };
+
+		if (bpf_map_lookup_elem(&host_ports, &hp))
+			return true; /* a pod's hostPort: portmap DNATs new connections to it */
+	}
+	if (rk->proto == IPPROTO_TCP)
+		sk = bpf_sk_lookup_tcp(skb, t, SK_TUPLE_LEN, BPF_F_CURRENT_NETNS, 0);
+	else if (rk->proto == IPPROTO_UDP)
+		sk = bpf_sk_lookup_udp(skb, t, SK_TUPLE_LEN, BPF_F_CURRENT_NETNS, 0);
+	else
+		return false;
+	if (!sk)
+		return false;
+	bpf_sk_release(sk);
+	return true;
+}
+
+/*
+ * claim_checked - the port of @p->rk was just claimed (its reverse half written):
+ * keep it unless a host socket would get its replies; then give it back. The
+ * check comes after the claim, so a host socket hashed meanwhile is either seen
+ * here or its first packet finds the claim (host_egress remaps it).
+ */
+static __always_inline long NAT_FN(claim_checked)(struct NAT_FN(probe) *p, __u32 i)
+{
+	if (NAT_FN(host_holds)(p->skb, &p->rk)) {
+		bpf_map_delete_elem(&MAP_REV, &p->rk);
+		count_add(CNT_HOST_SOCKET_AVOIDED, 1);
+		return 0;
+	}
+	p->claimed = i + 1;
+	return 1;
+}
+
+/*
+ * take_over - give the port of the pair whose reverse half is @old to the new
+ * flow: when the pair expired (@cnt CNT_NAT_RECLAIMED), or when it is a TCP flow
+ * that is over, FIN both ways or a RST either way, and quiet for
+ * NAT_FINISHED_GRACE_NS since (CNT_NAT_FINISHED_REUSED: the forward half, which
+ * holds the pod's side of it, is checked). The stale forward
+ * half goes, then the claim is overwritten. Returns 1 (stop) once claimed.
+ *
+ * p->fk doubles as the stale pair's forward key for a moment. The forward half
+ * under that key is the stale pair's own: a pod tuple gets a new pair only after
+ * its old forward half is gone, and a reverse half whose pair lost its forward
+ * half does not outlive it (gc_pair and flush remove the reverse half first;
+ * snat_create removes a claim it could not complete).
+ */
+static __always_inline long NAT_FN(take_over)(struct NAT_FN(probe) *p, __u32 i, ENTRY_T *old, __u32 cnt)
+{
+	KEY_T mine = p->fk;
+	ENTRY_T *fwd;
+	long ret = 0;
+
+	p->fk.saddr = old->addr;
+	p->fk.sport = old->port;
+	if (cnt == CNT_NAT_FINISHED_REUSED) {
+		__u8 ends;
+
+		fwd = NAT_FN(fwd_get)(&p->fk);
+		if (!fwd || fwd->created_ns != old->created_ns)
+			goto out; /* not one pair (being removed): leave it */
+		ends = (old->flags & NAT_F_ENDS) | (fwd->flags & NAT_F_ENDS);
+		if (!(ends & NAT_F_RST) && !((old->flags & NAT_F_FIN) && (fwd->flags & NAT_F_FIN)))
+			goto out; /* one direction still open */
+		/* The last FIN's ACK (and its retransmissions) must still find the pair:
+		 * taken over under it, the peer would sit in LAST_ACK and answer the new
+		 * flow's SYN with a challenge ACK, a 1 s stall. */
+		if (p->now < old->last_seen_ns + NAT_FINISHED_GRACE_NS ||
+		    p->now < fwd->last_seen_ns + NAT_FINISHED_GRACE_NS)
+			goto out;
+	}
+	NAT_FN(fwd_del)(&p->fk);
+	if (bpf_map_update_elem(&MAP_REV, &p->rk, &p->e, BPF_ANY) == 0) {
+		p->fk = mine;
+		ret = NAT_FN(claim_checked)(p, i);
+		if (ret)
+			count_add(cnt, 1);
+		return ret;
+	}
+out:
+	p->fk = mine;
+	return ret;
+}
+
+/*
+ * One probe: the preferred ports first (want[]), then random ports from the
+ * range, then a sweep; claim the port if free, or if its pair expired (the stale
+ * forward half goes). Returns 1 (stop) once claimed.
+ * Run through bpf_loop() so the verifier checks it once, not once per probe.
+ */
+static long NAT_FN(probe_port)(__u32 i, void *ctx)
+{
+	struct NAT_FN(probe) *p = ctx;
+	const struct masq_config *cfg = bpf_map_lookup_elem(&masq_config, &nat_zero_key);
+	ENTRY_T *old;
+	long err;
+
+	if (!cfg)
+		return 1;
+
+	if (i < NAT_PREFERRED) {
+		__be16 want = p->want[i & (NAT_PREFERRED - 1)];
+
+		if (!want)
+			return 0;
+		p->rk.dport = want;
+	} else {
+		/* Random probes first; then a sweep, so a nearly full range still finds its last ports. */
+		__u32 j = i - NAT_PREFERRED;
+		__u32 off = j < NAT_PROBES ? bpf_get_prandom_u32() : p->start + (j - NAT_PROBES);
+		__u32 port = cfg->port_min + off % p->range;
+
+		if (p->skip_len && port >= p->skip_lo)
+			port += p->skip_len; /* over the skipped ports */
+		p->rk.dport = bpf_htons(port);
+	}
+	p->tried++;
+	err = bpf_map_update_elem(&MAP_REV, &p->rk, &p->e, BPF_NOEXIST);
+	if (err == 0)
+		return NAT_FN(claim_checked)(p, i);
+	if (err == -E2BIG) {
+		/* The port was free but the table is full: other ports will not help. */
+		p->full = 1;
+		return 1;
+	}
+	old = bpf_map_lookup_elem(&MAP_REV, &p->rk);
+	if (!old)
+		return 0;
+	if (NAT_FN(nat_expired)(old, cfg, p->fk.proto, p->now))
+		return NAT_FN(take_over)(p, i, old, CNT_NAT_RECLAIMED);
+	if (old->flags & NAT_F_TCP_CLOSING)
+		return NAT_FN(take_over)(p, i, old, CNT_NAT_FINISHED_REUSED);
+	return 0;
+}
+
+/*
+ * map_prefer - the ports a new flow from @f tries first: the mapping its pod
+ * endpoint already has towards @nat_addr (endpoint-independent mapping), then the
+ * endpoint's own port when it lies in portRange (port preservation, RFC 4787
+ * REQ-3: a port below it is not preserved). True when the endpoint has a binding
+ * to @nat_addr (it is then kept as it is, whatever port this flow gets).
+ */
+static __noinline bool NAT_FN(map_prefer)(const FLOW_T *f, const struct masq_config *cfg,
+					  const DEC_T *d, __be16 *want)
+{
+	EP_T bk = { .addr = f->saddr, .port = f->sport, .proto = f->proto };
+	BIND_T *b;
+	bool bound;
+
+	if (d->nat_flags & NAT_F_HOST) {
+		/* The host's own flow: its own port (an echo id kept), else any. */
+		want[0] = 0;
+		want[1] = f->sport;
+		return true; /* no binding: the host's mappings are its sockets' */
+	}
+	b = bpf_map_lookup_elem(&MAP_BIND, &bk);
+	bound = b && ADDR_EQ(&b->addr, &d->nat_addr);
+	want[0] = bound && nat_port_ok(cfg, bpf_ntohs(b->port)) ? b->port : 0;
+	want[1] = nat_port_ok(cfg, bpf_ntohs(f->sport)) && f->sport != want[0] ? f->sport : 0;
+	return bound;
+}
+
+/* map_bind - record @f's endpoint's mapping (nat_addr, port) for its next flows. */
+static __noinline void NAT_FN(map_bind)(const FLOW_T *f, const ADDR_T *nat_addr, __be16 port)
+{
+	EP_T bk = { .addr = f->saddr, .port = f->sport, .proto = f->proto };
+	BIND_T b = { .addr = *nat_addr, .port = port };
+
+	bpf_map_update_elem(&MAP_BIND, &bk, &b, BPF_ANY);
+}
+
+/* open_put - @f's endpoint, mapped to (@nat_addr, @port), lets others in (natFiltering). */
+static __noinline void NAT_FN(open_put)(const FLOW_T *f, const DEC_T *d, __be16 port, __u64 now)
+{
+	EP_T k = { .addr = d->nat_addr, .port = port, .proto = f->proto };
+	OPEN_T o = {
+		.addr = f->saddr, .port = f->sport, .filter = d->filter,
+		.flags = d->verdict == VERDICT_RULE ? NAT_F_BY_RULE : 0,
+		.ifindex = d->ifindex, .rule_id = d->rule_id, .last_seen_ns = now,
+	};
+
+	bpf_map_update_elem(&MAP_OPEN, &k, &o, BPF_ANY);
+}
+
+/* permit_put - address-dependent filtering: the remote @f goes to may answer from any port. */
+static __noinline void NAT_FN(permit_put)(const FLOW_T *f, const DEC_T *d, __be16 port, __u64 now)
+{
+	PERMITKEY_T pk = { .remote = f->daddr, .addr = d->nat_addr, .port = port, .proto = f->proto };
+	PERMIT_T pv = { .pod = f->saddr, .last_seen_ns = now };
+
+	bpf_map_update_elem(&MAP_PERMIT, &pk, &pv, BPF_ANY);
+}
+
+/*
+ * snat_new - claim a port for a new flow from @f with decision @d and insert
+ * both halves. Returns NAT_NEW_OK (the pair exists: made now, or by another CPU
+ * meanwhile) or a drop reason: DROP_NO_PORT when no port was free within the
+ * probe budget (also counted as CNT_ALLOC_FAIL), DROP_NAT_FULL when the table
+ * holds natMaxEntries pairs, DROP_NAT_INSERT when the forward half could not
+ * be inserted for another reason. A global function: the verifier checks it,
+ * and its port search, once, whoever calls it (the uplink's pod and host
+ * paths, the fast path); its pointers may be NULL as far as it knows.
+ */
+__attribute__((noinline)) int NAT_FN(snat_new)(struct __sk_buff *skb, const FLOW_T *f, const DEC_T *d,
+					       __u64 now)
+{
+	__u32 zero = 0;
+	/* Looked up here (an array lookup the verifier inlines): a BPF call has five arguments. */
+	const struct masq_config *cfg = bpf_map_lookup_elem(&masq_config, &zero);
+	struct NAT_FN(probe) p = {};
+	void *shard;
+	long err;
+	bool bound;
+
+	if (!skb || !f || !d)
+		return DROP_NAT_INSERT;
+	/* Field by field: a compound literal would be a second copy on the stack. */
+	p.fk.saddr = f->saddr;
+	p.fk.daddr = f->daddr;
+	p.fk.sport = f->sport;
+	p.fk.dport = f->dport;
+	p.fk.proto = f->proto;
+	p.rk.saddr = f->daddr;
+	p.rk.daddr = d->nat_addr;
+	p.rk.sport = f->dport;
+	p.rk.proto = f->proto;
+	p.e.addr = f->saddr;
+	p.e.port = f->sport;
+	p.e.flags = (d->verdict == VERDICT_RULE ? NAT_F_BY_RULE : 0) | d->nat_flags | (d->filter ? NAT_F_OPEN : 0);
+	p.e.ifindex = d->ifindex;
+	p.e.rule_id = d->rule_id;
+	p.e.created_ns = bpf_ktime_get_ns(); /* the fine clock: created_ns tells a pair from a later one */
+	p.e.last_seen_ns = now;
+	p.skb = skb;
+	p.now = now;
+	if (!cfg || cfg->port_min == 0 || cfg->port_max < cfg->port_min)
+		return DROP_NO_PORT;
+	p.range = cfg->port_max - cfg->port_min + 1; /* port_min >= 1: at most 65535 */
+	if (cfg->skip_max && cfg->skip_max >= cfg->port_min && cfg->skip_min <= cfg->port_max) {
+		__u32 lo = cfg->skip_min > cfg->port_min ? cfg->skip_min : cfg->port_min;
+		__u32 hi = cfg->skip_max < cfg->port_max ? cfg->skip_max : cfg->port_max;
+
+		p.skip_lo = lo;
+		p.skip_len = hi - lo + 1;
+		if (p.skip_len >= p.range)
+			return DROP_NO_PORT; /* the config refuses this; never expected */
+		p.range -= p.skip_len;
+	}
+	bound = NAT_FN(map_prefer)(f, cfg, d, p.want);
+	p.start = bpf_get_prandom_u32();
+	bpf_loop(NAT_PREFERRED + NAT_PROBES + (p.range < NAT_SWEEP ? p.range : NAT_SWEEP), NAT_FN(probe_port), &p, 0);
+	if (p.tried)
+		count_add(CNT_PORT_PROBES, p.tried); /* per new flow: ~1/(1 - share of the range in use) */
+	if (p.full)
+		return DROP_NAT_FULL;
+	if (!p.claimed) {
+		count_add(CNT_ALLOC_FAIL, 1);
+		return DROP_NO_PORT;
+	}
+
+	p.e.addr = d->nat_addr;
+	p.e.port = p.rk.dport;
+	shard = NAT_FWD_SHARD(&MAP_FWD, &p.fk, SHARD_FN);
+	err = shard ? bpf_map_update_elem(shard, &p.fk, &p.e, BPF_NOEXIST) : -ENOENT;
+	if (err) {
+		/* Give the port back. If another CPU created this flow meanwhile
+		 * (EEXIST), use its pair; otherwise the insert failed for real. */
+		bpf_map_delete_elem(&MAP_REV, &p.rk);
+		if (err == -EEXIST)
+			return NAT_NEW_OK;
+		return err == -E2BIG ? DROP_NAT_FULL : DROP_NAT_INSERT;
+	}
+	if (d->nat_flags & NAT_F_HOST) {
+		count_add(CNT_HOST_TRACKED, 1);
+		if (p.claimed != 2)
+			count_add(CNT_HOST_REMAPPED, 1);
+	} else if (p.claimed == 1) {
+		count_add(CNT_MAP_REUSED, 1);
+	} else if (p.claimed == 2) {
+		count_add(CNT_MAP_PRESERVED, 1);
+	}
+	if (!bound)
+		NAT_FN(map_bind)(f, &d->nat_addr, p.rk.dport);
+	if (d->filter && f->proto != ICMP_PROTO) {
+		/* Only the endpoint's mapping is opened (not a port it got towards one
+		 * remote because its mapping was taken there). */
+		if (!bound || p.claimed == 1)
+			NAT_FN(open_put)(f, d, p.rk.dport, now);
+		if (d->filter & NAT_FILTER_AD)
+			NAT_FN(permit_put)(f, d, p.rk.dport, now);
+	}
+	count_add(CNT_NAT_CREATED, 1);
+	nat_gc_ensure(NAT_IS_V6, d->nat_flags & NAT_F_HOST);
+	return NAT_NEW_OK;
+}
+
+/*
+ * The forward half of @f's flow. A call of its own: the key lives in a frame
+ * that is gone before snat_new's port search, the deepest chain, runs.
+ */
+static __noinline ENTRY_T *NAT_FN(fwd_of)(const FLOW_T *f)
+{
+	KEY_T fk = {
+		.saddr = f->saddr, .daddr = f->daddr,
+		.sport = f->sport, .dport = f->dport, .proto = f->proto,
+	};
+
+	return NAT_FN(fwd_get)(&fk);
+}
+
+/*
+ * snat_create - snat_new, then the new flow's forward half: NULL with *reason
+ * set when there is none.
+ */
+static __always_inline ENTRY_T *NAT_FN(snat_create)(struct __sk_buff *skb, const FLOW_T *f, const DEC_T *d,
+						    __u64 now, __u32 *reason)
+{
+	int r = NAT_FN(snat_new)(skb, f, d, now);
+	ENTRY_T *fwd;
+
+	if (r != NAT_NEW_OK) {
+		*reason = r;
+		return NULL;
+	}
+	fwd = NAT_FN(fwd_of)(f);
+	*reason = DROP_NAT_INSERT;
+	return fwd;
+}
