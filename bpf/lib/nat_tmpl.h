@@ -33,7 +33,7 @@
  *
  * Expiry: entries carry last_seen_ns, refreshed in both halves together at most
  * once a second from whichever direction has traffic, so a one-way flow never
- * loses its reply path. The expiry sweep (nat.h: one bpf_timer for the node)
+ * loses its reply path. The expiry sweep (nat_gc.h: one bpf_timer for the node)
  * removes pairs idle longer than their protocol's timeout, both halves; before it
  * comes round, a new flow may take over an idle pair's port (probe_port). The maps
  * are plain hash maps: nothing evicts one half alone, and a full table refuses

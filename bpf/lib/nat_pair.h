@@ -1,0 +1,47 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * A pair's lifetime, for both families (the per-family code: nat_pair_tmpl.h):
+ * its protocol's idle timeout, a one-shot UDP flow told from a stream, and the
+ * flags the two halves share. Pure functions of the config and the flags.
+ */
+#ifndef MASQ_NAT_PAIR_H
+#define MASQ_NAT_PAIR_H
+
+#include "maps.h"
+
+/*
+ * A UDP pair with a packet this long after its first is a stream (natTimeouts.udp);
+ * before, a one-shot flow (natTimeouts.udpOneShot), as netfilter tells them apart.
+ */
+#define NAT_UDP_STREAM_NS (2 * NSEC_PER_SEC)
+
+static __always_inline __u64 nat_timeout_ns(const struct masq_config *cfg, __u8 proto, __u8 flags)
+{
+	__u32 s;
+
+	switch (proto) {
+	case IPPROTO_TCP:
+		s = (flags & NAT_F_TCP_CLOSING) ? cfg->tcp_closing_timeout_s : cfg->tcp_timeout_s;
+		break;
+	case IPPROTO_UDP:
+		s = cfg->udp_timeout_s;
+		break;
+	default:
+		s = cfg->icmp_timeout_s;
+		break;
+	}
+	return (__u64)s * NSEC_PER_SEC;
+}
+
+/*
+ * The flags a half takes from its other half (@from) when the two are brought in
+ * step: the pair's state (closing) comes across; how each direction ended
+ * (NAT_F_ENDS) stays with its own half, and is forgotten once the pair is open
+ * again (a new connection on the same tuple).
+ */
+static __always_inline __u8 nat_flags_synced(__u8 from, __u8 to)
+{
+	return (from & ~NAT_F_ENDS) | ((from & NAT_F_TCP_CLOSING) ? (to & NAT_F_ENDS) : 0);
+}
+
+#endif /* MASQ_NAT_PAIR_H */
