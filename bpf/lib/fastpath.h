@@ -13,6 +13,7 @@
 
 #include "maps.h"
 #include "parse.h"
+#include "csum.h"
 #include "rewrite.h"
 
 #ifndef AF_INET
