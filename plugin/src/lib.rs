@@ -7,7 +7,7 @@
 //! Layers point down only (tests/layers.rs checks it, and that no import circle
 //! remains):
 //!   `cni`, `cli::*`              verbs and commands
-//!   `node`, `upgrade`            node-wide state: reconcile, adopt an older layout
+//!   `node`                       node-wide state: reconcile, adopt an older layout, teardown
 //!   `pod`                        one pod attachment
 //!   `bpf::*`, `netlink`, `prevresult`   the data plane's maps and programs, the kernel's netlink, CNI results
 //!   `config`, `logging`          data types of the config (a leaf), the log
@@ -23,4 +23,3 @@ pub mod netlink;
 pub mod node;
 pub mod pod;
 pub mod prevresult;
-pub mod upgrade;
