@@ -6,15 +6,18 @@
 //! remove_stale) and small readers. The rooms: `policy` (what the config writes
 //! into the node-wide maps), `uplinks` (finding and attaching them), `ports`
 //! (older versions' ip_local_reserved_ports), `adopt` (an older pin layout's pods
-//! and flows). May use pod, bpf, netlink, config, error; never cli or cni.
+//! and flows), `teardown` (uninstall). May use pod, bpf, netlink, config, error;
+//! never cli or cni.
 
 pub mod adopt;
 mod policy;
 mod ports;
+mod teardown;
 mod uplinks;
 
 pub use policy::{desired_exclusions, filter_bits};
 pub use ports::{merge_port_ranges, release_ports, reserve_ports, subtract_port_range, uncovered_port_ranges};
+pub use teardown::teardown;
 pub use uplinks::{detach_uplinks, resolve_uplinks, Uplink};
 
 use std::{

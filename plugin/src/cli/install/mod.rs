@@ -4,7 +4,8 @@
 //!
 //! The JSON transformation is pure ([`chain`], [`unchain`], [`restorable`]) and
 //! unit-tested in `conflist`; `files` writes files atomically and copies the
-//! binary; the verbs here put them together. May use node, pod, bpf, config, error.
+//! binary; the verbs here put them together (the data plane's teardown is
+//! `node::teardown`). May use node, bpf, config, error.
 
 mod conflist;
 mod files;
@@ -21,17 +22,16 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use aya::programs::TcAttachType;
 use clap::Args;
 use serde_json::{Map, Value};
 
 use files::{check_plain_name, conf_names, install_binary, io_err, mode_of};
 
 use crate::{
-    bpf::loader::{self, Pins},
+    bpf::loader::Pins,
     config::{self, DEFAULT_PIN_PATH},
     error::{code, Error, Result},
-    node, pod,
+    node,
 };
 
 /// File name of the plugin binary in the CNI bin dir (what `"type"` resolves to).
@@ -360,12 +360,12 @@ pub fn uninstall(a: &UninstallArgs) -> Result<()> {
         .or(entry_pin)
         .unwrap_or_else(|| PathBuf::from(DEFAULT_PIN_PATH));
     let pins = Pins::new(&pin_path);
-    remove_data_plane(&pins, &mut errors);
+    node::teardown(&pins, &mut errors);
     // An older layout's data plane that no new binary has adopted yet (no ADD or
     // `apply` since the upgrade) is ours too.
     for (_, old) in pins.older_layouts() {
         if old.has_registrations() {
-            remove_data_plane(&old, &mut errors);
+            node::teardown(&old, &mut errors);
         }
     }
 
@@ -468,64 +468,6 @@ fn clean_finished_backups(dir: &Path, errors: &mut Vec<String>) {
         } else {
             println!("note: left {} (differs from {orig})", e.path().display());
         }
-    }
-}
-
-/// Detach every program this node's pins know about, then remove the pins.
-/// (Records are written before attaching, so the pins know every attachment.)
-fn remove_data_plane(pins: &Pins, errors: &mut Vec<String>) {
-    if pins.root.exists() {
-        let lock = match node::lock(pins) {
-            Ok(l) => Some(l),
-            Err(e) => {
-                errors.push(format!("lock: {}", e.msg));
-                None
-            }
-        };
-        if pins.map(crate::bpf::abi::MAP_UPLINKS).exists() {
-            match node::detach_uplinks(pins) {
-                Ok(()) => println!("detached the uplink programs"),
-                Err(e) => errors.push(e.msg),
-            }
-        }
-        if pins.map(crate::bpf::abi::MAP_ATTACHMENTS).exists() {
-            match pod::list_attachments(pins) {
-                Ok(list) => {
-                    let mut n = 0;
-                    for (_, info) in &list {
-                        // The pins go next, so the per-pod map entries need no cleanup.
-                        let veth = pod::cstr(&info.veth_name);
-                        let name = match crate::netlink::get_link_by_name(&veth) {
-                            Ok(Some(l)) if l.index == info.veth_ifindex => Some(veth.as_str()),
-                            _ => None,
-                        };
-                        match loader::detach(pins, info.veth_ifindex, name, TcAttachType::Ingress) {
-                            Ok(()) => n += 1,
-                            Err(e) => errors.push(e.msg),
-                        }
-                    }
-                    println!("detached from {n} pod veth(s)");
-                }
-                Err(e) => errors.push(e.msg),
-            }
-        }
-        if pins.map(crate::bpf::abi::MAP_CONFIG).exists() {
-            match node::release_ports(pins) {
-                Ok(given) if given.is_empty() => {}
-                Ok(given) => {
-                    let list: Vec<String> = given.iter().map(|(lo, hi)| format!("{lo}-{hi}")).collect();
-                    println!("released ports {} from net.ipv4.ip_local_reserved_ports", list.join(","));
-                }
-                Err(e) => errors.push(e.msg),
-            }
-        }
-        match loader::remove_pins(pins) {
-            Ok(()) => println!("removed the pins under {}", pins.root.display()),
-            Err(e) => errors.push(e.msg),
-        }
-        drop(lock);
-    } else {
-        println!("no pins under {}", pins.root.display());
     }
 }
 
