@@ -1,6 +1,7 @@
 //! Taking the data plane off the node (`ebpf-masq uninstall`): detach the
 //! programs from the uplinks and pod veths, give back reserved ports, remove
-//! the pins. Keeps going after a failure; every failure lands in `errors`.
+//! the pins. Keeps going after a failure; every failure lands in `errors`, and
+//! what was done comes back as lines for the caller to print (stdout is not ours).
 
 use aya::programs::TcAttachType;
 
@@ -11,7 +12,8 @@ use crate::{
 
 /// Detach every program this node's pins know about, then remove the pins.
 /// (Records are written before attaching, so the pins know every attachment.)
-pub fn teardown(pins: &Pins, errors: &mut Vec<String>) {
+pub fn teardown(pins: &Pins, errors: &mut Vec<String>) -> Vec<String> {
+    let mut done = Vec::new();
     if pins.root.exists() {
         let lock = match super::lock(pins) {
             Ok(l) => Some(l),
@@ -22,7 +24,7 @@ pub fn teardown(pins: &Pins, errors: &mut Vec<String>) {
         };
         if pins.map(crate::bpf::abi::MAP_UPLINKS).exists() {
             match super::detach_uplinks(pins) {
-                Ok(()) => println!("detached the uplink programs"),
+                Ok(()) => done.push("detached the uplink programs".to_string()),
                 Err(e) => errors.push(e.msg),
             }
         }
@@ -42,7 +44,7 @@ pub fn teardown(pins: &Pins, errors: &mut Vec<String>) {
                             Err(e) => errors.push(e.msg),
                         }
                     }
-                    println!("detached from {n} pod veth(s)");
+                    done.push(format!("detached from {n} pod veth(s)"));
                 }
                 Err(e) => errors.push(e.msg),
             }
@@ -52,17 +54,18 @@ pub fn teardown(pins: &Pins, errors: &mut Vec<String>) {
                 Ok(given) if given.is_empty() => {}
                 Ok(given) => {
                     let list: Vec<String> = given.iter().map(|(lo, hi)| format!("{lo}-{hi}")).collect();
-                    println!("released ports {} from net.ipv4.ip_local_reserved_ports", list.join(","));
+                    done.push(format!("released ports {} from net.ipv4.ip_local_reserved_ports", list.join(",")));
                 }
                 Err(e) => errors.push(e.msg),
             }
         }
         match loader::remove_pins(pins) {
-            Ok(()) => println!("removed the pins under {}", pins.root.display()),
+            Ok(()) => done.push(format!("removed the pins under {}", pins.root.display())),
             Err(e) => errors.push(e.msg),
         }
         drop(lock);
     } else {
-        println!("no pins under {}", pins.root.display());
+        done.push(format!("no pins under {}", pins.root.display()));
     }
+    done
 }

@@ -360,12 +360,16 @@ pub fn uninstall(a: &UninstallArgs) -> Result<()> {
         .or(entry_pin)
         .unwrap_or_else(|| PathBuf::from(DEFAULT_PIN_PATH));
     let pins = Pins::new(&pin_path);
-    node::teardown(&pins, &mut errors);
+    for line in node::teardown(&pins, &mut errors) {
+        println!("{line}");
+    }
     // An older layout's data plane that no new binary has adopted yet (no ADD or
     // `apply` since the upgrade) is ours too.
     for (_, old) in pins.older_layouts() {
         if old.has_registrations() {
-            node::teardown(&old, &mut errors);
+            for line in node::teardown(&old, &mut errors) {
+                println!("{line}");
+            }
         }
     }
 
