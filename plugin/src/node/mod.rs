@@ -16,7 +16,7 @@ mod teardown;
 mod uplinks;
 
 pub use policy::{desired_exclusions, filter_bits};
-pub use ports::{merge_port_ranges, release_ports, reserve_ports, subtract_port_range, uncovered_port_ranges};
+pub use ports::release_ports;
 pub use teardown::teardown;
 pub use uplinks::{detach_uplinks, resolve_uplinks, Uplink};
 

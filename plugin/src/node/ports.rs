@@ -14,36 +14,10 @@ use crate::{
     netlink,
 };
 
-/// Keep the host from auto-binding ports in our range, so a masqueraded flow
-/// never shares a tuple with a host socket: add the range to
-/// net.ipv4.ip_local_reserved_ports (which also covers IPv6) of this netns, and
-/// record in `reserved_ports` exactly the ports this added (the range minus what
-/// was reserved already, by the admin or an earlier portRange), so that
-/// `release_ports` gives back those and nothing else.
-pub fn reserve_ports(pins: &Pins, (lo, hi): (u16, u16)) -> Result<()> {
-    let current = netlink::read_sysctl(RESERVED_PORTS)?;
-    let added = uncovered_port_ranges(current.trim(), (lo, hi));
-    if added.is_empty() {
-        return Ok(());
-    }
-    let mut map: Array<MapData, PortRange> = maps::open(pins, abi::MAP_RESERVED_PORTS)?;
-    let free: Vec<u32> =
-        (0..abi::RESERVED_PORTS_MAX).filter(|&i| map.get(&i, 0).is_ok_and(|r| r == PortRange::default())).collect();
-    let mut free = free.into_iter();
-    // Record first, then write the sysctl: a crash in between leaves a record of
-    // ports that are not reserved, which release_ports subtracts harmlessly.
-    for &(a, b) in &added {
-        match free.next() {
-            Some(i) => map.set(i, PortRange { lo: a, hi: b }, 0).map_err(|e| map_err("write reserved_ports", e))?,
-            None => log::warn!("reserved_ports full: ports {a}-{b} stay reserved after uninstall"),
-        }
-    }
-    netlink::write_sysctl(RESERVED_PORTS, &merge_port_ranges(current.trim(), (lo, hi)))
-}
-
 const RESERVED_PORTS: &str = "net/ipv4/ip_local_reserved_ports";
 
-/// Undo `reserve_ports` at uninstall: take every range the plugin added out of
+/// Give back what an older version reserved (at the first reconcile after an
+/// upgrade, and at uninstall): take every range it recorded out of
 /// ip_local_reserved_ports (ports reserved by anyone else stay) and forget them.
 /// Returns the ranges given back.
 pub fn release_ports(pins: &Pins) -> Result<Vec<(u16, u16)>> {
@@ -66,27 +40,6 @@ pub fn release_ports(pins: &Pins) -> Result<Vec<(u16, u16)>> {
     Ok(mine.iter().map(|(_, r)| (r.lo, r.hi)).collect())
 }
 
-/// The parts of [lo, hi] that a sysctl port list ("1,5-9") does not cover.
-pub fn uncovered_port_ranges(current: &str, (lo, hi): (u16, u16)) -> Vec<(u16, u16)> {
-    let mut taken = parse_port_ranges(current);
-    taken.sort();
-    let mut out = Vec::new();
-    let mut next = lo as u32; // first port of [lo, hi] not yet accounted for
-    for (a, b) in taken {
-        let (a, b) = (a as u32, b as u32);
-        if b < next || a > hi as u32 {
-            continue;
-        }
-        if a > next {
-            out.push((next as u16, (a - 1) as u16));
-        }
-        next = next.max(b + 1);
-    }
-    if next <= hi as u32 {
-        out.push((next as u16, hi));
-    }
-    out
-}
 
 fn parse_port_ranges(list: &str) -> Vec<(u16, u16)> {
     list.split(',')
@@ -112,7 +65,7 @@ fn format_port_ranges(ranges: &[(u16, u16)]) -> String {
 }
 
 /// A sysctl port list ("1,5-9") without one range, normalized.
-pub fn subtract_port_range(current: &str, (lo, hi): (u16, u16)) -> String {
+fn subtract_port_range(current: &str, (lo, hi): (u16, u16)) -> String {
     let mut out = Vec::new();
     for (a, b) in parse_port_ranges(current) {
         if b < lo || a > hi {
@@ -136,7 +89,7 @@ pub fn subtract_port_range(current: &str, (lo, hi): (u16, u16)) -> String {
 }
 
 /// Union of a sysctl port list ("1,5-9") and one range, normalized.
-pub fn merge_port_ranges(current: &str, add: (u16, u16)) -> String {
+fn merge_port_ranges(current: &str, add: (u16, u16)) -> String {
     let mut ranges = parse_port_ranges(current);
     ranges.push(add);
     ranges.sort();
@@ -153,6 +106,28 @@ pub fn merge_port_ranges(current: &str, add: (u16, u16)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What older versions recorded when they reserved [lo, hi]: the parts a sysctl port list ("1,5-9") does not cover.
+    fn uncovered_port_ranges(current: &str, (lo, hi): (u16, u16)) -> Vec<(u16, u16)> {
+        let mut taken = parse_port_ranges(current);
+        taken.sort();
+        let mut out = Vec::new();
+        let mut next = lo as u32; // first port of [lo, hi] not yet accounted for
+        for (a, b) in taken {
+            let (a, b) = (a as u32, b as u32);
+            if b < next || a > hi as u32 {
+                continue;
+            }
+            if a > next {
+                out.push((next as u16, (a - 1) as u16));
+            }
+            next = next.max(b + 1);
+        }
+        if next <= hi as u32 {
+            out.push((next as u16, hi));
+        }
+        out
+    }
 
     #[test]
     fn merge_ranges_cases() {
