@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from lab6 import POD_SUBNET6, DualTopo, Server6, client, ping, ping_ok, pod_addrs, same_ip
+from duallab import POD_SUBNET6, DualTopo, Server6, client, ping, ping_ok, pod_addrs, same_ip
 from netlab import POD_SUBNET
 
 EXT, NODE_IP, EXT6, NODE6 = DualTopo.EXT, DualTopo.NODE_EXT, DualTopo.EXT6, DualTopo.NODE_EXT6

@@ -2,7 +2,7 @@
 
 The external host sees the node's IPv6 address for TCP, UDP and ping6, and the
 pod's own address for native-routing destinations; IPv4 keeps working at the
-same time. Topology: lab6.DualTopo (netlab.Topo plus IPv6 on every link; ext
+same time. Topology: duallab.DualTopo (netlab.Topo plus IPv6 on every link; ext
 has no route to the pods' IPv6 range, native routes it via the node).
 """
 import ipaddress
@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from lab6 import (POD_SUBNET6, DualTopo, Server6, client, client_bg, client_result, counters, ping,
+from duallab import (POD_SUBNET6, DualTopo, Server6, client, client_bg, client_result, counters, ping,
                   ping_ok, pod_addrs, same_ip, settle, sources)
 from netlab import PY
 

@@ -261,8 +261,8 @@ for _ in range(2):
 
 
 def test_explain_ipv6_matches_real_packets(lab, plugin):
-    """IPv6 through the same checks (pods6, excl6, nat6): lab6.DualTopo, a dual-stack pod."""
-    from lab6 import DualTopo, pod_addrs
+    """IPv6 through the same checks (pods6, excl6, nat6): duallab.DualTopo, a dual-stack pod."""
+    from duallab import DualTopo, pod_addrs
     from scapy.all import IPv6, UDP
 
     dual = DualTopo(lab)

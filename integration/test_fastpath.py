@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from lab6 import RouterTopo, client as client6, pod_addrs, probe, route_get
+from duallab import RouterTopo, client as client6, pod_addrs, probe, route_get
 from netlab import LAYOUT, PY, Topo, wait_for
 
 EXT, NATIVE, NODE_IP = Topo.EXT, Topo.NATIVE, Topo.NODE_EXT
@@ -264,7 +264,7 @@ def test_pmtu_tcp_bulk_fast(lab, plugin, family):
     net = routed.masq_network(plugin, **FAST)
     pod = net.add(routed.pod_ns())
     ext, node = (routed.EXT, routed.NODE_EXT) if family == "ipv4" else (routed.EXT6, routed.NODE_EXT6)
-    from lab6 import Server6, settle
+    from duallab import Server6, settle
     settle(routed.node, routed.ext, pod.ns)
     srv = Server6(routed.ext, "tcp", 5000)
     size = 4 * 2**20

@@ -1,18 +1,18 @@
 """ICMP error translation (PMTU discovery, TTL exceeded, errors leaving) and fragments.
 
-PMTU / TTL: lab6.RouterTopo, a router between node and ext whose link to ext has
+PMTU / TTL: duallab.RouterTopo, a router between node and ext whose link to ext has
 MTU 1280 (ext's route back advertises a 1500-byte MSS, so the pod first sends
 full-size segments). Neither the router nor ext has a route to the pods: only
 an ICMP error translated by the node (outer destination and quoted source back
 to the pod) lets the pod learn the path MTU or see who dropped its packet.
 
-Fragments and errors leaving: lab6.DualTopo (netlab.Topo plus IPv6).
+Fragments and errors leaving: duallab.DualTopo (netlab.Topo plus IPv6).
 """
 import pytest
 from scapy.all import ICMP, IP, IPerror, IPerror6, IPv6, TCPerror, UDPerror
 from scapy.layers.inet6 import ICMPv6PacketTooBig
 
-from lab6 import (Bounce, DualTopo, RouterTopo, Server6, client, counters, ping, ping_ok, pod_addrs, probe,
+from duallab import (Bounce, DualTopo, RouterTopo, Server6, client, counters, ping, ping_ok, pod_addrs, probe,
                   route_get, same_ip, sources)
 
 FAMILIES = ["ipv4", "ipv6"]

@@ -13,13 +13,13 @@ Composes netlab (never edits it):
 Run as a script inside a namespace this file is the traffic peer for those
 tests (netlab's peer.py is IPv4 only and caps UDP payloads at 1400 bytes):
 
-  lab6.py serve  --proto tcp|udp --port P --out FILE
-  lab6.py client --proto tcp|udp --host H --port P [--bytes N] [--timeout T]
-  lab6.py probe  --host H --port P [--ttl N] [--size N] [--df] [--count C] [--timeout T]
+  duallab.py serve  --proto tcp|udp --port P --out FILE
+  duallab.py client --proto tcp|udp --host H --port P [--bytes N] [--timeout T]
+  duallab.py probe  --host H --port P [--ttl N] [--size N] [--df] [--count C] [--timeout T]
       UDP (small TTL / hop limit, or big with DF) and IP(V6)_RECVERR: prints
       the ICMP errors the socket itself got (type, code, MTU, offender), so the
       test sees what reached the pod's socket, not only what a capture saw.
-  lab6.py bounce --port P --out READY [--size N] [--df] [--wait S] [--count C]
+  duallab.py bounce --port P --out READY [--size N] [--df] [--wait S] [--count C]
       UDP: waits for one datagram, then after --wait answers it with --size
       bytes, from a socket connected to the sender with RECVERR, and prints the
       errors that came back (port unreachable, fragmentation needed...).
@@ -285,7 +285,7 @@ def same_ip(a, b):
 
 
 class Server6:
-    """The lab6.py server in a namespace: one dual-stack socket, records every peer."""
+    """The duallab.py server in a namespace: one dual-stack socket, records every peer."""
 
     def __init__(self, ns, proto, port):
         self.proto, self.port = proto, port
@@ -311,7 +311,7 @@ def client_cmd(proto, host, port, **opts):
 
 
 def client(ns, proto, host, port, **opts):
-    """lab6.py client in ns; (returncode, parsed result)."""
+    """duallab.py client in ns; (returncode, parsed result)."""
     p = ns.exec(client_cmd(proto, host, port, **opts), check=False, timeout=300)
     return p.returncode, json.loads(p.stdout or "{}")
 
@@ -336,7 +336,7 @@ def probe(ns, host, port, ttl=64, count=3, timeout=2.0, size=5, df=False):
 
 
 class Bounce:
-    """lab6.py bounce in ns (see the module docstring); result() after the trigger."""
+    """duallab.py bounce in ns (see the module docstring); result() after the trigger."""
 
     def __init__(self, ns, port, size=100, df=False, wait=0.5, count=3, timeout=20):
         self.out = ns.lab.tmp / f"bounce-{ns.name}-{port}.ready"
