@@ -105,8 +105,8 @@ class Netns:
                 out.append(("tc", next(g for g in m.groups() if g) if m else "?"))
         return out
 
-    def server(self, proto, port):
-        return Server(self, proto, port)
+    def server(self, proto, port, family="ipv4"):
+        return Server(self, proto, port, family)
 
     @staticmethod
     def _client_cmd(proto, host, port, opts):
@@ -116,7 +116,7 @@ class Netns:
         return cmd
 
     def client(self, proto, host, port, enter=False, **opts):
-        """Run peer.py client here; returns (returncode, parsed JSON result)."""
+        """Run peer.py client here (the host's family); returns (returncode, parsed JSON result)."""
         cmd = self._client_cmd(proto, host, port, opts)
         p = (self.enter if enter else self.exec)(cmd, check=False, timeout=300)
         return p.returncode, json.loads(p.stdout or "{}")
@@ -145,12 +145,14 @@ class Netns:
 
 
 class Server:
-    """peer.py server; records what peer addresses it saw."""
+    """peer.py server; records what peer addresses it saw. family "ipv4", or "dual":
+    one IPv6 socket that takes IPv4 peers too."""
 
-    def __init__(self, ns, proto, port):
+    def __init__(self, ns, proto, port, family="ipv4"):
         self.proto, self.port = proto, port
-        self.out = ns.lab.tmp / f"server-{ns.name}-{proto}-{port}.jsonl"
-        self.proc = ns.spawn([PY, PEER, "serve", "--proto", proto, "--port", port, "--out", self.out])
+        self.out = ns.lab.tmp / f"server-{family}-{ns.name}-{proto}-{port}.jsonl"
+        self.proc = ns.spawn([PY, PEER, "serve", "--proto", proto, "--port", port, "--family", family,
+                              "--out", self.out])
         wait_for(lambda: self.out.exists() or self.proc.poll() is not None, what=f"{proto} server in {ns.name}")
         assert self.proc.poll() is None, f"{proto} server in {ns.name} died: {self.proc.stderr.read()}"
 

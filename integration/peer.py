@@ -1,20 +1,33 @@
 #!/usr/bin/python3
-"""Traffic tool run inside test namespaces.
+"""Traffic tool run inside test namespaces, for either address family.
 
-  peer.py serve  --proto tcp|udp --port P --out FILE
+  peer.py serve  --proto tcp|udp --port P --out FILE [--family ipv4|dual]
       Records one JSON line per event in FILE ("accept"/"done" for TCP, "dgram"
       for UDP) with the peer address the server saw. TCP: reads to EOF, then
-      replies with the sha256 of what it got. UDP: echoes. FILE is created once
-      the socket is bound (readiness marker).
+      replies with the sha256 of what it got. UDP: echoes (datagrams up to 64 KiB,
+      recorded with their sha256). FILE is created once the socket is bound
+      (readiness marker). --family dual: one IPv6 socket that takes IPv4 peers too
+      (their addresses recorded as plain IPv4).
   peer.py client --proto tcp|udp --host H --port P [--bytes N] [--bind-port B]
                  [--hold S] [--timeout T]
-      Prints one JSON line; exits 0 only if the server's reply matched.
+      The socket's family is the host's. Prints one JSON line; exits 0 only if
+      the server's reply matched.
+  peer.py probe  --host H --port P [--ttl N] [--size N] [--df] [--count C] [--timeout T]
+      UDP (small TTL / hop limit, or big with DF) and IP(V6)_RECVERR: prints
+      the ICMP errors the socket itself got (type, code, MTU, offender), so the
+      test sees what reached the pod's socket, not only what a capture saw.
+  peer.py bounce --port P --out READY [--size N] [--df] [--wait S] [--count C]
+      UDP: waits for one datagram, then after --wait answers it with --size
+      bytes, from a socket connected to the sender with RECVERR, and prints the
+      errors that came back (port unreachable, fragmentation needed...).
 """
 import argparse
 import hashlib
+import ipaddress
 import json
 import os
 import socket
+import struct
 import sys
 import threading
 import time
@@ -22,28 +35,57 @@ import time
 lock = threading.Lock()
 
 
+def norm(addr):
+    """'::ffff:10.0.0.5' -> '10.0.0.5'; IPv6 in compressed form."""
+    a = ipaddress.ip_address(addr.split("%")[0])
+    if a.version == 6 and a.ipv4_mapped:
+        a = a.ipv4_mapped
+    return str(a)
+
+
 def record(path, **kv):
     with lock, open(path, "a") as f:
         f.write(json.dumps(kv) + "\n")
 
 
+def family_of(host):
+    """The socket family for a literal address (a name: IPv4)."""
+    try:
+        return socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
+    except ValueError:
+        return socket.AF_INET
+
+
+def listener(kind, family, port):
+    """A socket bound to every address: IPv4 only, or (dual) IPv6 taking IPv4 peers too."""
+    if family == "dual":
+        s = socket.socket(socket.AF_INET6, kind)
+        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("::", port))
+    else:
+        s = socket.socket(socket.AF_INET, kind)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("0.0.0.0", port))
+    return s
+
+
 def handle_tcp(conn, peer, out):
     with conn:
-        conn.settimeout(60)
-        record(out, event="accept", proto="tcp", addr=peer[0], port=peer[1])
+        conn.settimeout(120)
+        addr = norm(peer[0])
+        record(out, event="accept", proto="tcp", addr=addr, port=peer[1])
         h, n = hashlib.sha256(), 0
         while chunk := conn.recv(1 << 16):
             h.update(chunk)
             n += len(chunk)
-        record(out, event="done", proto="tcp", addr=peer[0], port=peer[1], bytes=n, sha256=h.hexdigest())
+        record(out, event="done", proto="tcp", addr=addr, port=peer[1], bytes=n, sha256=h.hexdigest())
         conn.sendall(h.hexdigest().encode())
 
 
 def serve(a):
     kind = socket.SOCK_STREAM if a.proto == "tcp" else socket.SOCK_DGRAM
-    s = socket.socket(socket.AF_INET, kind)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("0.0.0.0", a.port))
+    s = listener(kind, a.family, a.port)
     if a.proto == "tcp":
         s.listen(64)
     open(a.out, "a").close()
@@ -53,21 +95,23 @@ def serve(a):
             threading.Thread(target=handle_tcp, args=(conn, peer, a.out), daemon=True).start()
         else:
             data, peer = s.recvfrom(1 << 16)
-            record(a.out, event="dgram", proto="udp", addr=peer[0], port=peer[1], bytes=len(data))
+            record(a.out, event="dgram", proto="udp", addr=norm(peer[0]), port=peer[1], bytes=len(data),
+                   sha256=hashlib.sha256(data).hexdigest())
             s.sendto(data, peer)
 
 
 def client(a):
     kind = socket.SOCK_STREAM if a.proto == "tcp" else socket.SOCK_DGRAM
-    s = socket.socket(socket.AF_INET, kind)
+    family = family_of(a.host)
+    s = socket.socket(family, kind)
     s.settimeout(a.timeout)
     if a.bind_port:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind(("0.0.0.0", a.bind_port))
+        s.bind(("::" if family == socket.AF_INET6 else "0.0.0.0", a.bind_port))
     res = {"proto": a.proto}
     try:
         s.connect((a.host, a.port))
-        res["local"] = list(s.getsockname())
+        res["local"] = list(s.getsockname()[:2])
         time.sleep(a.hold)
         if a.proto == "tcp":
             h, left = hashlib.sha256(), a.bytes
@@ -82,19 +126,126 @@ def client(a):
                 reply += chunk
             res.update(sent=a.bytes, sha256=h.hexdigest(), ok=reply.decode() == h.hexdigest())
         else:
-            payload = os.urandom(max(1, min(a.bytes, 1400)))
+            payload = os.urandom(a.bytes)
             s.send(payload)
-            res.update(sent=len(payload), ok=s.recv(1 << 16) == payload)
+            echo = s.recv(1 << 16)
+            res.update(sent=len(payload), sha256=hashlib.sha256(payload).hexdigest(), received=len(echo),
+                       received_sha256=hashlib.sha256(echo).hexdigest(), ok=echo == payload)
     except OSError as e:
         res.update(ok=False, error=str(e))
     print(json.dumps(res), flush=True)
     return 0 if res["ok"] else 1
 
 
+# linux/errqueue.h
+SO_EE_ORIGIN_ICMP, SO_EE_ORIGIN_ICMP6 = 2, 3
+IP_RECVERR, IPV6_RECVERR = 11, 25
+IP_MTU_DISCOVER, IPV6_MTU_DISCOVER, PMTUDISC_DO = 10, 23, 2
+
+
+def enable_recverr(s, v6):
+    if v6:
+        s.setsockopt(socket.IPPROTO_IPV6, IPV6_RECVERR, 1)
+    else:
+        s.setsockopt(socket.IPPROTO_IP, IP_RECVERR, 1)
+
+
+def read_errqueue(s, deadline):
+    """ICMP errors queued on s until deadline: [{errno, origin, type, code, info, offender}]."""
+    errs = []
+    while time.monotonic() < deadline:
+        try:
+            _, anc, _, _ = s.recvmsg(1 << 16, 1024, socket.MSG_ERRQUEUE | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            time.sleep(0.02)
+            continue
+        for level, typ, data in anc:
+            if len(data) < 16:
+                continue
+            ee_errno, origin, etype, code, _pad, info, _data = struct.unpack("=IBBBBII", data[:16])
+            off = data[16:]
+            offender = None
+            if len(off) >= 8:
+                fam = struct.unpack("=H", off[:2])[0]
+                if fam == socket.AF_INET:
+                    offender = socket.inet_ntop(socket.AF_INET, off[4:8])
+                elif fam == socket.AF_INET6 and len(off) >= 24:
+                    offender = socket.inet_ntop(socket.AF_INET6, off[8:24])
+            errs.append({"errno": ee_errno, "origin": origin, "type": etype, "code": code,
+                         "info": info, "offender": offender and norm(offender)})
+        if errs:
+            break
+    return errs
+
+
+def probe(a):
+    v6 = family_of(a.host) == socket.AF_INET6
+    s = socket.socket(family_of(a.host), socket.SOCK_DGRAM)
+    enable_recverr(s, v6)
+    if v6:
+        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_UNICAST_HOPS, a.ttl)
+    else:
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, a.ttl)
+    if a.df:
+        if v6:
+            s.setsockopt(socket.IPPROTO_IPV6, IPV6_MTU_DISCOVER, PMTUDISC_DO)
+        else:
+            s.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, PMTUDISC_DO)
+    s.connect((a.host, a.port))
+    local = list(s.getsockname()[:2])
+    errs = []
+    for _ in range(a.count):
+        try:
+            s.send(b"p" * a.size)
+        except OSError as e:  # EMSGSIZE once the path MTU is known
+            errs.append({"send_error": e.errno})
+        errs += read_errqueue(s, time.monotonic() + a.timeout)
+        if errs:
+            break
+    print(json.dumps({"local": local, "errors": errs}), flush=True)
+    return 0
+
+
+def bounce(a):
+    """Receive one datagram; answer it (from a connected socket) and report the errors."""
+    s = listener(socket.SOCK_DGRAM, "dual", a.port)
+    open(a.out, "a").close()
+    s.settimeout(a.timeout)
+    data, peer = s.recvfrom(1 << 16)
+    peer_addr = norm(peer[0])
+    v6 = ipaddress.ip_address(peer_addr).version == 6
+    c = socket.socket(socket.AF_INET6 if v6 else socket.AF_INET, socket.SOCK_DGRAM)
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    enable_recverr(c, v6)
+    if a.df:
+        if v6:
+            c.setsockopt(socket.IPPROTO_IPV6, IPV6_MTU_DISCOVER, PMTUDISC_DO)
+        else:
+            c.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, PMTUDISC_DO)
+    s.close()  # the connected socket takes the server's port over
+    c.bind(("::" if v6 else "0.0.0.0", a.port))
+    c.connect((peer_addr, peer[1]))
+    time.sleep(a.wait)
+    errs, sent = [], 0
+    for _ in range(a.count):
+        try:
+            c.send(os.urandom(a.size))
+            sent += 1
+        except OSError as e:  # a previous error may surface on send
+            errs.append({"send_error": e.errno})
+        errs += read_errqueue(c, time.monotonic() + 1.0)
+        if any("type" in e for e in errs):
+            break
+    print(json.dumps({"peer": [peer_addr, peer[1]], "received": len(data), "sent": sent, "errors": errs}),
+          flush=True)
+    return 0
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=["serve", "client"])
-    p.add_argument("--proto", choices=["tcp", "udp"], required=True)
+    p.add_argument("mode", choices=["serve", "client", "probe", "bounce"])
+    p.add_argument("--proto", choices=["tcp", "udp"], default="udp")
+    p.add_argument("--family", choices=["ipv4", "dual"], default="ipv4")
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--out")
     p.add_argument("--host")
@@ -102,8 +253,13 @@ def main():
     p.add_argument("--bind-port", type=int, default=0)
     p.add_argument("--hold", type=float, default=0.0)
     p.add_argument("--timeout", type=float, default=10.0)
+    p.add_argument("--ttl", type=int, default=64)
+    p.add_argument("--count", type=int, default=3)
+    p.add_argument("--size", type=int, default=100)
+    p.add_argument("--df", action="store_true")
+    p.add_argument("--wait", type=float, default=0.5)
     a = p.parse_args()
-    return serve(a) if a.mode == "serve" else client(a)
+    return {"serve": serve, "client": client, "probe": probe, "bounce": bounce}[a.mode](a)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from duallab import POD_SUBNET6, DualTopo, Server6, client, ping, ping_ok, pod_addrs, same_ip
+from duallab import POD_SUBNET6, DualTopo, ping, ping_ok, pod_addrs, same_ip
 from netlab import POD_SUBNET
 
 EXT, NODE_IP, EXT6, NODE6 = DualTopo.EXT, DualTopo.NODE_EXT, DualTopo.EXT6, DualTopo.NODE_EXT6
@@ -40,11 +40,11 @@ def routed(request, lab, plugin):
 
 def test_remote_opens_tcp_udp_and_ping_to_a_pod(routed, plugin):
     mode, topo, pod, v4, v6 = routed
-    tcp, udp = Server6(pod.ns, "tcp", 8080), Server6(pod.ns, "udp", 8081)
+    tcp, udp = pod.ns.server("tcp", 8080, family="dual"), pod.ns.server("udp", 8081, family="dual")
     failures = []
     for fam, addr, remote in (("v4", v4, EXT), ("v6", v6, EXT6)):
         for srv in (tcp, udp):
-            rc, res = client(topo.ext, srv.proto, addr, srv.port, timeout=5)
+            rc, res = topo.ext.client(srv.proto, addr, srv.port, timeout=5)
             if rc != 0:
                 failures.append(f"{srv.proto} {fam}: {res}")
         p = ping(topo.ext, addr, count=3)
@@ -56,9 +56,9 @@ def test_remote_opens_tcp_udp_and_ping_to_a_pod(routed, plugin):
     assert {a for a in udp.addrs()} == {EXT, EXT6}, udp.records()
 
     # The pod's own flows to the same remote are still masqueraded.
-    out_tcp = Server6(topo.ext, "tcp", 5000)
+    out_tcp = topo.ext.server("tcp", 5000, family="dual")
     for addr in (EXT, EXT6):
-        rc, res = client(pod.ns, "tcp", addr, 5000)
+        rc, res = pod.ns.client("tcp", addr, 5000)
         assert rc == 0, (mode, res)
     seen = out_tcp.addrs("done")
     assert any(same_ip(a, NODE_IP) for a in seen) and any(same_ip(a, NODE6) for a in seen), (mode, seen)

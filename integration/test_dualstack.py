@@ -10,8 +10,7 @@ import json
 
 import pytest
 
-from duallab import (POD_SUBNET6, DualTopo, Server6, client, client_bg, client_result, counters, ping,
-                  ping_ok, pod_addrs, same_ip, settle, sources)
+from duallab import POD_SUBNET6, DualTopo, counters, ping, ping_ok, pod_addrs, same_ip, settle, sources
 from netlab import PY
 
 EXT, NATIVE, NODE_IP, NODE_NATIVE = DualTopo.EXT, DualTopo.NATIVE, DualTopo.NODE_EXT, DualTopo.NODE_NATIVE
@@ -59,14 +58,14 @@ def test_add_registers_both_families(dual, plugin, dual_pod):
 def test_ext_sees_node_ipv6_address(dual, dual_pod):
     """TCP, UDP and ping6 from the pod: ext sees fd00:0:0:1::5, never the pod."""
     net, pod, v4, v6 = dual_pod
-    tcp, udp = Server6(dual.ext, "tcp", 5000), Server6(dual.ext, "udp", 5001)
+    tcp, udp = dual.ext.server("tcp", 5000, family="dual"), dual.ext.server("udp", 5001, family="dual")
     with dual.ext.capture("eth0", "ip6 and not src host " + EXT6) as everything, \
             dual.ext.capture("eth0", ECHO6) as echo:
         p = ping(pod.ns, EXT6, count=3)
         assert ping_ok(p, 3), p.stdout + p.stderr
-        rc, res = client(pod.ns, "tcp", EXT6, 5000, bytes=2 * 2**20, timeout=30)
+        rc, res = pod.ns.client("tcp", EXT6, 5000, bytes=2 * 2**20, timeout=30)
         assert rc == 0, res
-        rc, res_udp = client(pod.ns, "udp", EXT6, 5001, bytes=1000)
+        rc, res_udp = pod.ns.client("udp", EXT6, 5001, bytes=1000)
         assert rc == 0, res_udp
     assert sources(echo) == {NODE6: 3}
     [done] = tcp.records("done")
@@ -80,18 +79,18 @@ def test_ext_sees_node_ipv6_address(dual, dual_pod):
 def test_native_sees_pod_ipv6_address(dual, dual_pod):
     """fd00:0:0:10::/64 is in nativeRoutingCIDR: native sees the pod; ext still the node."""
     net, pod, v4, v6 = dual_pod
-    tcp, udp = Server6(dual.native, "tcp", 5000), Server6(dual.native, "udp", 5001)
-    ext_udp = Server6(dual.ext, "udp", 5001)
+    tcp, udp = dual.native.server("tcp", 5000, family="dual"), dual.native.server("udp", 5001, family="dual")
+    ext_udp = dual.ext.server("udp", 5001, family="dual")
     with dual.native.capture("eth0", ECHO6) as cap:
         p = ping(pod.ns, NATIVE6, count=3)
         assert ping_ok(p, 3), p.stdout + p.stderr
     assert sources(cap) == {v6: 3}
     for srv in (tcp, udp):
-        rc, res = client(pod.ns, srv.proto, NATIVE6, srv.port)
+        rc, res = pod.ns.client(srv.proto, NATIVE6, srv.port)
         assert rc == 0, res
     assert tcp.addrs("done") == {v6}
     assert udp.addrs() == {v6}
-    rc, res = client(pod.ns, "udp", EXT6, 5001)
+    rc, res = pod.ns.client("udp", EXT6, 5001)
     assert rc == 0, res
     assert ext_udp.addrs() == {NODE6}
 
@@ -100,11 +99,11 @@ def test_ipv4_and_ipv6_at_the_same_time(dual, plugin, dual_pod):
     """Both families at once, each masqueraded to its own node address; nat list shows both;
     DEL removes the pod's IPv6 pairs along with its IPv4 ones."""
     net, pod, v4, v6 = dual_pod
-    tcp, udp = Server6(dual.ext, "tcp", 5000), Server6(dual.ext, "udp", 5001)
+    tcp, udp = dual.ext.server("tcp", 5000, family="dual"), dual.ext.server("udp", 5001, family="dual")
     mb = 4 * 2**20
-    procs = {fam: client_bg(pod.ns, "tcp", dst, 5000, bytes=mb, timeout=60) for fam, dst in (("v4", EXT), ("v6", EXT6))}
+    procs = {fam: pod.ns.client_bg("tcp", dst, 5000, bytes=mb, timeout=60) for fam, dst in (("v4", EXT), ("v6", EXT6))}
     p4, p6 = ping(pod.ns, EXT, count=5, interval=0.05), ping(pod.ns, EXT6, count=5, interval=0.05)
-    results = {fam: client_result(p) for fam, p in procs.items()}
+    results = {fam: pod.ns.client_result(p, timeout=120) for fam, p in procs.items()}
     assert ping_ok(p4, 5) and ping_ok(p6, 5), p4.stdout + p6.stdout
     for fam, (rc, res) in results.items():
         assert rc == 0 and res["ok"], (fam, res)
@@ -113,7 +112,7 @@ def test_ipv4_and_ipv6_at_the_same_time(dual, plugin, dual_pod):
     assert done[NODE_IP]["sha256"] == results["v4"][1]["sha256"]
     assert done[NODE6]["sha256"] == results["v6"][1]["sha256"]
     for dst in (EXT, EXT6):
-        rc, res = client(pod.ns, "udp", dst, 5001)
+        rc, res = pod.ns.client("udp", dst, 5001)
         assert rc == 0, res
     assert udp.addrs() == {NODE_IP, NODE6}
 
@@ -206,7 +205,7 @@ def test_ipv6_fast_path(dual, plugin):
     net = dual.masq_network(plugin, **MASQ_KEYS, fastPath=True)
     pod = net.add(dual.pod_ns())
     v4, v6 = pod_addrs(pod)
-    tcp, udp = Server6(dual.ext, "tcp", 5000), Server6(dual.ext, "udp", 5001)
+    tcp, udp = dual.ext.server("tcp", 5000, family="dual"), dual.ext.server("udp", 5001, family="dual")
     settle(dual.node, dual.ext, pod.ns)
     # Neighbours resolved first: the very first packets may still wait in the stack's queue.
     assert ping_ok(ping(pod.ns, EXT6, count=1), 1)
@@ -214,9 +213,9 @@ def test_ipv6_fast_path(dual, plugin):
     with dual.ext.capture("eth0", ECHO6) as echo:
         p = ping(pod.ns, EXT6, count=5)
         assert ping_ok(p, 5), p.stdout + p.stderr
-        rc, res = client(pod.ns, "tcp", EXT6, 5000, bytes=2 * 2**20, timeout=30)
+        rc, res = pod.ns.client("tcp", EXT6, 5000, bytes=2 * 2**20, timeout=30)
         assert rc == 0 and res["ok"], res
-        rc, res_udp = client(pod.ns, "udp", EXT6, 5001, bytes=1000)
+        rc, res_udp = pod.ns.client("udp", EXT6, 5001, bytes=1000)
         assert rc == 0, res_udp
     c1, f1 = counters(dual, plugin)[0], forwarded6(dual.node)
     assert sources(echo) == {NODE6: 5}
@@ -228,11 +227,11 @@ def test_ipv6_fast_path(dual, plugin):
     print(f"IPv6 fast path: {d}, node forwarded {f1 - f0}")
     assert f1 - f0 == 0, f"the node forwarded {f1 - f0} IPv6 packets itself: {d}"
     # Excluded destination: the stack's, with the pod's own address.
-    nat = Server6(dual.native, "udp", 5002)
-    rc, res = client(pod.ns, "udp", NATIVE6, 5002)
+    nat = dual.native.server("udp", 5002, family="dual")
+    rc, res = pod.ns.client("udp", NATIVE6, 5002)
     assert rc == 0, res
     assert nat.addrs() == {v6}
     # IPv4 alongside.
-    rc, res = client(pod.ns, "udp", EXT, 5001)
+    rc, res = pod.ns.client("udp", EXT, 5001)
     assert rc == 0, res
     assert udp.addrs() == {NODE6, NODE_IP}

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from duallab import RouterTopo, client as client6, pod_addrs, probe, route_get
+from duallab import RouterTopo, pod_addrs, probe, route_get
 from netlab import LAYOUT, PY, Topo, wait_for
 
 EXT, NATIVE, NODE_IP = Topo.EXT, Topo.NATIVE, Topo.NODE_EXT
@@ -264,12 +264,12 @@ def test_pmtu_tcp_bulk_fast(lab, plugin, family):
     net = routed.masq_network(plugin, **FAST)
     pod = net.add(routed.pod_ns())
     ext, node = (routed.EXT, routed.NODE_EXT) if family == "ipv4" else (routed.EXT6, routed.NODE_EXT6)
-    from duallab import Server6, settle
+    from duallab import settle
     settle(routed.node, routed.ext, pod.ns)
-    srv = Server6(routed.ext, "tcp", 5000)
+    srv = routed.ext.server("tcp", 5000, family="dual")
     size = 4 * 2**20
     c0 = counters(routed, plugin)
-    rc, res = client6(pod.ns, "tcp", ext, 5000, bytes=size, timeout=60)
+    rc, res = pod.ns.client("tcp", ext, 5000, bytes=size, timeout=60)
     assert rc == 0, res
     [done] = srv.records("done")
     assert (done["addr"], done["bytes"], done["sha256"]) == (node, size, res["sha256"])

@@ -12,8 +12,8 @@ import pytest
 from scapy.all import ICMP, IP, IPerror, IPerror6, IPv6, TCPerror, UDPerror
 from scapy.layers.inet6 import ICMPv6PacketTooBig
 
-from duallab import (Bounce, DualTopo, RouterTopo, Server6, client, counters, ping, ping_ok, pod_addrs, probe,
-                  route_get, same_ip, sources)
+from duallab import (Bounce, DualTopo, RouterTopo, counters, ping, ping_ok, pod_addrs, probe, route_get, same_ip,
+                     sources)
 
 FAMILIES = ["ipv4", "ipv6"]
 EMSGSIZE, ECONNREFUSED, EHOSTUNREACH = 90, 111, 113
@@ -77,11 +77,11 @@ def test_pmtu_tcp_bulk_completes(routed, plugin, routed_pod, family):
                             (routed.EXT6, routed.ROUTER6, routed.NODE_EXT6))
     pod_ip = fam(family, v4, v6)
     assert "mtu" not in route_get(pod.ns, ext)
-    srv = Server6(routed.ext, "tcp", 5000)
+    srv = routed.ext.server("tcp", 5000, family="dual")
     ptb = "icmp[icmptype] == 3 and icmp[icmpcode] == 4" if family == "ipv4" else "icmp6 and ip6[40] == 2"
     size = 4 * 2**20
     with pod.ns.capture("eth0", ptb) as cap:
-        rc, res = client(pod.ns, "tcp", ext, 5000, bytes=size, timeout=60)
+        rc, res = pod.ns.client("tcp", ext, 5000, bytes=size, timeout=60)
     assert rc == 0, res
     [done] = srv.records("done")
     assert (done["addr"], done["bytes"], done["sha256"]) == (node, size, res["sha256"])
@@ -178,10 +178,10 @@ FRAGS = "(ip and ip[6:2] & 0x3fff != 0) or (ip6 and ip6[6] == 44)"  # fragments 
 def test_8000_byte_ping_and_udp_arrive_whole(dual, plugin, dual_pod, family):
     net, pod, v4, v6 = dual_pod
     ext, node = fam(family, (DualTopo.EXT, DualTopo.NODE_EXT), (DualTopo.EXT6, DualTopo.NODE_EXT6))
-    udp = Server6(dual.ext, "udp", 5001)
+    udp = dual.ext.server("udp", 5001, family="dual")
     with dual.ext.capture("eth0", FRAGS) as cap:
         p = ping(pod.ns, ext, count=3, size=8000)
-        rc, res = client(pod.ns, "udp", ext, 5001, bytes=8000)
+        rc, res = pod.ns.client("udp", ext, 5001, bytes=8000)
     assert ping_ok(p, 3) and p.stdout.count("8008 bytes from") == 3, p.stdout + p.stderr
     assert rc == 0 and res["received"] == 8000 and res["received_sha256"] == res["sha256"], res
     [dgram] = udp.records("dgram")
@@ -206,7 +206,7 @@ def test_pod_port_unreachable_translated_outward(dual, plugin, dual_pod, family)
     b = Bounce(dual.ext, 5001, size=100, wait=0.5)
     filt = "icmp[icmptype] == 3" if family == "ipv4" else "icmp6 and ip6[40] == 1"
     with dual.ext.capture("eth0", filt) as cap:
-        client(pod.ns, "udp", ext, 5001, bytes=100, timeout=0.2)  # times out and closes its socket
+        pod.ns.client("udp", ext, 5001, bytes=100, timeout=0.2)  # times out and closes its socket
         res = b.result()
     nat_port = res["peer"][1]
     icmp = [e for e in res["errors"] if "type" in e]
@@ -235,7 +235,7 @@ def test_node_frag_needed_translated_outward(dual, plugin, family):
     b = Bounce(dual.ext, 5001, size=1400, df=True, wait=0.3)
     filt = "icmp[icmptype] == 3 and icmp[icmpcode] == 4" if family == "ipv4" else "icmp6 and ip6[40] == 2"
     with dual.ext.capture("eth0", filt) as cap:
-        client(pod.ns, "udp", ext, 5001, bytes=100, timeout=0.5)  # no echo comes back: just the trigger
+        pod.ns.client("udp", ext, 5001, bytes=100, timeout=0.5)  # no echo comes back: just the trigger
         res = b.result()
     nat_port = res["peer"][1]
     icmp = [e for e in res["errors"] if "type" in e]
@@ -262,7 +262,7 @@ def test_node_ptb_about_fragmented_reply_ipv6(dual, plugin):
     v4, v6 = pod_addrs(pod)
     b = Bounce(dual.ext, 5001, size=3000, wait=0.3)
     with dual.ext.capture("eth0", "icmp6 and ip6[40] == 2") as cap:
-        client(pod.ns, "udp", DualTopo.EXT6, 5001, bytes=100, timeout=0.5)
+        pod.ns.client("udp", DualTopo.EXT6, 5001, bytes=100, timeout=0.5)
         res = b.result()
     pkts = cap.packets()
     require(pkts, "the node sent no packet too big")
