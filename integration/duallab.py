@@ -102,11 +102,6 @@ def sources(cap):
     return c
 
 
-def counters(topo, binary):
-    s = topo.status(binary)
-    return s["counters"], s["drops"]
-
-
 def route_get(ns, dst):
     """`ip route get dst` inside ns, one line."""
     return " ".join(ns.ip("route", "get", dst).stdout.split())

@@ -23,6 +23,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import masqcli
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 PY = "/usr/bin/python3"  # Debian's python, which has scapy (not pyenv's)
@@ -371,13 +373,12 @@ class Topo:
         return p.returncode, out, p.stdout + p.stderr
 
     def nat_list(self, binary):
-        p = self.node.enter([binary, "nat", "list", "--json", "--pin-path", self.lab.pin_path])
-        return json.loads(p.stdout)
+        """`ebpf-masq nat list --json` of this lab's node (masqcli)."""
+        return masqcli.nat_list(self, binary)
 
-    def status(self, binary):
-        """`ebpf-masq status --json` of this lab's node."""
-        p = self.node.enter([binary, "status", "--json", "--pin-path", self.lab.pin_path])
-        return json.loads(p.stdout)
+    def status(self, binary, **kw):
+        """`ebpf-masq status --json` of this lab's node (masqcli); kw goes to subprocess."""
+        return masqcli.status(self, binary, **kw)
 
     def node_tc_state(self):
         """{dev: (qdiscs, ingress filters, egress filters)} for every link in node."""

@@ -270,8 +270,7 @@ def test_kernel_without_tcx_gets_tc_filters_then_tcx_after_an_upgrade(topo, plug
         rc, _, log = topo.run_plugin(plugin, "CHECK", net.plugin_conf(1, pod.result), pod.ns,
                                      preexec=oldkernel.without_tcx)
         assert rc == 0, log
-    st = json.loads(topo.node.enter([plugin, "status", "--json", "--pin-path", topo.lab.pin_path],
-                                    preexec_fn=oldkernel.without_tcx).stdout)
+    st = topo.status(plugin, preexec_fn=oldkernel.without_tcx)
     assert [(u["egress_attach_mode"], u["ingress_attach_mode"]) for u in st["uplinks"]] == [("tc", "tc")], st
     assert {p["veth_attach_mode"] for p in st["pods"]} == {"tc"}, st["pods"]
 

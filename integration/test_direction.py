@@ -10,10 +10,10 @@ the bridge plugin's ipMasq (iptables), ebpf-masq and ebpf-masq with fastPath,
 IPv4 and IPv6, default pod and node settings. The same for a tunnel client that
 a masqueradeRules entry covers.
 """
-import json
 
 import pytest
 
+import masqcli
 from duallab import POD_SUBNET6, DualTopo, ping, ping_ok, pod_addrs, same_ip
 from netlab import POD_SUBNET
 
@@ -79,10 +79,8 @@ def test_remote_opens_tcp_udp_and_ping_to_a_pod(routed, plugin):
     assert s["nat_pairs_incomplete"] == 0, s
     # explain says why the pod's reply is not masqueraded.
     [t] = [f for f in inbound if f["proto"] == "tcp" and f["family"] == "ipv4"]
-    p = topo.node.enter([plugin, "explain", "--pin-path", topo.lab.pin_path, "--src", v4, "--dst", EXT,
-                         "--proto", "tcp", "--sport", t["pod_port"], "--dport", t["remote_port"], "--out", "eth0",
-                         "--json"])
-    x = json.loads(p.stdout)
+    x = masqcli.explain(topo, plugin, "--src", v4, "--dst", EXT, "--proto", "tcp", "--sport", t["pod_port"],
+                        "--dport", t["remote_port"], "--out", "eth0")
     assert (x["verdict"], x["code"], x["source_seen"]) == ("untouched", "inbound_flow", v4), x
 
 

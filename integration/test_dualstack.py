@@ -10,7 +10,8 @@ import json
 
 import pytest
 
-from duallab import POD_SUBNET6, DualTopo, counters, ping, ping_ok, pod_addrs, same_ip, settle, sources
+from duallab import POD_SUBNET6, DualTopo, ping, ping_ok, pod_addrs, same_ip, settle, sources
+from masqcli import counters
 from netlab import PY
 
 EXT, NATIVE, NODE_IP, NODE_NATIVE = DualTopo.EXT, DualTopo.NATIVE, DualTopo.NODE_EXT, DualTopo.NODE_NATIVE

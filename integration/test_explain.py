@@ -13,12 +13,12 @@ One node for the whole module (netlab.Topo plus extras), built once:
 For every case: `explain --json` in the node, then a real packet, captured where it
 arrives; the verdict (masqueraded or not, and the source address seen) must match.
 """
-import json
 import os
 import secrets
 
 import pytest
 
+import masqcli
 import netlab
 from netlab import PY, Topo
 
@@ -58,9 +58,8 @@ class World:
         self.pod2 = net_b.add(topo.pod_ns("pod2"))
 
     def explain(self, src, dst, proto, *extra, check=True):
-        p = self.topo.node.enter([self.plugin, "explain", "--pin-path", self.lab.pin_path, "--json",
-                                  "--src", src, "--dst", dst, "--proto", proto, *extra], check=check)
-        return json.loads(p.stdout) if check else p
+        return masqcli.explain(self.topo, self.plugin, "--src", src, "--dst", dst, "--proto", proto, *extra,
+                               check=check)
 
 
 @pytest.fixture(scope="module")
@@ -240,10 +239,10 @@ def test_existing_flow(world):
 
 def test_text_output_and_errors(world, tmp_path):
     w = world
-    p = w.topo.node.enter([w.plugin, "explain", "--pin-path", w.lab.pin_path, "--src", TUN, "--dst", EXT])
+    p = masqcli.run(w.topo, w.plugin, "explain", "--src", TUN, "--dst", EXT)
     assert "verdict: MASQUERADE to 10.0.0.5" in p.stdout, p.stdout
     assert "by rule 0" in p.stdout and "checks:" in p.stdout, p.stdout
-    p = w.topo.node.enter([w.plugin, "explain", "--pin-path", tmp_path, "--src", TUN, "--dst", EXT], check=False)
+    p = masqcli.run(w.topo, w.plugin, "explain", "--src", TUN, "--dst", EXT, pin_path=tmp_path, check=False)
     assert p.returncode == 1 and "no data plane" in p.stderr, p.stderr
     p = w.explain(w.pod.ip, "2001:db8::1", "udp", check=False)
     assert p.returncode == 1 and "same address family" in p.stderr, p.stderr
@@ -272,9 +271,7 @@ def test_explain_ipv6_matches_real_packets(lab, plugin):
     _, pod6 = pod_addrs(pod)
 
     def explain(dst, proto, *extra):
-        p = dual.node.enter([plugin, "explain", "--pin-path", lab.pin_path, "--json",
-                             "--src", pod6, "--dst", dst, "--proto", proto, *map(str, extra)])
-        return json.loads(p.stdout)
+        return masqcli.explain(dual, plugin, "--src", pod6, "--dst", dst, "--proto", proto, *extra)
 
     def sources6(cap):
         return {p[IPv6].src for p in cap.packets() if IPv6 in p}
@@ -302,6 +299,5 @@ def test_explain_ipv6_matches_real_packets(lab, plugin):
     assert sources6(cap) == {pod6}
 
     # An unregistered IPv6 source.
-    p = dual.node.enter([plugin, "explain", "--pin-path", lab.pin_path, "--json",
-                         "--src", "fd00:244:1::99", "--dst", DualTopo.EXT6, "--proto", "udp"])
-    assert json.loads(p.stdout)["code"] == "not_pod"
+    x = masqcli.explain(dual, plugin, "--src", "fd00:244:1::99", "--dst", DualTopo.EXT6, "--proto", "udp")
+    assert x["code"] == "not_pod"

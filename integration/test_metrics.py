@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+import masqcli
 from netlab import PY, Topo, cnitool_container_id, wait_for
 
 EXT, NODE_IP = Topo.EXT, Topo.NODE_EXT
@@ -75,7 +76,7 @@ def value(series, name, **labels):
 
 
 def scrape(topo, plugin, pin_path):
-    return topo.node.enter([plugin, "metrics", "--pin-path", pin_path]).stdout
+    return masqcli.run(topo, plugin, "metrics", pin_path=pin_path).stdout
 
 
 SPOOF = """
@@ -120,7 +121,7 @@ def test_counters_move_with_traffic(topo, plugin, lab):
     assert delta("ebpf_masq_nat_pairs_created_total") <= delta("ebpf_masq_port_probes_total") \
         <= 2 * delta("ebpf_masq_nat_pairs_created_total")
     assert value(after, "ebpf_masq_nat_expiry_arm_failures_total") == 0
-    text = topo.node.enter([plugin, "status", "--pin-path", lab.pin_path]).stdout
+    text = masqcli.run(topo, plugin, "status").stdout
     m = re.search(r"^port allocation: (\d+) ports tried for (\d+) new pairs \(([\d.]+) a pair\)", text, re.M)
     assert m and int(m[1]) >= int(m[2]) >= 2, text
     rule = dict(rule="0", source="192.168.6.0/24", out_interface="eth0")

@@ -9,6 +9,7 @@ ADD (code 4, naming the variable) leaving nothing.
 import json
 import os
 
+import masqcli
 from netlab import LAYOUT, Topo, sh
 
 EXT, NODE_IP = Topo.EXT, Topo.NODE_EXT
@@ -31,7 +32,7 @@ def test_namespace_name_and_annotations_reach_the_registration(topo, plugin):
     [p] = topo.status(plugin)["pods"]
     assert (p["k8s_namespace"], p["k8s_name"]) == ("shop", "web-0"), p
     assert p["annotations"] == {"ebpf-masq.io/egress-policy": "partner"}, p  # only ours are kept
-    text = topo.node.enter([plugin, "status", "--pin-path", topo.lab.pin_path]).stdout
+    text = masqcli.run(topo, plugin, "status").stdout
     assert "pod shop/web-0 " in text and "ebpf-masq.io/egress-policy" in text, text
 
     udp = topo.ext.server("udp", 5001)
@@ -39,7 +40,7 @@ def test_namespace_name_and_annotations_reach_the_registration(topo, plugin):
     assert udp.addrs() == {NODE_IP}
     [flow] = [f for f in topo.nat_list(plugin) if f["remote_port"] == 5001]
     assert flow["k8s_pod"] == "shop/web-0", flow
-    listing = topo.node.enter([plugin, "nat", "list", "--pin-path", topo.lab.pin_path]).stdout
+    listing = masqcli.run(topo, plugin, "nat", "list").stdout
     assert "pod shop/web-0" in listing, listing
 
     assert len(pod_meta_entries(topo)) == 1

@@ -9,10 +9,10 @@ per source, the same pod port towards one remote endpoint is kept by pods on
 different addresses. The bridge plugin's ipMasq (the yardstick) has no pools:
 every pod leaves with the node's one address (shown, not asserted).
 """
-import json
 
 import pytest
 
+import masqcli
 from netlab import Topo
 
 EXT, NODE_IP = Topo.EXT, Topo.NODE_EXT
@@ -35,7 +35,7 @@ def test_each_pod_keeps_one_address_of_the_pool(topo, plugin, fast):
         assert pod.ns.ping(EXT, count=2)[1] == 0.0, i
         # Every pod the same port towards one remote endpoint: kept where the addresses differ.
         assert pod.ns.client("udp", EXT, 5001, bind_port=40000)[0] == 0, i
-    flows = json.loads(topo.node.enter([plugin, "nat", "list", "--json", "--pin-path", topo.lab.pin_path]).stdout)
+    flows = topo.nat_list(plugin)
     by_pod = {}
     for f in flows:
         by_pod.setdefault(f["pod_addr"], set()).add(f["nat_addr"])
@@ -51,8 +51,7 @@ def test_each_pod_keeps_one_address_of_the_pool(topo, plugin, fast):
     assert eth0["pool_v4"] == POOL, eth0
     # explain names the address a pod is paired with, as the data plane chose it.
     for p in pods:
-        x = json.loads(topo.node.enter([plugin, "explain", "--json", "--pin-path", topo.lab.pin_path,
-                                        "--src", p.ip, "--dst", EXT, "--proto", "udp", "--dport", "9"]).stdout)
+        x = masqcli.explain(topo, plugin, "--src", p.ip, "--dst", EXT, "--proto", "udp", "--dport", "9")
         assert x["address"] in by_pod[p.ip], (p.ip, x)
 
 

@@ -1,0 +1,35 @@
+"""How the tests call the ebpf-masq binary's operator commands (status, nat list, explain, metrics).
+
+Each runs in a topology's node namespace by nsenter (bpffs stays visible there) against
+the lab's pin path; any topology with .node and .lab will do (netlab.Topo and the ones built on it).
+"""
+import json
+
+
+def run(topo, binary, *args, pin_path=None, check=True, **kw):
+    """`binary ARGS --pin-path PIN` in topo's node (the lab's pins unless pin_path is given);
+    the CompletedProcess. kw goes to subprocess (e.g. preexec_fn)."""
+    return topo.node.enter([binary, *args, "--pin-path", pin_path or topo.lab.pin_path], check=check, **kw)
+
+
+def status(topo, binary, **kw):
+    """`ebpf-masq status --json`, parsed."""
+    return json.loads(run(topo, binary, "status", "--json", **kw).stdout)
+
+
+def counters(topo, binary):
+    """(counters, drops) of `status --json`."""
+    s = status(topo, binary)
+    return s["counters"], s["drops"]
+
+
+def nat_list(topo, binary):
+    """`ebpf-masq nat list --json`, parsed."""
+    return json.loads(run(topo, binary, "nat", "list", "--json").stdout)
+
+
+def explain(topo, binary, *args, check=True):
+    """`ebpf-masq explain --json ARGS`, parsed; with check=False the CompletedProcess
+    (to look at a failure's exit code and stderr)."""
+    p = run(topo, binary, "explain", "--json", *args, check=check)
+    return json.loads(p.stdout) if check else p
