@@ -150,6 +150,14 @@ def enable_recverr(s, v6):
         s.setsockopt(socket.IPPROTO_IP, IP_RECVERR, 1)
 
 
+def set_df(s, v6):
+    """Never fragment (IP_PMTUDISC_DO): too big a datagram fails with EMSGSIZE instead."""
+    if v6:
+        s.setsockopt(socket.IPPROTO_IPV6, IPV6_MTU_DISCOVER, PMTUDISC_DO)
+    else:
+        s.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, PMTUDISC_DO)
+
+
 def read_errqueue(s, deadline):
     """ICMP errors queued on s until deadline: [{errno, origin, type, code, info, offender}]."""
     errs = []
@@ -179,18 +187,16 @@ def read_errqueue(s, deadline):
 
 
 def probe(a):
-    v6 = family_of(a.host) == socket.AF_INET6
-    s = socket.socket(family_of(a.host), socket.SOCK_DGRAM)
+    family = family_of(a.host)
+    v6 = family == socket.AF_INET6
+    s = socket.socket(family, socket.SOCK_DGRAM)
     enable_recverr(s, v6)
     if v6:
         s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_UNICAST_HOPS, a.ttl)
     else:
         s.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, a.ttl)
     if a.df:
-        if v6:
-            s.setsockopt(socket.IPPROTO_IPV6, IPV6_MTU_DISCOVER, PMTUDISC_DO)
-        else:
-            s.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, PMTUDISC_DO)
+        set_df(s, v6)
     s.connect((a.host, a.port))
     local = list(s.getsockname()[:2])
     errs = []
@@ -218,10 +224,7 @@ def bounce(a):
     c.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     enable_recverr(c, v6)
     if a.df:
-        if v6:
-            c.setsockopt(socket.IPPROTO_IPV6, IPV6_MTU_DISCOVER, PMTUDISC_DO)
-        else:
-            c.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, PMTUDISC_DO)
+        set_df(c, v6)
     s.close()  # the connected socket takes the server's port over
     c.bind(("::" if v6 else "0.0.0.0", a.port))
     c.connect((peer_addr, peer[1]))
