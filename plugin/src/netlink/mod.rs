@@ -54,7 +54,7 @@ mod tc;
 pub use addr::get_addresses;
 pub use link::{dump_links, get_link_by_index, get_link_by_name, LinkInfo, ARPHRD_ETHER, ARPHRD_NONE};
 pub use netns::{in_netns, veth_peer, veth_peer_ifindex, VethPeer};
-pub use route::default_route_interfaces;
+pub use route::{default_route_interfaces, route_oif};
 pub use sysctl::{read_sysctl, write_sysctl};
 pub use tc::has_tc_filter;
 

@@ -22,7 +22,7 @@ use crate::{
         nat::{self as natmaps, Entry, Family, Tuple},
     },
     cli::readers,
-    error::{code, Context, Error, Result},
+    error::{code, Error, Result},
     netlink, pod,
 };
 
@@ -378,62 +378,6 @@ impl Lookups for MapLookups {
 // ---------------------------------------------------------------------------
 // the out interface
 
-/// The interface of the route to `dst` (RTM_GETROUTE, as `ip route get DST`).
-pub fn route_oif(dst: IpAddr) -> Result<Option<u32>> {
-    use futures::StreamExt;
-    use netlink_packet_core::{NetlinkMessage, NetlinkPayload, NLM_F_REQUEST};
-    use netlink_packet_route::{
-        route::{RouteAddress, RouteAttribute, RouteMessage},
-        AddressFamily, RouteNetlinkMessage,
-    };
-
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .build()
-        .ctx(code::NETLINK, "cannot create runtime for netlink")?;
-    rt.block_on(async move {
-        let (conn, mut handle, _msgs) = rtnetlink::new_connection().ctx(code::NETLINK, "cannot open rtnetlink socket")?;
-        let work = async move {
-            let mut msg = RouteMessage::default();
-            match dst {
-                IpAddr::V4(a) => {
-                    msg.header.address_family = AddressFamily::Inet;
-                    msg.header.destination_prefix_length = 32;
-                    msg.attributes.push(RouteAttribute::Destination(RouteAddress::Inet(a)));
-                }
-                IpAddr::V6(a) => {
-                    msg.header.address_family = AddressFamily::Inet6;
-                    msg.header.destination_prefix_length = 128;
-                    msg.attributes.push(RouteAttribute::Destination(RouteAddress::Inet6(a)));
-                }
-            }
-            let mut req = NetlinkMessage::from(RouteNetlinkMessage::GetRoute(msg));
-            req.header.flags = NLM_F_REQUEST;
-            let mut resp = handle.request(req).map_err(|e| Error::netlink(format!("route get {dst}: {e}")))?;
-            let mut oif = None;
-            while let Some(m) = resp.next().await {
-                match m.payload {
-                    NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewRoute(r)) => {
-                        for a in r.attributes {
-                            if let RouteAttribute::Oif(i) = a {
-                                oif = Some(i);
-                            }
-                        }
-                    }
-                    // No route (ENETUNREACH...): the caller falls back.
-                    NetlinkPayload::Error(e) if e.code.is_some() => return Ok(None),
-                    _ => {}
-                }
-            }
-            Ok(oif)
-        };
-        match futures::future::select(Box::pin(work), Box::pin(conn)).await {
-            futures::future::Either::Left((r, _)) => r,
-            futures::future::Either::Right(_) => Err(Error::netlink(format!("route get {dst}: netlink connection closed"))),
-        }
-    })
-}
-
 /// The out interface: `--out`, else the route to the destination, else the
 /// node's only uplink.
 pub fn resolve_out(l: &MapLookups, out: Option<&str>, dst: IpAddr) -> Result<OutIf> {
@@ -442,7 +386,7 @@ pub fn resolve_out(l: &MapLookups, out: Option<&str>, dst: IpAddr) -> Result<Out
             .ok_or_else(|| Error::new(code::INVALID_CONFIG, format!("--out {name}: no such interface")))?;
         return Ok(OutIf { ifindex: link.index, name: Some(link.name), chosen_by: "--out".into() });
     }
-    if let Some(ifindex) = route_oif(dst)? {
+    if let Some(ifindex) = netlink::route_oif(dst)? {
         let name = netlink::get_link_by_index(ifindex)?.map(|l| l.name);
         return Ok(OutIf { ifindex, name, chosen_by: "route".into() });
     }

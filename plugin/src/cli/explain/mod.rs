@@ -36,12 +36,15 @@ use crate::{
     error::{code, Error, Result},
 };
 
+// The route lookup lives with the other route code (netlink::route); the old path stays.
+pub use crate::netlink::route_oif;
+
 mod decide;
 mod lookups;
 mod packet;
 
 pub use decide::{explain, ExclRef, Explanation, FlowRef, PodRef, RuleRef, Verdict, Why};
-pub use lookups::{prefix_match, resolve_out, route_oif, Lookups, MapLookups, PodDesc, RuleDesc, RuleHit};
+pub use lookups::{prefix_match, resolve_out, Lookups, MapLookups, PodDesc, RuleDesc, RuleHit};
 pub use packet::{
     ExplainArgs, OutIf, Packet, Proto, ICMPV6_ECHO_REPLY, ICMPV6_ECHO_REQUEST, ICMP_ECHO, ICMP_ECHOREPLY, IPPROTO_ICMP,
     IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP,
