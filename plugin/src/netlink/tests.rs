@@ -4,7 +4,7 @@
 //! touched. `ip` commands spawned from that thread inherit its netns.
 
 use super::*;
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -185,6 +185,36 @@ fn default_routes_and_addresses_in_fresh_netns() {
         assert_eq!(default_route_interfaces().unwrap(), ["em-a", "em-d0"]);
         ip("-6 route del default");
         assert_eq!(default_route_interfaces().unwrap(), Vec::<String>::new());
+    });
+}
+
+#[test]
+fn route_to_one_address_in_fresh_netns() {
+    if !is_root() {
+        return;
+    }
+    in_fresh_netns(|| {
+        let v4 = |s: &str| IpAddr::V4(s.parse().unwrap());
+        let v6 = |s: &str| IpAddr::V6(s.parse().unwrap());
+        // No route: None, not an error (explain falls back to the only uplink).
+        assert_eq!(route_oif(v4("10.1.2.3")).unwrap(), None);
+        assert_eq!(route_oif(v6("2001:db8::7")).unwrap(), None);
+
+        ip("link add em-a type veth peer name em-b");
+        ip("link add em-d type veth peer name em-dp");
+        for l in ["em-a", "em-b", "em-d", "em-dp"] {
+            ip(&format!("link set {l} up"));
+        }
+        ip("addr add 10.1.0.1/24 dev em-a");
+        ip("addr add 10.5.0.1/24 dev em-d");
+        ip("-6 addr add 2001:db8::1/64 dev em-a nodad");
+        ip("route add default via 10.1.0.254 dev em-a");
+        let (a, d) = (link("em-a"), link("em-d"));
+        assert_eq!(route_oif(v4("8.8.8.8")).unwrap(), Some(a.index));
+        assert_eq!(route_oif(v4("10.1.0.7")).unwrap(), Some(a.index));
+        assert_eq!(route_oif(v4("10.5.0.9")).unwrap(), Some(d.index));
+        assert_eq!(route_oif(v6("2001:db8::7")).unwrap(), Some(a.index));
+        assert_eq!(route_oif(v6("2001:db9::1")).unwrap(), None, "no IPv6 default");
     });
 }
 
