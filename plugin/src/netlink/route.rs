@@ -7,7 +7,7 @@ use netlink_packet_route::route::{RouteAttribute, RouteHeader, RouteMessage, Rou
 use rtnetlink::IpVersion;
 
 use super::{errno, nl_err, run, LinkInfo};
-use crate::error::{code, Context, Error, Result};
+use crate::error::{Error, Result};
 
 const RT_TABLE_MAIN: u32 = RouteHeader::RT_TABLE_MAIN as u32;
 
@@ -82,58 +82,47 @@ pub fn default_route_interfaces() -> Result<Vec<String>> {
     })
 }
 
-/// The interface of the route to `dst` (RTM_GETROUTE, as `ip route get DST`).
+/// The interface of the route to `dst` (RTM_GETROUTE, as `ip route get DST`),
+/// or None when the kernel has no route to it.
 pub fn route_oif(dst: IpAddr) -> Result<Option<u32>> {
     use futures::StreamExt;
     use netlink_packet_core::{NetlinkMessage, NetlinkPayload, NLM_F_REQUEST};
-    use netlink_packet_route::{
-        route::{RouteAddress, RouteAttribute, RouteMessage},
-        AddressFamily, RouteNetlinkMessage,
-    };
+    use netlink_packet_route::{route::RouteAddress, AddressFamily, RouteNetlinkMessage};
 
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .build()
-        .ctx(code::NETLINK, "cannot create runtime for netlink")?;
-    rt.block_on(async move {
-        let (conn, mut handle, _msgs) = rtnetlink::new_connection().ctx(code::NETLINK, "cannot open rtnetlink socket")?;
-        let work = async move {
-            let mut msg = RouteMessage::default();
-            match dst {
-                IpAddr::V4(a) => {
-                    msg.header.address_family = AddressFamily::Inet;
-                    msg.header.destination_prefix_length = 32;
-                    msg.attributes.push(RouteAttribute::Destination(RouteAddress::Inet(a)));
-                }
-                IpAddr::V6(a) => {
-                    msg.header.address_family = AddressFamily::Inet6;
-                    msg.header.destination_prefix_length = 128;
-                    msg.attributes.push(RouteAttribute::Destination(RouteAddress::Inet6(a)));
-                }
+    run(move |mut handle| async move {
+        // rtnetlink's RouteGetRequest only dumps; a lookup of one address is
+        // built by hand.
+        let mut msg = RouteMessage::default();
+        match dst {
+            IpAddr::V4(a) => {
+                msg.header.address_family = AddressFamily::Inet;
+                msg.header.destination_prefix_length = 32;
+                msg.attributes.push(RouteAttribute::Destination(RouteAddress::Inet(a)));
             }
-            let mut req = NetlinkMessage::from(RouteNetlinkMessage::GetRoute(msg));
-            req.header.flags = NLM_F_REQUEST;
-            let mut resp = handle.request(req).map_err(|e| Error::netlink(format!("route get {dst}: {e}")))?;
-            let mut oif = None;
-            while let Some(m) = resp.next().await {
-                match m.payload {
-                    NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewRoute(r)) => {
-                        for a in r.attributes {
-                            if let RouteAttribute::Oif(i) = a {
-                                oif = Some(i);
-                            }
+            IpAddr::V6(a) => {
+                msg.header.address_family = AddressFamily::Inet6;
+                msg.header.destination_prefix_length = 128;
+                msg.attributes.push(RouteAttribute::Destination(RouteAddress::Inet6(a)));
+            }
+        }
+        let mut req = NetlinkMessage::from(RouteNetlinkMessage::GetRoute(msg));
+        req.header.flags = NLM_F_REQUEST;
+        let mut resp = handle.request(req).map_err(|e| Error::netlink(format!("route get {dst}: {e}")))?;
+        let mut oif = None;
+        while let Some(m) = resp.next().await {
+            match m.payload {
+                NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewRoute(r)) => {
+                    for a in r.attributes {
+                        if let RouteAttribute::Oif(i) = a {
+                            oif = Some(i);
                         }
                     }
-                    // No route (ENETUNREACH...): the caller falls back.
-                    NetlinkPayload::Error(e) if e.code.is_some() => return Ok(None),
-                    _ => {}
                 }
+                // No route (ENETUNREACH...): the caller falls back.
+                NetlinkPayload::Error(e) if e.code.is_some() => return Ok(None),
+                _ => {}
             }
-            Ok(oif)
-        };
-        match futures::future::select(Box::pin(work), Box::pin(conn)).await {
-            futures::future::Either::Left((r, _)) => r,
-            futures::future::Either::Right(_) => Err(Error::netlink(format!("route get {dst}: netlink connection closed"))),
         }
+        Ok(oif)
     })
 }
