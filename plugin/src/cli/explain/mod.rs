@@ -1,6 +1,8 @@
 //! `ebpf-masq explain`: the masquerade decision the data plane makes for one
 //! packet leaving the node, and why, read from the same pinned maps the
-//! programs read (never from a config file).
+//! programs read (never from a config file). The room: `packet` (what the
+//! command line describes), `decide` (the decision walk), `lookups` (the maps
+//! and routes it reads); this file is the command. Reads only, never writes.
 //!
 //! [`explain`] mirrors `snat_egress` (bpf/lib/nat_tmpl.h, both families) and
 //! `masq_decide_v4`/`masq_decide_v6` (bpf/lib/policy.h) step by step; keep them
@@ -24,10 +26,6 @@
 //! A data plane without IPv6 NAT maps (no `nat6_fwd` pinned) passes IPv6
 //! untouched: the decision is still shown, with the verdict "IPv6 masquerade
 //! not supported by this data plane version".
-//!
-//! The room: `packet` (what the command line describes), `decide` (the
-//! decision walk), `lookups` (the maps and routes it reads); this file is the
-//! command. It reads pinned maps and netlink, and never writes either.
 
 use std::path::Path;
 
