@@ -1,8 +1,12 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * ebpf-masq data-plane ABI: every map name, key/value struct, counter index and
- * drop reason shared between the BPF programs and the Rust plugin.
- * The Rust mirror lives in plugin/src/bpf/abi.rs; both sides assert the sizes.
+ * drop reason, flag and limit shared between the BPF programs and the Rust plugin,
+ * and the size checks of every struct (below, at the end). What only the C side
+ * uses lives in bpf/lib/. The Rust mirror is plugin/src/bpf/abi.rs: its tests
+ * demand a Rust constant of equal value for every #define and enum member here
+ * (or its name on abi.rs's C-only list) and compare each struct's size and member
+ * offsets with the BTF of the compiled objects.
  *
  * Any change to a struct or a map's meaning bumps MASQ_LAYOUT_VERSION, which is
  * part of the pin directory (<pinPath>/v<N>/), so a new binary never reuses an
@@ -13,7 +17,8 @@
 
 #include <linux/types.h>
 #include <linux/in6.h>
-#include <linux/bpf.h>   /* struct bpf_timer */
+#include <linux/bpf.h>   /* struct bpf_timer, struct bpf_sock_tuple, BPF_F_NO_PREALLOC */
+#include <stddef.h>      /* offsetof */
 
 #define MASQ_LAYOUT_VERSION 11
 
@@ -39,6 +44,15 @@ struct masq_config {
 #define MASQ_F_FAST_PATH 0x1      /* fastPath: route, translate and redirect pod flows in BPF */
 #define MASQ_F_OPEN_MAPPINGS 0x2  /* some pod or rule has natFiltering other than address-and-port-
 				   * dependent: uplink ingress looks unanswered packets up in nat*_open */
+
+/*
+ * The fast path marks a packet it translated and sent to the uplink in the
+ * tc control block (__sk_buff cb[0], carried across bpf_redirect_neigh), so the
+ * uplink's egress program passes it on without a lookup. A packet on the normal
+ * path cannot carry the mark: the node's IP receive path zeroes that part of
+ * the control block (IPCB/IP6CB) before routing it to the uplink.
+ */
+#define FP_CB_MARK 0x6d61fa57
 
 /* natFiltering (RFC 4787 REQ-8), in pod_info.flags, rule_info/rule6_info.flags and
  * attachment_info.flags alike; neither bit: address-and-port-dependent (the default). */
@@ -169,6 +183,13 @@ struct rule_stats {
  */
 #define NAT_SHARDS_MAX 64
 #define NAT_SHARD_ENTRIES 1024   /* a shard holds at least this many pairs */
+/*
+ * The NAT halves: plain hash maps, never LRU, so no half is ever evicted without
+ * its partner; the expiry sweep removes both (nat.h, nat_gc). Not
+ * preallocated: memory follows the flows in use, and creating a map of a million
+ * entries costs nothing at the first ADD.
+ */
+#define NAT_MAP_FLAGS BPF_F_NO_PREALLOC
 struct nat4_key {
 	__be32 saddr;
 	__be32 daddr;
@@ -531,5 +552,57 @@ enum masq_drop_reason {
 	DROP_NAT_FULL,             /* uplink: NAT table (the flow's shard) full: new flow refused */
 	DROP_MAX
 };
+
+/* ---- size checks: the Rust mirror asserts the same numbers (and checks the offsets) ---- */
+_Static_assert(sizeof(struct masq_config) == 40, "masq_config size");
+/* host_holds passes a reverse key as the socket lookup's tuple: same layout. */
+#define TUPLE_LIKE(key, fam)                                                                       \
+	(offsetof(struct key, saddr) == offsetof(struct bpf_sock_tuple, fam.saddr) &&                \
+	 offsetof(struct key, daddr) == offsetof(struct bpf_sock_tuple, fam.daddr) &&                \
+	 offsetof(struct key, sport) == offsetof(struct bpf_sock_tuple, fam.sport) &&                \
+	 offsetof(struct key, dport) == offsetof(struct bpf_sock_tuple, fam.dport))
+_Static_assert(TUPLE_LIKE(nat4_key, ipv4), "nat4_key starts like bpf_sock_tuple.ipv4");
+_Static_assert(TUPLE_LIKE(nat6_key, ipv6), "nat6_key starts like bpf_sock_tuple.ipv6");
+_Static_assert(sizeof(struct masq_pool) == 8 + 4 * MASQ_POOL_MAX + 16 * MASQ_POOL_MAX, "masq_pool size");
+_Static_assert(sizeof(struct pod_info) == 28, "pod_info size");
+_Static_assert(sizeof(struct pod_l2) == 20, "pod_l2 size");
+_Static_assert(sizeof(struct uplink_info) == 24, "uplink_info size");
+_Static_assert(sizeof(struct lpm4_key) == 8, "lpm4_key size");
+_Static_assert(sizeof(struct lpm6_key) == 20, "lpm6_key size");
+_Static_assert(sizeof(struct excl_info) == 8, "excl_info size");
+_Static_assert(sizeof(struct rule4_key) == 12, "rule4_key size");
+_Static_assert(sizeof(struct rule_info) == 16, "rule_info size");
+_Static_assert(sizeof(struct rule_except4_key) == 12, "rule_except4_key size");
+_Static_assert(sizeof(struct nat4_ep) == 8, "nat4_ep size");
+_Static_assert(sizeof(struct nat4_bind) == 8, "nat4_bind size");
+_Static_assert(sizeof(struct nat6_ep) == 20, "nat6_ep size");
+_Static_assert(sizeof(struct nat6_bind) == 20, "nat6_bind size");
+_Static_assert(sizeof(struct nat4_open) == 24, "nat4_open size");
+_Static_assert(sizeof(struct nat6_open) == 40, "nat6_open size");
+_Static_assert(sizeof(struct nat4_permit_key) == 12, "nat4_permit_key size");
+_Static_assert(sizeof(struct nat4_permit) == 16, "nat4_permit size");
+_Static_assert(sizeof(struct nat6_permit_key) == 36, "nat6_permit_key size");
+_Static_assert(sizeof(struct nat6_permit) == 24, "nat6_permit size");
+_Static_assert(NAT_FILTER_AD != POD_F_NAT_OUTGOING && NAT_FILTER_AD != RULE_F_TO_ADDRESS &&
+	       NAT_FILTER_AD != ATT_F_NAT_OUTGOING, "filter bits are free in every flags word");
+_Static_assert(sizeof(struct rule_stats) == 16, "rule_stats size");
+_Static_assert(sizeof(struct pod_meta) == 1408, "pod_meta size");
+_Static_assert(sizeof(struct host_port) == 4, "host_port size");
+_Static_assert(sizeof(struct nat4_key) == 16, "nat4_key size");
+_Static_assert(sizeof(struct nat4_entry) == 48, "nat4_entry size");
+_Static_assert(sizeof(struct nat_gc) == 120, "nat_gc size");
+_Static_assert(sizeof(struct port_range) == 4, "port_range size");
+_Static_assert(sizeof(struct pod_stats) == 24, "pod_stats size");
+_Static_assert(sizeof(struct veth_info) == 80, "veth_info size");
+_Static_assert(sizeof(struct rule6_key) == 24, "rule6_key size");
+_Static_assert(sizeof(struct rule6_info) == 24, "rule6_info size");
+_Static_assert(sizeof(struct rule_except6_key) == 24, "rule_except6_key size");
+_Static_assert(sizeof(struct nat6_key) == 40, "nat6_key size");
+_Static_assert(sizeof(struct nat6_entry) == 64, "nat6_entry size");
+_Static_assert(sizeof(struct frag4_key) == 12, "frag4_key size");
+_Static_assert(sizeof(struct frag6_key) == 40, "frag6_key size");
+_Static_assert(sizeof(struct frag_ports) == 8, "frag_ports size");
+_Static_assert(sizeof(struct attachment_key) == 88, "attachment_key size");
+_Static_assert(sizeof(struct attachment_info) == 120, "attachment_info size");
 
 #endif /* MASQ_ABI_H */

@@ -144,14 +144,6 @@ struct {
 } rule_stats SEC(".maps");
 
 /*
- * The NAT halves: plain hash maps, never LRU, so no half is ever evicted without
- * its partner; the expiry sweep removes both (nat.h, nat_gc). Not
- * preallocated: memory follows the flows in use, and creating a map of a million
- * entries costs nothing at the first ADD.
- */
-#define NAT_MAP_FLAGS BPF_F_NO_PREALLOC
-
-/*
  * The forward halves: up to NAT_SHARDS_MAX hash maps behind an array (see masq_abi.h).
  * The loader creates the shards (natMaxEntries / nat_shards entries each) and
  * puts them in before any program is pinned; the definition here is only the
