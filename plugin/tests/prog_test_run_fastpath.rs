@@ -19,7 +19,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use aya::maps::{HashMap, MapData};
 use ebpf_masq::bpf::abi::{
-    self, counter, Nat4Entry, Nat4Key, PodInfo, PodL2, EXCL_NATIVE_ROUTING, NAT_F_FAST,
+    self, counter, Nat4Entry, Nat4Key, PodInfo, PodL2, EXCL_NATIVE_ROUTING, FP_CB_MARK, NAT_F_FAST,
 };
 use ebpf_masq::bpf::maps;
 use support::{harness::*, lab::in_lab, packet::*, packet6::*};
@@ -233,9 +233,6 @@ fn run_cb(dp: &Dataplane, prog: &str, frame: &[u8], cb0: u32) -> (Run, u32) {
     let (run, out) = dp.run_ctx(prog, frame, &ctx);
     (run, u32::from_ne_bytes(out[SKB_CB0..SKB_CB0 + 4].try_into().unwrap()))
 }
-
-/// bpf/lib/common.h FP_CB_MARK.
-const FP_CB_MARK: u32 = 0x6d61_fa57;
 
 #[test]
 fn redirected_packets_carry_the_mark_the_uplink_egress_passes() {

@@ -10,7 +10,7 @@ mod support;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use ebpf_masq::bpf::abi::{
-    counter, NAT_FILTER_AD, NAT_FILTER_EI, NAT_F_BY_RULE, NAT_F_FIN, NAT_F_OPEN, NAT_F_TCP_CLOSING,
+    counter, NAT_FILTER_AD, NAT_FILTER_EI, NAT_F_BY_RULE, NAT_F_FIN, NAT_F_OPEN, NAT_F_RST, NAT_F_TCP_CLOSING,
 };
 use support::{harness::*, packet::*, packet6::*};
 
@@ -234,7 +234,8 @@ fn a_pod_reopening_its_finished_tuple_keeps_the_pair_and_reopens_it() {
     // tcp_tw_reuse: the pod opens a new connection on the same tuple.
     assert_eq!(mapped(&dp, &tcp(POD, REMOTE, 40000, 443, SYN), MASQ), p);
     let (fe, re) = dp.assert_single_pair(nat_key(POD, REMOTE, 40000, 443, TCP), MASQ, p);
-    assert_eq!((fe.flags & 0x31, re.flags & 0x31), (0, 0), "open again on both halves: {fe:?} {re:?}");
+    let ends = NAT_F_TCP_CLOSING | NAT_F_FIN | NAT_F_RST;
+    assert_eq!((fe.flags & ends, re.flags & ends), (0, 0), "open again on both halves: {fe:?} {re:?}");
     age_pair(&dp, p, 3);
     // So it is not finished any more: another pod cannot take the port.
     dp.egress(&tcp(POD2, REMOTE, 40001, 443, SYN)).dropped();

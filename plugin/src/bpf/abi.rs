@@ -90,6 +90,9 @@ pub struct MasqConfig {
 pub const MASQ_F_FAST_PATH: u32 = 0x1;
 /// `masq_config.flags`: some pod or rule has a natFiltering other than the default (sticky).
 pub const MASQ_F_OPEN_MAPPINGS: u32 = 0x2;
+/// `__sk_buff.cb[0]` of a packet the fast path translated and redirected to an uplink:
+/// the uplink's egress program passes it on without a lookup.
+pub const FP_CB_MARK: u32 = 0x6d61_fa57;
 /// natFiltering bits, in pod_info, rule_info/rule6_info and attachment_info flags alike.
 pub const NAT_FILTER_AD: u32 = 0x2;
 pub const NAT_FILTER_EI: u32 = 0x4;
@@ -705,6 +708,14 @@ pub mod counter {
 
 /// Drop reasons (enum masq_drop_reason).
 pub mod drop_reason {
+    pub const SPOOFED_SOURCE: u32 = 0;
+    pub const NO_PORT: u32 = 1;
+    pub const NAT_INSERT: u32 = 2;
+    pub const FRAGMENT: u32 = 3;
+    pub const MALFORMED: u32 = 4;
+    pub const CSUM: u32 = 5;
+    pub const UNSUPPORTED_PROTO: u32 = 6;
+    pub const FRAG_NO_STATE: u32 = 7;
     pub const NAT_FULL: u32 = 8;
     pub const MAX: u32 = 9;
     pub const NAMES: [&str; MAX as usize] = [

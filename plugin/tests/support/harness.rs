@@ -32,18 +32,8 @@ pub const LO: u32 = 1;
 pub const TC_ACT_UNSPEC: i32 = -1;
 pub const TC_ACT_SHOT: i32 = 2;
 
-/// enum masq_drop_reason (bpf/include/masq_abi.h).
-pub mod drop {
-    pub const SPOOFED_SOURCE: u32 = 0;
-    pub const NO_PORT: u32 = 1;
-    pub const NAT_INSERT: u32 = 2;
-    pub const FRAGMENT: u32 = 3;
-    pub const MALFORMED: u32 = 4;
-    pub const CSUM: u32 = 5;
-    pub const UNSUPPORTED_PROTO: u32 = 6;
-    pub const FRAG_NO_STATE: u32 = 7;
-    pub const NAT_FULL: u32 = 8;
-}
+/// enum masq_drop_reason: the mirror's (tests name them `drop::*`).
+pub use ebpf_masq::bpf::abi::drop_reason as drop;
 
 /// natMaxEntries of every test data plane.
 pub const NAT_MAX_ENTRIES_IN_TESTS: u32 = 4096;
