@@ -782,4 +782,6 @@ pod! {
 }
 
 #[cfg(test)]
+mod btf;
+#[cfg(test)]
 mod tests;
