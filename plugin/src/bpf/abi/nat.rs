@@ -1,0 +1,257 @@
+//! The NAT tables' part of the ABI (mirrors of masq_abi.h, re-exported by abi):
+//! pair keys and entries, mapping hints, open mappings and permits, the expiry
+//! sweep's state, the forward shards and their hash, and the fragment keys.
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Nat6Key {
+    pub saddr: [u8; 16],
+    pub daddr: [u8; 16],
+    pub sport: [u8; 2],
+    pub dport: [u8; 2],
+    pub proto: u8,
+    pub pad: [u8; 3],
+}
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Nat6Entry {
+    pub addr: [u8; 16],
+    pub port: [u8; 2],
+    pub flags: u8,
+    pub pad: u8,
+    pub ifindex: u32,
+    pub rule_id: u32,
+    pub pad2: u32,
+    pub created_ns: u64,
+    pub last_seen_ns: u64,
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+/// natFiltering's open mappings (key: the mapping, a Nat4Ep / Nat6Ep) and address permits.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Nat4Open {
+    pub addr: [u8; 4],
+    pub port: [u8; 2],
+    pub filter: u8,
+    pub flags: u8,
+    pub ifindex: u32,
+    pub rule_id: u32,
+    pub last_seen_ns: u64,
+}
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Nat6Open {
+    pub addr: [u8; 16],
+    pub port: [u8; 2],
+    pub filter: u8,
+    pub flags: u8,
+    pub ifindex: u32,
+    pub rule_id: u32,
+    pub pad: u32,
+    pub last_seen_ns: u64,
+}
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Nat4PermitKey {
+    pub remote: [u8; 4],
+    pub addr: [u8; 4],
+    pub port: [u8; 2],
+    pub proto: u8,
+    pub pad: u8,
+}
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Nat4Permit {
+    pub pod: [u8; 4],
+    pub pad: u32,
+    pub last_seen_ns: u64,
+}
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Nat6PermitKey {
+    pub remote: [u8; 16],
+    pub addr: [u8; 16],
+    pub port: [u8; 2],
+    pub proto: u8,
+    pub pad: u8,
+}
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Nat6Permit {
+    pub pod: [u8; 16],
+    pub last_seen_ns: u64,
+}
+
+/// nat4_bind / nat6_bind: a pod endpoint's mapping (endpoint-independent mapping hints).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Nat4Ep {
+    pub addr: [u8; 4],
+    pub port: [u8; 2],
+    pub proto: u8,
+    pub pad: u8,
+}
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Nat4Bind {
+    pub addr: [u8; 4],
+    pub port: [u8; 2],
+    pub pad: u16,
+}
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Nat6Ep {
+    pub addr: [u8; 16],
+    pub port: [u8; 2],
+    pub proto: u8,
+    pub pad: u8,
+}
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Nat6Bind {
+    pub addr: [u8; 16],
+    pub port: [u8; 2],
+    pub pad: u16,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Nat4Key {
+    pub saddr: [u8; 4],
+    pub daddr: [u8; 4],
+    pub sport: [u8; 2],
+    pub dport: [u8; 2],
+    pub proto: u8,
+    pub pad: [u8; 3],
+}
+
+pub const NAT_F_TCP_CLOSING: u8 = 0x1;
+pub const NAT_F_BY_RULE: u8 = 0x2;
+pub const NAT_F_FAST: u8 = 0x4;
+pub const NAT_F_INBOUND: u8 = 0x8;
+pub const NAT_F_FIN: u8 = 0x10;
+pub const NAT_F_RST: u8 = 0x20;
+pub const NAT_F_OPEN: u8 = 0x40;
+/// The host's own flow on the masquerade address (its port remapped, or an echo id kept).
+pub const NAT_F_HOST: u8 = 0x80;
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Nat4Entry {
+    pub addr: [u8; 4],
+    pub port: [u8; 2],
+    pub flags: u8,
+    pub pad: u8,
+    pub ifindex: u32,
+    pub rule_id: u32,
+    pub created_ns: u64,
+    pub last_seen_ns: u64,
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+/// `map_flags` of every NAT hash map (BPF_F_NO_PREALLOC): memory follows the flows.
+pub const NAT_MAP_FLAGS: u32 = 1;
+
+/// Slots of each forward NAT map (`nat4_fwd`/`nat6_fwd` are arrays of up to this
+/// many hash maps); `shards_for` picks how many a node uses.
+pub const NAT_SHARDS_MAX: u32 = 64;
+/// A shard holds at least this many pairs.
+pub const NAT_SHARD_ENTRIES: u32 = 1024;
+
+/// The forward shards for a table of `nat_max_entries` pairs: the largest power
+/// of two up to NAT_SHARDS_MAX that leaves each at least NAT_SHARD_ENTRIES.
+pub fn shards_for(nat_max_entries: u32) -> u32 {
+    let fit = (nat_max_entries / NAT_SHARD_ENTRIES).max(1);
+    (1u32 << (31 - fit.leading_zeros())).min(NAT_SHARDS_MAX)
+}
+
+/// `nat_gc.armed` bits: the sweep's timer runs; an IPv4 / IPv6 pair was created
+/// since the last run.
+pub const NAT_GC_ARMED: u64 = 1;
+pub const NAT_GC_NEW4: u64 = 2;
+pub const NAT_GC_NEW6: u64 = 4;
+pub const NAT_GC_NEW_HOST: u64 = 8;
+/// `nat_gc.walk`: the current cycle walks nat6_fwd's shards too.
+pub const NAT_GC_WALK6: u32 = 1;
+
+/// `struct nat_gc`: the expiry sweep's timer (opaque, reads as zeros) and its progress.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NatGc {
+    pub timer: [u64; 2],
+    pub armed: u64,
+    pub last_run_ns: u64,
+    /// Pairs the last run (one shard) looked at.
+    pub last_checked: u64,
+    pub runs: u64,
+    pub cycle_checked: u64,
+    pub cycle6_checked: u64,
+    /// Pairs the last whole cycle (every shard) looked at.
+    pub last_cycle_checked: u64,
+    pub cycles: u64,
+    /// Next shard: below nat_shards nat4_fwd's, then nat6_fwd's.
+    pub pos: u32,
+    pub walk: u32,
+    pub seen: u64,
+    /// How long the last run held its CPU, and the longest run so far.
+    pub last_run_took_ns: u64,
+    pub max_run_took_ns: u64,
+    /// 1: host pairs (NAT_F_HOST) may exist, so host packets look theirs up.
+    pub hosts: u64,
+}
+
+/// Per-word offsets of the shard hash (`nat_shard_keys` in bpf/lib/nat.h), each
+/// xor-ed with the node's seed.
+const NAT_SHARD_KEYS: [u32; 10] =
+    [0xc2c063fe, 0x239eed24, 0x958507ad, 0xf768064f, 0x0e9a8df5, 0x55113dc3, 0xe0c67744, 0x5966eb44, 0xfcb042d9, 0x4ca82984];
+
+/// The shard of a forward NAT key: the same keyed NH hash as `nat_shard()` in
+/// bpf/lib/nat.h, over the key's native-endian 32-bit words (16 or 40 bytes),
+/// for `shards` shards (a power of two).
+pub fn nat_shard(key_bytes: &[u8], seed: u32, shards: u32) -> u32 {
+    let w: Vec<u32> = key_bytes.chunks_exact(4).map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect();
+    let sum = w.chunks_exact(2).zip(NAT_SHARD_KEYS.chunks_exact(2)).fold(0u64, |sum, (p, k)| {
+        let a = p[0].wrapping_add(seed ^ k[0]);
+        let b = p[1].wrapping_add(seed ^ k[1]);
+        sum.wrapping_add(u64::from(a) * u64::from(b))
+    });
+    // murmur3's finaliser: every bit reaches the bits the shard is taken from.
+    let mut h = (sum as u32) ^ ((sum >> 32) as u32);
+    h ^= h >> 16;
+    h = h.wrapping_mul(0x85eb_ca6b);
+    h ^= h >> 13;
+    h = h.wrapping_mul(0xc2b2_ae35);
+    h ^= h >> 16;
+    h & (shards - 1)
+}
+
+/// `struct frag4_key`: a fragmented datagram, as its first fragment named it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Frag4Key {
+    pub saddr: [u8; 4],
+    pub daddr: [u8; 4],
+    pub id: [u8; 2],
+    pub proto: u8,
+    pub pad: u8,
+}
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Frag6Key {
+    pub saddr: [u8; 16],
+    pub daddr: [u8; 16],
+    pub id: [u8; 4],
+    pub proto: u8,
+    pub pad: [u8; 3],
+}
+/// `struct frag_ports`: the first fragment's ports and L4 protocol.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FragPorts {
+    pub sport: [u8; 2],
+    pub dport: [u8; 2],
+    pub proto: u8,
+    pub pad: [u8; 3],
+}
