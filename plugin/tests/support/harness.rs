@@ -32,7 +32,8 @@ pub const LO: u32 = 1;
 pub const TC_ACT_UNSPEC: i32 = -1;
 pub const TC_ACT_SHOT: i32 = 2;
 
-/// enum masq_drop_reason: the mirror's (tests name them `drop::*`).
+/// enum masq_drop_reason: the mirror's (tests name them `drop::*`; not every test binary does).
+#[allow(unused_imports)]
 pub use ebpf_masq::bpf::abi::drop_reason as drop;
 
 /// natMaxEntries of every test data plane.
