@@ -5,12 +5,16 @@
 //! (BPF_PROG_TEST_RUN, fuzzing) reach the same code.
 //!
 //! Layers point down only (tests/layers.rs checks it, and that no import circle
-//! remains):
-//!   `cni`, `cli::*`              verbs and commands
-//!   `node`                       node-wide state: reconcile, adopt an older layout, teardown
-//!   `pod`                        one pod attachment
-//!   `bpf::*`, `netlink`, `prevresult`   the data plane's maps and programs, the kernel's netlink, CNI results
-//!   `config`, `logging`          data types of the config (a leaf), the log
+//! remains; `LAYERS_PRINT=1 cargo test --test layers -- --nocapture` lists
+//! every room and what it imports). A room is a file, or a folder's child:
+//!   `cni`, `cli::*`                     verbs and commands (cli/explain/, cli/install/ are rooms)
+//!   `node::*`                           node-wide state: reconcile, policy maps, uplinks, ports,
+//!                                       adopt an older layout, teardown
+//!   `pod`                               one pod attachment
+//!   `bpf::*`, `netlink::*`, `prevresult`  the data plane's ABI, pins, loader, maps and NAT tables;
+//!                                       the kernel's netlink (links, routes, addresses, tc,
+//!                                       netns, sysctl); CNI results
+//!   `config::*`, `logging`              the config as data (a leaf), the log
 //!   `error`
 
 pub mod bpf;

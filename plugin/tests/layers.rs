@@ -1,10 +1,12 @@
 //! The layers of plugin/src point down only, and no import circle remains
-//! (issue 19): `cni`/`cli` -> `node`/`upgrade` -> `pod` -> `bpf`/`netlink`/
-//! `prevresult` -> `config`/`logging` -> `error`. Within a layer a file may use
-//! another (cli::status uses cli::readers), never in a circle. Read from the
-//! sources: `use crate::...` trees, `crate::x::y` paths and, inside `bpf/` and
-//! `cli/`, `super::x`. Test modules (from the first `#[cfg(test)]` on) are not
-//! counted.
+//! (issue 19): `cni`/`cli` -> `node` -> `pod` -> `bpf`/`netlink`/`prevresult`
+//! -> `config`/`logging` -> `error`. Within a layer a room may use another
+//! (cli::status uses cli::readers), never in a circle. A room is a top module,
+//! or inside a folder top module (bpf, cli, config, netlink, node) one of its
+//! children: the files of cli/explain/ are all the room `cli::explain`. Read
+//! from the sources: `use crate::...` trees, `crate::x::y` paths and `super::`
+//! paths (resolved from the file's own module). Test modules (from the first
+//! `#[cfg(test)]` on) and test-only files (tests.rs, *_tests.rs) are not counted.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -15,7 +17,7 @@ use std::{
 fn rank(module: &str) -> u32 {
     match module.split("::").next().unwrap() {
         "cni" | "cli" => 5,
-        "node" | "upgrade" => 4,
+        "node" => 4,
         "pod" => 3,
         "bpf" | "netlink" | "prevresult" => 2,
         "config" | "logging" => 1,
@@ -24,14 +26,25 @@ fn rank(module: &str) -> u32 {
     }
 }
 
-/// Top modules that have submodules of their own (counted one by one).
+/// Top modules that are folders of rooms (their children counted one by one).
 fn nested(top: &str) -> bool {
-    matches!(top, "bpf" | "cli")
+    matches!(top, "bpf" | "cli" | "config" | "netlink" | "node")
 }
 
-fn module_of(rel: &Path) -> String {
+/// The full module path of a source file: cli/explain/decide.rs -> cli::explain::decide.
+fn module_path(rel: &Path) -> Vec<String> {
     let s = rel.with_extension("").to_string_lossy().replace('/', "::");
-    s.strip_suffix("::mod").map(str::to_string).unwrap_or(s)
+    let s = s.strip_suffix("::mod").map(str::to_string).unwrap_or(s);
+    s.split("::").map(str::to_string).collect()
+}
+
+/// The room a module path belongs to: its top, or top::child in a folder top module.
+fn room(path: &[String]) -> String {
+    match path {
+        [] => String::new(),
+        [top, child, ..] if nested(top) => format!("{top}::{child}"),
+        [top, ..] => top.clone(),
+    }
 }
 
 /// The top-level comma-separated items of a brace group's inside.
@@ -93,7 +106,8 @@ fn balanced(s: &str) -> &str {
     panic!("unbalanced use tree");
 }
 
-fn imports(module: &str, code: &str) -> BTreeSet<String> {
+fn imports(file: &[String], code: &str) -> BTreeSet<String> {
+    let module = &room(file);
     let mut out = BTreeSet::new();
     let mut rest = code;
     while let Some(i) = rest.find("crate::") {
@@ -115,26 +129,39 @@ fn imports(module: &str, code: &str) -> BTreeSet<String> {
         }
         rest = after;
     }
-    // Siblings inside a nested top module.
-    let top = module.split("::").next().unwrap();
-    if nested(top) && module.contains("::") {
-        let mut rest = code;
-        while let Some(i) = rest.find("super::") {
-            let after = &rest[i + "super::".len()..];
-            if after.starts_with('{') {
-                for it in items(balanced(after)) {
-                    target(&format!("{top}::{it}"), &mut out);
-                }
-            } else {
-                let sub: String = after.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
-                if !sub.is_empty() {
-                    out.insert(format!("{top}::{sub}"));
-                }
+    // super:: paths, resolved from the file's own module path.
+    let mut rest = code;
+    while let Some(i) = rest.find("super::") {
+        // The whole chain: super::super::x.
+        let start = rest[..i].rfind(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':')).map_or(0, |j| j + 1);
+        let chain = &rest[start..];
+        let mut base: Vec<String> = file.to_vec();
+        let mut after = chain;
+        while let Some(r) = after.strip_prefix("super::") {
+            base.pop();
+            after = r;
+        }
+        if after.starts_with('{') {
+            for it in items(balanced(after)) {
+                let mut p = base.clone();
+                p.extend(it.split("::").map(|s| s.trim().to_string()).take_while(|s| s.chars().all(|c| c.is_alphanumeric() || c == '_')));
+                out.insert(room(&p));
             }
-            rest = after;
+        } else {
+            let sub: String = after.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            let mut p = base.clone();
+            if !sub.is_empty() {
+                p.push(sub);
+            }
+            out.insert(room(&p));
+        }
+        rest = &rest[i + "super::".len()..];
+        while let Some(r) = rest.strip_prefix("super::") {
+            rest = r;
         }
     }
     out.remove(module);
+    out.remove("");
     out
 }
 
@@ -150,10 +177,16 @@ fn graph() -> BTreeMap<String, BTreeSet<String>> {
                 continue;
             }
             let rel = p.strip_prefix(&src).unwrap();
-            let module = module_of(rel);
-            if p.extension().map(|x| x != "rs").unwrap_or(true) || module == "lib" || module == "main" {
+            let file = module_path(rel);
+            let name = file.last().unwrap().as_str();
+            if p.extension().map(|x| x != "rs").unwrap_or(true)
+                || file.len() == 1 && (name == "lib" || name == "main")
+                || name == "tests"
+                || name.ends_with("_tests")
+            {
                 continue;
             }
+            let module = room(&file);
             let text = fs::read_to_string(&p).unwrap();
             let code: String = text
                 .lines()
@@ -161,8 +194,20 @@ fn graph() -> BTreeMap<String, BTreeSet<String>> {
                 .filter(|l| !l.trim_start().starts_with("//"))
                 .collect::<Vec<_>>()
                 .join("\n");
-            g.insert(module.clone(), imports(&module, &code));
+            g.entry(module).or_insert_with(BTreeSet::new).extend(imports(&file, &code));
         }
+    }
+    // `crate::config::MasqConfig` names an item re-exported by config/mod.rs:
+    // a target that is no room is its top module's.
+    let rooms: BTreeSet<String> = g.keys().cloned().collect();
+    for deps in g.values_mut() {
+        *deps = deps
+            .iter()
+            .map(|d| if rooms.contains(d) { d.clone() } else { d.split("::").next().unwrap().to_string() })
+            .collect();
+    }
+    for (m, deps) in g.iter_mut() {
+        deps.remove(m);
     }
     g
 }
@@ -170,6 +215,12 @@ fn graph() -> BTreeMap<String, BTreeSet<String>> {
 #[test]
 fn layers_point_down() {
     let g = graph();
+    // LAYERS_PRINT=1 cargo test --test layers -- --nocapture: the rooms and what each imports.
+    if std::env::var_os("LAYERS_PRINT").is_some() {
+        for (m, deps) in &g {
+            println!("{m} (layer {}) -> {}", rank(m), deps.iter().cloned().collect::<Vec<_>>().join(", "));
+        }
+    }
     assert!(g.len() > 20 && g.contains_key("bpf::loader") && g.contains_key("cli::agent"), "{g:?}");
     let mut up = Vec::new();
     for (m, deps) in &g {
@@ -222,9 +273,21 @@ fn no_import_circle() {
 #[test]
 fn the_reader_sees_what_a_file_imports() {
     let code = "use crate::{\n    bpf::{abi::{self, X}, loader::Pins, maps},\n    error::Result,\n    node, pod,\n};\nlet x = crate::cli::readers::f();";
-    let got = imports("upgrade", code);
+    let got = imports(&path("node::adopt"), code);
     let want: BTreeSet<String> =
         ["bpf::abi", "bpf::loader", "bpf::maps", "error", "node", "pod", "cli::readers"].iter().map(|s| s.to_string()).collect();
     assert_eq!(got, want);
-    assert_eq!(imports("bpf::nat", "use super::{abi, pins::Pins};"), ["bpf::abi", "bpf::pins"].iter().map(|s| s.to_string()).collect());
+    assert_eq!(imports(&path("bpf::nat"), "use super::{abi, pins::Pins};"), set(&["bpf::abi", "bpf::pins"]));
+    // A file of a room: its siblings are the room itself; super::super reaches the folder's other rooms.
+    let code = "use super::packet::Packet;\nuse super::super::readers::{self, PodRow};\nlet n = super::super::status::f();";
+    assert_eq!(imports(&path("cli::explain::decide"), code), set(&["cli::readers", "cli::status"]));
+    assert_eq!(imports(&path("cli::explain"), "use super::readers;"), set(&["cli::readers"]));
+}
+
+fn path(m: &str) -> Vec<String> {
+    m.split("::").map(str::to_string).collect()
+}
+
+fn set(xs: &[&str]) -> BTreeSet<String> {
+    xs.iter().map(|s| s.to_string()).collect()
 }
