@@ -104,7 +104,7 @@
 # and no scheduler noise, so two builds compare to a few ns. Each figure
 # includes the test-run frame's fixed cost, printed as "baseline".
 #
-# --sweep: what the NAT expiry sweep (one bpf_timer per node, nat.h) takes from
+# --sweep: what the NAT expiry sweep (one bpf_timer per node, bpf/lib/nat_gc.h) takes from
 # a CPU. One ebpf node with the defaults; a busy-looping probe
 # (scripts/bench/gap.py) pinned to each CPU in turn counts the times it lost
 # the CPU for more than 0.25 ms (and 1 ms), --duration s per CPU (default here

@@ -31,7 +31,7 @@ struct masq_config {
 	__u32 tcp_closing_timeout_s; /* after FIN or RST was seen */
 	__u32 udp_timeout_s;
 	__u32 icmp_timeout_s;
-	__u32 nat_seed;            /* the NAT shard hash's key (nat.h nat_shard): random per node,
+	__u32 nat_seed;            /* the NAT shard hash's key (nat_shard.h): random per node,
 				    * chosen by the loader, built into the programs, kept here */
 	__u32 nat_shards;          /* forward shards in use (a power of two, at most NAT_SHARDS_MAX),
 				    * also built into the programs */
@@ -185,7 +185,7 @@ struct rule_stats {
 #define NAT_SHARD_ENTRIES 1024   /* a shard holds at least this many pairs */
 /*
  * The NAT halves: plain hash maps, never LRU, so no half is ever evicted without
- * its partner; the expiry sweep removes both (nat.h, nat_gc). Not
+ * its partner; the expiry sweep removes both (nat_gc.h). Not
  * preallocated: memory follows the flows in use, and creating a map of a million
  * entries costs nothing at the first ADD.
  */

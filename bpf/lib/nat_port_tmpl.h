@@ -39,7 +39,7 @@ struct NAT_FN(probe) {
  */
 __attribute__((noinline)) int NAT_FN(host_holds)(struct __sk_buff *skb, const KEY_T *rk)
 {
-	/* The key starts like the socket tuple (common.h asserts it): no copy, no
+	/* The key starts like the socket tuple (masq_abi.h asserts it): no copy, no
 	 * stack, which the IPv6 fast path's call chain has none of to spare. */
 	struct bpf_sock_tuple *t = (struct bpf_sock_tuple *)rk;
 	struct bpf_sock *sk;

@@ -2,7 +2,7 @@
 /*
  * The one place that answers "should this packet be masqueraded, and to what?".
  * `ebpf-masq explain` mirrors this logic from the same pinned maps
- * (plugin/src/cli/explain.rs); keep the two in step.
+ * (plugin/src/cli/explain/); keep the two in step.
  *
  * Order:
  *  1. A masqueradeRules entry for (out interface, source) whose except list does

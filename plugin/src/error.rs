@@ -49,6 +49,17 @@ impl Error {
         Error::new(code::BPF, msg.to_string())
     }
 
+    /// `what: cause` with `code`: the one way an error gets its context
+    /// (see also [`Context`] for results).
+    pub fn at(code: u32, what: impl fmt::Display, cause: impl fmt::Display) -> Self {
+        Error::new(code, format!("{what}: {cause}"))
+    }
+
+    /// `what: cause` as a BPF error (a map, program or pin operation failed).
+    pub fn bpf_at(what: impl fmt::Display, cause: impl fmt::Display) -> Self {
+        Error::at(code::BPF, what, cause)
+    }
+
     pub fn netlink(msg: impl fmt::Display) -> Self {
         Error::new(code::NETLINK, msg.to_string())
     }
@@ -97,11 +108,19 @@ impl std::error::Error for Error {}
 /// Attach context to any error while choosing its CNI code.
 pub trait Context<T> {
     fn ctx(self, code: u32, what: impl fmt::Display) -> Result<T>;
+
+    /// `ctx` with the BPF code: a map, program or pin operation failed.
+    fn bpf_ctx(self, what: impl fmt::Display) -> Result<T>
+    where
+        Self: Sized,
+    {
+        self.ctx(code::BPF, what)
+    }
 }
 
 impl<T, E: fmt::Display> Context<T> for std::result::Result<T, E> {
     fn ctx(self, code: u32, what: impl fmt::Display) -> Result<T> {
-        self.map_err(|e| Error::new(code, format!("{what}: {e}")))
+        self.map_err(|e| Error::at(code, what, e))
     }
 }
 

@@ -14,7 +14,7 @@ use crate::{
         loader::{self, Pins},
         maps, nat,
     },
-    error::{Error, Result},
+    error::{Context, Error, Result},
     netlink,
 };
 
@@ -97,16 +97,16 @@ pub fn sync_host_ports(pins: &Pins) -> Result<()> {
     let want: std::collections::BTreeSet<HostPort> =
         list_meta(pins)?.values().flat_map(host_ports_of).collect();
     let mut m: HashMap<MapData, HostPort, u32> = maps::open(pins, abi::MAP_HOST_PORTS)?;
-    let have: Vec<HostPort> = m.keys().collect::<std::result::Result<_, _>>().map_err(|e| map_err("host_ports", e))?;
+    let have: Vec<HostPort> = m.keys().collect::<std::result::Result<_, _>>().bpf_ctx("host_ports")?;
     for k in have.iter().filter(|k| !want.contains(k)) {
         match m.remove(k) {
             Ok(()) => {}
             Err(e) if maps::is_key_not_found(&e) => {}
-            Err(e) => return Err(map_err("remove host_ports entry", e)),
+            Err(e) => return Err(Error::bpf_at("remove host_ports entry", e)),
         }
     }
     for k in want.iter().filter(|k| !have.contains(k)) {
-        m.insert(k, 0, 0).map_err(|e| map_err("write host_ports", e))?;
+        m.insert(k, 0, 0).bpf_ctx("write host_ports")?;
     }
     Ok(())
 }
@@ -121,7 +121,7 @@ pub fn meta_fields(m: &PodMeta) -> (String, String, serde_json::Value) {
 /// The `pod_meta` record of every attachment that has one.
 pub fn list_meta(pins: &Pins) -> Result<std::collections::HashMap<AttachmentKey, PodMeta>> {
     let m: HashMap<MapData, AttachmentKey, PodMeta> = maps::open(pins, abi::MAP_POD_META)?;
-    m.iter().collect::<std::result::Result<_, _>>().map_err(|e| map_err("pod_meta", e))
+    m.iter().collect::<std::result::Result<_, _>>().bpf_ctx("pod_meta")
 }
 
 impl Registration {
@@ -172,10 +172,6 @@ pub fn addrs_of(info: &AttachmentInfo) -> Vec<IpAddr> {
     out
 }
 
-fn map_err(what: &str, e: impl std::fmt::Display) -> Error {
-    Error::bpf(format!("{what}: {e}"))
-}
-
 /// Register the pod (maps first, then the veth program). On any failure the
 /// partial registration is removed again before the error is returned.
 pub fn register(pins: &Pins, key: &AttachmentKey, reg: &Registration) -> Result<()> {
@@ -183,9 +179,9 @@ pub fn register(pins: &Pins, key: &AttachmentKey, reg: &Registration) -> Result<
     let res = (|| {
         let mut atts: HashMap<MapData, AttachmentKey, AttachmentInfo> = maps::open(pins, abi::MAP_ATTACHMENTS)?;
         // Record first: a crash after this point leaves something DEL/GC can find.
-        atts.insert(key, info, 0).map_err(|e| map_err("write attachments", e))?;
+        atts.insert(key, info, 0).bpf_ctx("write attachments")?;
         let mut meta: HashMap<MapData, AttachmentKey, PodMeta> = maps::open(pins, abi::MAP_POD_META)?;
-        meta.insert(key, reg.meta, 0).map_err(|e| map_err("write pod_meta", e))?;
+        meta.insert(key, reg.meta, 0).bpf_ctx("write pod_meta")?;
         if reg.meta.host_ports[0].port != 0 {
             sync_host_ports(pins)?;
         }
@@ -201,7 +197,7 @@ pub fn register(pins: &Pins, key: &AttachmentKey, reg: &Registration) -> Result<
                 IpAddr::V4(v4) => (p4.get(&v4.octets(), 0), p4.insert(v4.octets(), pod, 0)),
                 IpAddr::V6(v6) => (p6.get(&v6.octets(), 0), p6.insert(v6.octets(), pod, 0)),
             };
-            put.map_err(|e| map_err("write pods", e))?;
+            put.bpf_ctx("write pods")?;
             // An address another veth still had (its pod's DEL never came): that
             // veth's entry lets go of it, so its packets from it are spoofed again.
             if let Ok(old) = before {
@@ -238,7 +234,7 @@ pub fn data_plane_problem(pins: &Pins, info: &AttachmentInfo) -> Result<Option<S
             Ok(p) if p.ifindex == info.veth_ifindex => {}
             Ok(p) => return Ok(Some(format!("address {a} is registered to another veth (ifindex {})", p.ifindex))),
             Err(e) if maps::is_key_not_found(&e) => return Ok(Some(format!("address {a} is not registered"))),
-            Err(e) => return Err(map_err("read pods", e)),
+            Err(e) => return Err(Error::bpf_at("read pods", e)),
         }
     }
     let veths: PerCpuHashMap<MapData, u32, VethInfo> = maps::open(pins, abi::MAP_VETHS)?;
@@ -247,7 +243,7 @@ pub fn data_plane_problem(pins: &Pins, info: &AttachmentInfo) -> Result<Option<S
         Err(e) if maps::is_key_not_found(&e) => {
             Ok(Some(format!("veth ifindex {} has no veths entry", info.veth_ifindex)))
         }
-        Err(e) => Err(map_err("read veths", e)),
+        Err(e) => Err(Error::bpf_at("read veths", e)),
     }
 }
 
@@ -261,7 +257,7 @@ pub fn unregister(pins: &Pins, key: &AttachmentKey) -> Result<bool> {
     let info = match atts.get(key, 0) {
         Ok(i) => i,
         Err(e) if maps::is_key_not_found(&e) => return Ok(false),
-        Err(e) => return Err(map_err("read attachments", e)),
+        Err(e) => return Err(Error::bpf_at("read attachments", e)),
     };
     let mut errors: Vec<String> = Vec::new();
     let addrs = addrs_of(&info);
@@ -363,7 +359,7 @@ pub fn flush_nat(pins: &Pins, addrs: &[IpAddr]) -> Result<usize> {
 /// Every attachment record on the node.
 pub fn list_attachments(pins: &Pins) -> Result<Vec<(AttachmentKey, AttachmentInfo)>> {
     let atts: HashMap<MapData, AttachmentKey, AttachmentInfo> = maps::open(pins, abi::MAP_ATTACHMENTS)?;
-    atts.iter().collect::<std::result::Result<_, _>>().map_err(|e| map_err("attachments", e))
+    atts.iter().collect::<std::result::Result<_, _>>().bpf_ctx("attachments")
 }
 
 #[cfg(test)]

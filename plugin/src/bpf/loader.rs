@@ -24,7 +24,7 @@ use aya::{
 
 use super::abi;
 pub use super::pins::{tc_dir_name, Pins, ALL_PROGS, PROG_UPLINK_EGRESS, PROG_UPLINK_INGRESS, PROG_VETH_INGRESS, TEST_LAYOUT_ENV};
-use crate::error::{code, Error, Result};
+use crate::error::{code, Context, Error, Result};
 
 static VETH_OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/veth.o"));
 static UPLINK_OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/uplink.o"));
@@ -34,10 +34,6 @@ static PLACEHOLDER_OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DI
 /// priority and handle, so a re-attach replaces in place and a detach removes exactly ours.
 pub const TC_PRIORITY: u16 = 0xc0de;
 pub const TC_HANDLE: TcHandle = TcHandle::new(0, 0xe5);
-
-fn bpf_err(what: impl std::fmt::Display, e: impl std::fmt::Display) -> Error {
-    Error::bpf(format!("{what}: {e}"))
-}
 
 /// The loader for our objects. `EbpfLoader::new()` parses the kernel's BTF (~25 ms
 /// of CPU here) for CO-RE relocations, which our programs do not use (hence
@@ -65,7 +61,7 @@ pub fn ensure_loaded_with(pins: &Pins, nat_max_entries: u32, loader: EbpfLoader<
     let mut loader = loader; // (by value: it may then borrow this function's globals below)
     ensure_bpffs(&pins.base)?;
     for dir in [pins.maps_dir(), pins.progs_dir()] {
-        fs::create_dir_all(&dir).map_err(|e| bpf_err(format!("create {}", dir.display()), e))?;
+        fs::create_dir_all(&dir).bpf_ctx(format!("create {}", dir.display()))?;
     }
     let objects: [(&[u8], &[&str]); 2] =
         [(VETH_OBJ, &[PROG_VETH_INGRESS]), (UPLINK_OBJ, &[PROG_UPLINK_EGRESS, PROG_UPLINK_INGRESS])];
@@ -92,7 +88,7 @@ pub fn ensure_loaded_with(pins: &Pins, nat_max_entries: u32, loader: EbpfLoader<
     // Objects one after the other: the first creates and pins the maps the second reuses.
     let mut loaded = Vec::new();
     for (obj, progs) in objects {
-        loaded.push((loader.load(obj).map_err(|e| bpf_err("load BPF object", e))?, progs));
+        loaded.push((loader.load(obj).bpf_ctx("load BPF object")?, progs));
     }
     super::nat::record_params(pins, shard)?;
     // Verification is most of a first load (the uplink egress program alone takes
@@ -153,23 +149,23 @@ fn verify_groups<'a, 'b>(jobs: &'a mut [(&'b str, &'b mut Program)]) -> Vec<Vec<
 
 /// Load (verify) one program.
 fn verify(name: &str, prog: &mut Program) -> Result<()> {
-    let prog: &mut SchedClassifier = prog.try_into().map_err(|e| bpf_err(name, e))?;
+    let prog: &mut SchedClassifier = prog.try_into().bpf_ctx(name)?;
     let t = std::time::Instant::now();
-    prog.load().map_err(|e| bpf_err(format!("verify {name}"), e))?;
+    prog.load().bpf_ctx(format!("verify {name}"))?;
     log::debug!("verified {name} in {:.1} ms", t.elapsed().as_secs_f64() * 1000.0);
     Ok(())
 }
 
 /// Pin one verified program, replacing a stale pin.
 fn pin_prog(pins: &Pins, name: &str, prog: &mut Program) -> Result<()> {
-    let prog: &mut SchedClassifier = prog.try_into().map_err(|e| bpf_err(name, e))?;
+    let prog: &mut SchedClassifier = prog.try_into().bpf_ctx(name)?;
     let pin = pins.prog(name);
     match fs::remove_file(&pin) {
         Ok(()) => {}
         Err(e) if e.kind() == ErrorKind::NotFound => {}
-        Err(e) => return Err(bpf_err(format!("remove stale {}", pin.display()), e)),
+        Err(e) => return Err(Error::bpf_at(format!("remove stale {}", pin.display()), e)),
     }
-    prog.pin(&pin).map_err(|e| bpf_err(format!("pin {}", pin.display()), e))
+    prog.pin(&pin).bpf_ctx(format!("pin {}", pin.display()))
 }
 
 /// bpffs must be mounted at or above the pin path; refuse to write pins into a
@@ -178,7 +174,7 @@ pub fn ensure_bpffs(base: &Path) -> Result<()> {
     let mut p = base.to_path_buf();
     loop {
         if p.exists() {
-            let st = nix::sys::statfs::statfs(&p).map_err(|e| bpf_err(format!("statfs {}", p.display()), e))?;
+            let st = nix::sys::statfs::statfs(&p).bpf_ctx(format!("statfs {}", p.display()))?;
             if st.filesystem_type() != nix::sys::statfs::BPF_FS_MAGIC {
                 return Err(Error::new(
                     code::INVALID_ENV,
@@ -241,7 +237,7 @@ fn wants_tcx(hook: Hook) -> bool {
 pub fn attach(pins: &Pins, prog: &str, ifname: &str, dir: TcAttachType, hook: Hook) -> Result<AttachMode> {
     let what = format!("attach {prog} to {ifname} {}", tc_dir_name(dir));
     let mut p = SchedClassifier::from_pin(pins.prog(prog))
-        .map_err(|e| bpf_err(format!("{what}: open pinned program"), e))?;
+        .bpf_ctx(format!("{what}: open pinned program"))?;
     if wants_tcx(hook) {
         match attach_tcx(pins, &mut p, ifname, dir, &what)? {
             Tcx::Attached => return Ok(AttachMode::Tcx),
@@ -261,7 +257,7 @@ pub fn attach(pins: &Pins, prog: &str, ifname: &str, dir: TcAttachType, hook: Ho
     if let Ok(ifindex) = nix::net::if_::if_nametoindex(ifname) {
         let older = pins.older_layouts().into_iter().map(|(_, old)| old.link(ifindex, dir));
         for pin in std::iter::once(pins.link(ifindex, dir)).chain(older) {
-            remove_file_if_exists(&pin).map_err(|e| bpf_err(format!("{what}: remove {}", pin.display()), e))?;
+            remove_file_if_exists(&pin).bpf_ctx(format!("{what}: remove {}", pin.display()))?;
         }
     }
     Ok(AttachMode::Tc)
@@ -278,10 +274,10 @@ enum Tcx {
 
 fn attach_tcx(pins: &Pins, p: &mut SchedClassifier, ifname: &str, dir: TcAttachType, what: &str) -> Result<Tcx> {
     let ifindex = nix::net::if_::if_nametoindex(ifname).map_err(|e| Error::netlink(format!("{what}: {e}")))?;
-    let prog_id = p.info().map_err(|e| bpf_err(format!("{what}: program info"), e))?.id();
+    let prog_id = p.info().bpf_ctx(format!("{what}: program info"))?.id();
     let pin = pins.link(ifindex, dir);
     if !pin.exists() {
-        adopt_older_link(pins, ifindex, dir, &pin).map_err(|e| bpf_err(format!("{what}: adopt older link"), e))?;
+        adopt_older_link(pins, ifindex, dir, &pin).bpf_ctx(format!("{what}: adopt older link"))?;
     }
     if pin.exists() {
         if tcx_prog_ids(ifindex, dir).map_err(|e| Error::netlink(format!("{what}: query: {e}")))?.contains(&prog_id) {
@@ -300,19 +296,19 @@ fn attach_tcx(pins: &Pins, p: &mut SchedClassifier, ifname: &str, dir: TcAttachT
                 }
             }
         }
-        remove_file_if_exists(&pin).map_err(|e| bpf_err(format!("{what}: remove stale {}", pin.display()), e))?;
+        remove_file_if_exists(&pin).bpf_ctx(format!("{what}: remove stale {}", pin.display()))?;
     }
     let dir_path = pins.links_dir();
-    fs::create_dir_all(&dir_path).map_err(|e| bpf_err(format!("create {}", dir_path.display()), e))?;
+    fs::create_dir_all(&dir_path).bpf_ctx(format!("create {}", dir_path.display()))?;
     let id = match p.attach_with_options(ifname, dir, TcAttachOptions::TcxOrder(LinkOrder::default())) {
         Ok(id) => id,
         Err(e) if has_errno(&e, &[libc::EINVAL, libc::EOPNOTSUPP]) => return Ok(Tcx::Unsupported),
         Err(e) => return Err(Error::netlink(format!("{what}: {e}"))),
     };
     let link = p.take_link(id).map_err(|e| Error::netlink(format!("{what}: {e}")))?;
-    let fd = FdLink::try_from(link).map_err(|e| bpf_err(what, e))?;
+    let fd = FdLink::try_from(link).bpf_ctx(what)?;
     // Dropping the unpinned link on an error here detaches it: nothing half-done.
-    fd.pin(&pin).map_err(|e| bpf_err(format!("{what}: pin {}", pin.display()), e))?;
+    fd.pin(&pin).bpf_ctx(format!("{what}: pin {}", pin.display()))?;
     Ok(Tcx::Created)
 }
 
@@ -432,7 +428,7 @@ fn attach_tc(p: &mut SchedClassifier, ifname: &str, dir: TcAttachType, what: &st
 /// this interface) our tc filter too. Whatever is already gone is success.
 pub fn detach(pins: &Pins, ifindex: u32, ifname: Option<&str>, dir: TcAttachType) -> Result<()> {
     let pin = pins.link(ifindex, dir);
-    remove_file_if_exists(&pin).map_err(|e| bpf_err(format!("remove {}", pin.display()), e))?;
+    remove_file_if_exists(&pin).bpf_ctx(format!("remove {}", pin.display()))?;
     match ifname {
         Some(name) => detach_tc(name, dir),
         None => Ok(()),
@@ -471,7 +467,7 @@ pub fn is_attached(pins: &Pins, prog: &str, ifindex: u32, dir: TcAttachType) -> 
 pub fn attachment(pins: &Pins, prog: &str, ifindex: u32, dir: TcAttachType) -> Result<Option<AttachMode>> {
     let id = SchedClassifier::from_pin(pins.prog(prog))
         .and_then(|p| p.info())
-        .map_err(|e| bpf_err(format!("{prog}: pinned program"), e))?
+        .bpf_ctx(format!("{prog}: pinned program"))?
         .id();
     let on_our_link = PinnedLink::from_pin(pins.link(ifindex, dir))
         .ok()
@@ -578,17 +574,17 @@ fn is_not_found(e: &aya::programs::ProgramError) -> bool {
 }
 
 /// Remove every pin under `<pinPath>/v<N>` (uninstall, tests).
-/// Remove an older layout's pins (after `crate::upgrade` adopted it): its maps
+/// Remove an older layout's pins (after `crate::node::adopt` adopted it): its maps
 /// and programs go once nothing attached uses them, its remaining links detach.
 pub fn remove_layout(old: &Pins) -> Result<()> {
-    fs::remove_dir_all(&old.root).map_err(|e| bpf_err(format!("remove {}", old.root.display()), e))
+    fs::remove_dir_all(&old.root).bpf_ctx(format!("remove {}", old.root.display()))
 }
 
 pub fn remove_pins(pins: &Pins) -> Result<()> {
     match fs::remove_dir_all(&pins.root) {
         Ok(()) => {}
         Err(e) if e.kind() == ErrorKind::NotFound => {}
-        Err(e) => return Err(bpf_err(format!("remove {}", pins.root.display()), e)),
+        Err(e) => return Err(Error::bpf_at(format!("remove {}", pins.root.display()), e)),
     }
     // Remove the base directory too when nothing else (another layout) is in it.
     let _unused_ok_if_not_empty = fs::remove_dir(&pins.base);

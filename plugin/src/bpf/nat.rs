@@ -16,7 +16,7 @@ use super::{
     pins::Pins,
     maps,
 };
-use crate::error::{Error, Result};
+use crate::error::{Context, Error, Result};
 
 /// A NAT key in either family: the tuple of the packet it matches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -421,17 +421,13 @@ mod sys {
     }
 }
 
-fn map_err(name: &str) -> impl Fn(MapError) -> Error + '_ {
-    move |e| Error::bpf(format!("{name}: {e}"))
-}
-
 /// Every forward half with its reverse half (None when the reverse half is
 /// missing or now belongs to another flow).
 pub fn pairs<F: Family>(pins: &Pins) -> Result<Vec<(Tuple, Entry, Option<Entry>)>> {
     let (fwd, rev) = open::<F>(pins)?;
     let mut out = Vec::new();
     for item in fwd.iter() {
-        let (k, v) = item.map_err(map_err(F::FWD))?;
+        let (k, v) = item.bpf_ctx(F::FWD)?;
         let (t, e) = (F::tuple(&k), F::entry(&v));
         let r = rev
             .get(&F::key(&reverse_of(&t, &e)), 0)
@@ -454,7 +450,7 @@ pub fn orphans<F: Family>(pins: &Pins) -> Result<Vec<(Tuple, Entry)>> {
     let (fwd, rev) = open::<F>(pins)?;
     let mut out = Vec::new();
     for item in rev.iter() {
-        let (k, v) = item.map_err(map_err(F::REV))?;
+        let (k, v) = item.bpf_ctx(F::REV)?;
         let (t, e) = (F::tuple(&k), F::entry(&v));
         let paired = fwd
             .get(&F::key(&forward_of(&t, &e)))
@@ -490,8 +486,8 @@ pub fn flush<F: Family>(pins: &Pins, addrs: &[IpAddr]) -> Result<usize> {
         .filter(|(t, _)| mine.contains(&t.saddr))
         .collect();
     for (t, e) in doomed {
-        ignore_not_found(rev.remove(&F::key(&reverse_of(&t, &e)))).map_err(map_err(F::REV))?;
-        ignore_not_found(fwd.remove(&F::key(&t))).map_err(map_err(F::FWD))?;
+        ignore_not_found(rev.remove(&F::key(&reverse_of(&t, &e)))).bpf_ctx(F::REV)?;
+        ignore_not_found(fwd.remove(&F::key(&t))).bpf_ctx(F::FWD)?;
         n += 2;
     }
     // Reverse halves whose forward half is already gone (a pair mid-removal).
@@ -502,7 +498,7 @@ pub fn flush<F: Family>(pins: &Pins, addrs: &[IpAddr]) -> Result<usize> {
         .map(|(k, _)| F::tuple(&k))
         .collect();
     for t in orphans {
-        ignore_not_found(rev.remove(&F::key(&t))).map_err(map_err(F::REV))?;
+        ignore_not_found(rev.remove(&F::key(&t))).bpf_ctx(F::REV)?;
         n += 1;
     }
     // The pod's mapping hints: a later pod given the address starts with none.
@@ -510,7 +506,7 @@ pub fn flush<F: Family>(pins: &Pins, addrs: &[IpAddr]) -> Result<usize> {
     let hints: Vec<F::BindKey> =
         bind.keys().filter_map(|k| k.ok()).filter(|k| mine.contains(&F::bind_addr(k))).collect();
     for k in hints {
-        ignore_not_found(bind.remove(&k)).map_err(map_err(F::BIND))?;
+        ignore_not_found(bind.remove(&k)).bpf_ctx(F::BIND)?;
     }
     // Its open mappings (natFiltering): nobody outside reaches the address's next owner through them.
     let mut open: HashMap<MapData, F::BindKey, F::Open> = maps::open(pins, F::OPEN)?;
@@ -521,7 +517,7 @@ pub fn flush<F: Family>(pins: &Pins, addrs: &[IpAddr]) -> Result<usize> {
         .map(|(k, _)| k)
         .collect();
     for k in opened {
-        ignore_not_found(open.remove(&k)).map_err(map_err(F::OPEN))?;
+        ignore_not_found(open.remove(&k)).bpf_ctx(F::OPEN)?;
     }
     Ok(n)
 }

@@ -27,7 +27,7 @@ pub struct Pins {
 
 /// Tests only: `EBPF_MASQ_TEST_AS_LAYOUT=<k>` (k below LAYOUT_VERSION) makes this
 /// binary keep its data plane under `v<k>/`, as an older binary would, so the
-/// end-to-end tests can stage the data plane an upgrade adopts (crate::upgrade).
+/// end-to-end tests can stage the data plane an upgrade adopts (crate::node::adopt).
 pub const TEST_LAYOUT_ENV: &str = "EBPF_MASQ_TEST_AS_LAYOUT";
 
 impl Pins {
@@ -66,7 +66,7 @@ impl Pins {
     }
 
     /// The data planes of older layouts under the same base (`v<k>`, k below
-    /// ours), newest first: what an upgrade adopts (`crate::upgrade`).
+    /// ours), newest first: what an upgrade adopts (`crate::node::adopt`).
     pub fn older_layouts(&self) -> Vec<(u32, Pins)> {
         let mut out: Vec<(u32, Pins)> = fs::read_dir(&self.base)
             .into_iter()

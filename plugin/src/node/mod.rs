@@ -40,7 +40,7 @@ use crate::{
         maps,
     },
     config::MasqConfig,
-    error::{code, Error, Result},
+    error::{code, Context, Error, Result},
     netlink, pod,
 };
 
@@ -76,10 +76,6 @@ pub fn lock(pins: &Pins) -> Result<NodeLock> {
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-}
-
-fn map_err(what: &str, e: impl std::fmt::Display) -> Error {
-    Error::bpf(format!("{what}: {e}"))
 }
 
 /// Why the node's data plane is not in place for `conf`, or None when it is: the
@@ -203,7 +199,7 @@ pub fn read_counters(pins: &Pins, name: &str) -> Result<Vec<u64>> {
     let arr: PerCpuArray<MapData, u64> = maps::open(pins, name)?;
     let mut out = Vec::new();
     for v in arr.iter() {
-        let v: PerCpuValues<u64> = v.map_err(|e| map_err(name, e))?;
+        let v: PerCpuValues<u64> = v.bpf_ctx(name)?;
         out.push(v.iter().sum());
     }
     Ok(out)

@@ -9,7 +9,7 @@ use std::{
 use aya::maps::{lpm_trie::Key, Array, LpmTrie, MapData};
 use ipnetwork::IpNetwork;
 
-use super::{map_err, Uplink};
+use super::Uplink;
 use crate::{
     bpf::{
         abi::{
@@ -20,7 +20,7 @@ use crate::{
         maps,
     },
     config::MasqConfig,
-    error::Result,
+    error::{Context, Result},
 };
 
 /// natFiltering as the data plane's NAT_FILTER_* bits.
@@ -56,7 +56,7 @@ pub(super) fn write_config(pins: &Pins, conf: &MasqConfig) -> Result<()> {
         skip_max: conf.node_port_range.map_or(0, |r| r.1),
         udp_one_shot_timeout_s: conf.nat_timeouts.udp_one_shot,
     };
-    cfg.set(0, v, 0).map_err(|e| map_err("write masq_config", e))
+    cfg.set(0, v, 0).bpf_ctx("write masq_config")
 }
 
 /// masqueradeAddress's pool (masq_pool), written before the uplinks that use it.
@@ -73,7 +73,7 @@ pub(super) fn write_pool(pins: &Pins, conf: &MasqConfig) -> Result<()> {
     for (slot, a) in p.v6.iter_mut().zip(&conf.masquerade_pool_v6) {
         *slot = a.octets();
     }
-    m.set(0, p, 0).map_err(|e| map_err("write masq_pool", e))
+    m.set(0, p, 0).bpf_ctx("write masq_pool")
 }
 
 /// Desired exclusions, in the order that decides the reported reason when the
@@ -152,12 +152,12 @@ fn sync_lpm<K: aya::Pod + Ord + Copy, V: aya::Pod + PartialEq>(
     what: &str,
 ) -> Result<()> {
     for ((plen, data), v) in want {
-        map.insert(&Key::new(*plen, *data), v, 0).map_err(|e| map_err(&format!("insert into {what}"), e))?;
+        map.insert(&Key::new(*plen, *data), v, 0).bpf_ctx(&format!("insert into {what}"))?;
     }
-    let present: Vec<Key<K>> = map.keys().collect::<std::result::Result<_, _>>().map_err(|e| map_err(what, e))?;
+    let present: Vec<Key<K>> = map.keys().collect::<std::result::Result<_, _>>().bpf_ctx(what)?;
     for k in present {
         if !want.contains_key(&(k.prefix_len(), k.data())) {
-            map.remove(&k).map_err(|e| map_err(&format!("remove from {what}"), e))?;
+            map.remove(&k).bpf_ctx(&format!("remove from {what}"))?;
         }
     }
     Ok(())

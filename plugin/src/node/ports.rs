@@ -3,14 +3,13 @@
 
 use aya::maps::{Array, MapData};
 
-use super::map_err;
 use crate::{
     bpf::{
         abi::{self, PortRange},
         loader::Pins,
         maps,
     },
-    error::Result,
+    error::{Context, Result},
     netlink,
 };
 
@@ -35,7 +34,7 @@ pub fn release_ports(pins: &Pins) -> Result<Vec<(u16, u16)>> {
         netlink::write_sysctl(RESERVED_PORTS, &left)?;
     }
     for (i, _) in &mine {
-        map.set(*i, PortRange::default(), 0).map_err(|e| map_err("clear reserved_ports", e))?;
+        map.set(*i, PortRange::default(), 0).bpf_ctx("clear reserved_ports")?;
     }
     Ok(mine.iter().map(|(_, r)| (r.lo, r.hi)).collect())
 }

@@ -8,7 +8,6 @@ use aya::{
     programs::TcAttachType,
 };
 
-use super::map_err;
 use crate::{
     bpf::{
         abi::{self, UplinkInfo},
@@ -16,7 +15,7 @@ use crate::{
         maps,
     },
     config::MasqConfig,
-    error::{code, Error, Result},
+    error::{code, Context, Error, Result},
     netlink,
 };
 
@@ -94,7 +93,7 @@ pub(super) fn reconcile_uplinks(pins: &Pins, uplinks: &[Uplink]) -> Result<()> {
     }
     let want: BTreeSet<u32> = uplinks.iter().map(|u| u.ifindex).collect();
     let map: HashMap<MapData, u32, UplinkInfo> = maps::open(pins, abi::MAP_UPLINKS)?;
-    let present: Vec<u32> = map.keys().collect::<std::result::Result<_, _>>().map_err(|e| map_err("uplinks", e))?;
+    let present: Vec<u32> = map.keys().collect::<std::result::Result<_, _>>().bpf_ctx("uplinks")?;
     for ifindex in present.into_iter().filter(|i| !want.contains(i)) {
         let name = netlink::get_link_by_index(ifindex)?.map(|l| l.name);
         loader::detach(pins, ifindex, name.as_deref(), TcAttachType::Egress)?;

@@ -202,7 +202,7 @@ pub struct NatGc {
     pub hosts: u64,
 }
 
-/// Per-word offsets of the shard hash (`nat_shard_keys` in bpf/lib/nat.h), each
+/// Per-word offsets of the shard hash (`nat_shard_keys` in bpf/lib/nat_shard.h), each
 /// xor-ed with the node's seed.
 const NAT_SHARD_KEYS: [u32; 10] =
     [0xc2c063fe, 0x239eed24, 0x958507ad, 0xf768064f, 0x0e9a8df5, 0x55113dc3, 0xe0c67744, 0x5966eb44, 0xfcb042d9, 0x4ca82984];

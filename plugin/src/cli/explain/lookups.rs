@@ -22,7 +22,7 @@ use crate::{
         nat::{self as natmaps, Entry, Family, Tuple},
     },
     cli::readers,
-    error::{code, Error, Result},
+    error::{code, Context, Error, Result},
     netlink, pod,
 };
 
@@ -99,15 +99,11 @@ pub fn prefix_match(a: &[u8], b: &[u8], bits: u32) -> bool {
     x & mask == y & mask
 }
 
-fn map_err(what: &str) -> impl Fn(aya::maps::MapError) -> Error + '_ {
-    move |e| Error::bpf(format!("{what}: {e}"))
-}
-
 fn opt<V>(r: std::result::Result<V, aya::maps::MapError>, what: &str) -> Result<Option<V>> {
     match r {
         Ok(v) => Ok(Some(v)),
         Err(e) if maps::is_key_not_found(&e) => Ok(None),
-        Err(e) => Err(map_err(what)(e)),
+        Err(e) => Err(Error::bpf_at(what, e)),
     }
 }
 
@@ -184,7 +180,7 @@ impl MapLookups {
 
     /// Every uplink's ifindex.
     pub fn uplink_ifindexes(&self) -> Result<Vec<u32>> {
-        self.uplinks.keys().collect::<std::result::Result<_, _>>().map_err(map_err("uplinks"))
+        self.uplinks.keys().collect::<std::result::Result<_, _>>().bpf_ctx("uplinks")
     }
 
     /// Name the longest key of an LPM trie matching `probe` (its key data), among those `keep` accepts.

@@ -9,12 +9,8 @@ use std::{
 };
 
 use super::{conflist::is_conf_name, BIN_NAME};
-use crate::error::{code, Error, Result};
+use crate::error::{code, Context, Error, Result};
 
-
-pub(super) fn io_err(what: impl std::fmt::Display, e: impl std::fmt::Display) -> Error {
-    Error::new(code::IO_FAILURE, format!("{what}: {e}"))
-}
 
 pub(super) fn mode_of(path: &Path) -> Option<u32> {
     fs::metadata(path)
@@ -53,7 +49,7 @@ pub fn atomic_write(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
     })();
     if let Err(e) = res {
         let _ = fs::remove_file(&tmp);
-        return Err(io_err(format!("write {}", path.display()), e));
+        return Err(Error::at(code::IO_FAILURE, format!("write {}", path.display()), e));
     }
     Ok(())
 }
@@ -84,11 +80,11 @@ pub(super) fn check_plain_name(name: &str) -> Result<()> {
 
 /// Copy the running binary into `bin_dir` unless an identical one is there.
 pub(super) fn install_binary(bin_dir: &Path, dry_run: bool) -> Result<(bool, String)> {
-    let exe = std::env::current_exe().map_err(|e| io_err("locate the running binary", e))?;
+    let exe = std::env::current_exe().ctx(code::IO_FAILURE, "locate the running binary")?;
     // /proc/self/exe still reads when the file was replaced or deleted meanwhile.
     let bytes = fs::read("/proc/self/exe")
         .or_else(|_| fs::read(&exe))
-        .map_err(|e| io_err(format!("read {}", exe.display()), e))?;
+        .ctx(code::IO_FAILURE, format!("read {}", exe.display()))?;
     let target = bin_dir.join(BIN_NAME);
     if fs::read(&target).map(|t| t == bytes).unwrap_or(false) {
         return Ok((false, format!("binary {} is up to date", target.display())));
@@ -96,7 +92,7 @@ pub(super) fn install_binary(bin_dir: &Path, dry_run: bool) -> Result<(bool, Str
     if dry_run {
         return Ok((false, format!("would copy {} to {}", exe.display(), target.display())));
     }
-    fs::create_dir_all(bin_dir).map_err(|e| io_err(format!("create {}", bin_dir.display()), e))?;
+    fs::create_dir_all(bin_dir).ctx(code::IO_FAILURE, format!("create {}", bin_dir.display()))?;
     atomic_write(&target, &bytes, 0o755)?;
     Ok((true, format!("copied {} to {}", exe.display(), target.display())))
 }

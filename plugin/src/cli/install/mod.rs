@@ -25,12 +25,12 @@ use std::{
 use clap::Args;
 use serde_json::{Map, Value};
 
-use files::{check_plain_name, conf_names, install_binary, io_err, mode_of};
+use files::{check_plain_name, conf_names, install_binary, mode_of};
 
 use crate::{
     bpf::loader::Pins,
     config::{self, DEFAULT_PIN_PATH},
-    error::{code, Error, Result},
+    error::{code, Context, Error, Result},
     node,
 };
 
@@ -175,7 +175,7 @@ pub fn install(a: &InstallArgs) -> Result<()> {
     // Everything that can fail on input first, before anything is touched.
     let conf_bytes = match &a.conf {
         Some(p) => {
-            Some(fs::read(p).map_err(|e| io_err(format!("read --conf {}", p.display()), e))?)
+            Some(fs::read(p).ctx(code::IO_FAILURE, format!("read --conf {}", p.display()))?)
         }
         None => None,
     };
@@ -218,7 +218,7 @@ pub fn put_on_node(
         }
         None => {
             let names = conf_names(dir)
-                .map_err(|e| io_err(format!("read conf dir {}", dir.display()), e))?;
+                .ctx(code::IO_FAILURE, format!("read conf dir {}", dir.display()))?;
             primary_conf(names.iter().map(String::as_str)).map(str::to_string).ok_or_else(|| {
                 Error::new(
                     code::INVALID_ENV,
@@ -231,7 +231,7 @@ pub fn put_on_node(
         }
     };
     let path = dir.join(&file);
-    let original = fs::read(&path).map_err(|e| io_err(format!("read {}", path.display()), e))?;
+    let original = fs::read(&path).ctx(code::IO_FAILURE, format!("read {}", path.display()))?;
     let chained = chain(&file, &original, entry)?;
     let out_path = dir.join(&chained.file);
     if chained.file != file && out_path.exists() {
@@ -275,7 +275,7 @@ pub fn put_on_node(
     report.changed = true;
     report.lines.push(match chained.action {
         Action::Converted => {
-            fs::remove_file(&path).map_err(|e| io_err(format!("remove {}", path.display()), e))?;
+            fs::remove_file(&path).ctx(code::IO_FAILURE, format!("remove {}", path.display()))?;
             format!(
                 "converted {} to {} and removed {file} (runtimes use the first file by name) (plugins: {order})",
                 path.display(),
@@ -294,7 +294,7 @@ pub fn chain_problem(dir: &Path, conflist: Option<&str>, entry: &Map<String, Val
     let file = match conflist {
         Some(n) => n.to_string(),
         None => {
-            let names = conf_names(dir).map_err(|e| io_err(format!("read conf dir {}", dir.display()), e))?;
+            let names = conf_names(dir).ctx(code::IO_FAILURE, format!("read conf dir {}", dir.display()))?;
             match primary_conf(names.iter().map(String::as_str)) {
                 Some(f) => f.to_string(),
                 None => return Ok(Some(format!("no network config in {}", dir.display()))),
@@ -387,7 +387,7 @@ pub fn uninstall(a: &UninstallArgs) -> Result<()> {
 /// Take our entry out of one config file. Ok(true) when the file held one.
 fn uninstall_conf(dir: &Path, name: &str, entry_pin: &mut Option<PathBuf>) -> Result<bool> {
     let path = dir.join(name);
-    let current = fs::read(&path).map_err(|e| io_err(format!("read {}", path.display()), e))?;
+    let current = fs::read(&path).ctx(code::IO_FAILURE, format!("read {}", path.display()))?;
     let Some(entry) = find_entry(&current) else {
         return Ok(false);
     };
@@ -409,10 +409,10 @@ fn uninstall_conf(dir: &Path, name: &str, entry_pin: &mut Option<PathBuf>) -> Re
         let orig_path = dir.join(orig);
         atomic_write(&orig_path, &backup, mode_of(&bak_path).unwrap_or(0o644))?;
         if orig != name {
-            fs::remove_file(&path).map_err(|e| io_err(format!("remove {}", path.display()), e))?;
+            fs::remove_file(&path).ctx(code::IO_FAILURE, format!("remove {}", path.display()))?;
         }
         fs::remove_file(&bak_path)
-            .map_err(|e| io_err(format!("remove {}", bak_path.display()), e))?;
+            .ctx(code::IO_FAILURE, format!("remove {}", bak_path.display()))?;
         if orig != name {
             println!(
                 "restored {} from {} and removed {name}",
@@ -435,7 +435,7 @@ fn uninstall_conf(dir: &Path, name: &str, entry_pin: &mut Option<PathBuf>) -> Re
         let bak_path = dir.join(bak);
         if bak_path.exists() {
             fs::remove_file(&bak_path)
-                .map_err(|e| io_err(format!("remove {}", bak_path.display()), e))?;
+                .ctx(code::IO_FAILURE, format!("remove {}", bak_path.display()))?;
             println!(
                 "removed stale backup {} (the file changed after install)",
                 bak_path.display()
@@ -480,7 +480,7 @@ fn clean_finished_backups(dir: &Path, errors: &mut Vec<String>) {
 // ---------------------------------------------------------------------------
 
 pub fn validate(conf: &Path) -> Result<()> {
-    let bytes = fs::read(conf).map_err(|e| io_err(format!("read {}", conf.display()), e))?;
+    let bytes = fs::read(conf).ctx(code::IO_FAILURE, format!("read {}", conf.display()))?;
     let c = config::parse_conf_file(&bytes).map_err(|e| e.context(conf.display()))?;
     println!(
         "{}: valid (network {:?}, cniVersion {})",
