@@ -463,14 +463,14 @@ With --listen ADDR (e.g. 127.0.0.1:9436) it serves the same on GET /metrics unti
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct MetricsArgs {
-    #[arg(long, default_value = crate::config::DEFAULT_PIN_PATH, help = "bpffs directory holding the pins")]
-    pub pin_path: std::path::PathBuf,
+    #[command(flatten)]
+    pub pins: super::PinPathArg,
     #[arg(long, value_name = "ADDR", help = "serve GET /metrics on ADDR (host:port) instead of printing once")]
     pub listen: Option<String>,
 }
 
 pub fn main(args: &MetricsArgs) -> Result<()> {
-    run(&Pins::new(&args.pin_path), args.listen.as_deref())
+    run(&args.pins.pins(), args.listen.as_deref())
 }
 
 pub fn run(pins: &Pins, listen: Option<&str>) -> Result<()> {

@@ -1,11 +1,14 @@
-//! The operator CLI: status, nat list, apply.
+//! The operator CLI: status, nat list, apply, explain, metrics, install /
+//! uninstall / validate, and the DaemonSet's agent. Each command is a room of
+//! its own; they read the node through `node`, `pod` and `bpf`, never through
+//! each other but for `readers` (the pinned maps as rows) and `status`.
 
 pub mod agent;
 pub mod apply;
 pub mod explain;
 pub mod install;
 pub mod metrics;
-pub mod nat;
+pub mod nat_list;
 pub mod readers;
 pub mod status;
 
@@ -33,8 +36,8 @@ pub struct Cli {
 pub enum Command {
     /// Programs, attachments, config in force, pods and counters of this node
     Status {
-        #[arg(long, default_value = DEFAULT_PIN_PATH, help = "bpffs directory holding the pins (the plugin's pinPath)")]
-        pin_path: PathBuf,
+        #[command(flatten)]
+        pins: PinPathArg,
         #[arg(long, help = "machine-readable output")]
         json: bool,
     },
@@ -75,18 +78,31 @@ pub enum Command {
 pub enum NatCmd {
     /// One line per masqueraded flow: proto, pod addr:port -> node addr:port -> remote addr:port, age, packets
     List {
-        #[arg(long, default_value = DEFAULT_PIN_PATH, help = "bpffs directory holding the pins")]
-        pin_path: PathBuf,
+        #[command(flatten)]
+        pins: PinPathArg,
         #[arg(long, help = "print a JSON array")]
         json: bool,
     },
 }
 
+/// `--pin-path DIR` of the commands that read a node's pins.
+#[derive(clap::Args, Debug, Clone)]
+pub struct PinPathArg {
+    #[arg(long, default_value = DEFAULT_PIN_PATH, help = "bpffs directory holding the pins (the plugin's pinPath)")]
+    pub pin_path: PathBuf,
+}
+
+impl PinPathArg {
+    pub fn pins(&self) -> Pins {
+        Pins::new(&self.pin_path)
+    }
+}
+
 pub fn main() -> i32 {
     let cli = Cli::parse();
     let res = match cli.cmd {
-        Command::Status { pin_path, json } => status::run(&Pins::new(&pin_path), json),
-        Command::Nat { cmd: NatCmd::List { pin_path, json } } => nat::list(&Pins::new(&pin_path), json),
+        Command::Status { pins, json } => status::run(&pins.pins(), json),
+        Command::Nat { cmd: NatCmd::List { pins, json } } => nat_list::list(&pins.pins(), json),
         Command::Apply { conf } => apply::run(&conf),
         Command::Explain(args) => explain::main(&args),
         Command::Metrics(args) => metrics::main(&args),

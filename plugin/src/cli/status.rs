@@ -145,7 +145,7 @@ pub fn collect(pins: &Pins) -> Result<Value> {
         counter::NAMES.iter().zip(counters.iter()).map(|(n, v)| (n.to_string(), json!(v))).collect();
     let drops: serde_json::Map<String, Value> =
         drop_reason::NAMES.iter().zip(drops.iter()).map(|(n, v)| (n.to_string(), json!(v))).collect();
-    let flows = crate::cli::nat::flows(pins)?;
+    let flows = crate::cli::nat_list::flows(pins)?;
     let nat_v4 = flows.iter().filter(|f| f.family == "ipv4").count();
     let nat_v6 = flows.len() - nat_v4;
     let incomplete = flows.iter().filter(|f| !f.complete).count()

@@ -410,7 +410,7 @@ pub fn explain<L: Lookups>(l: &L, pkt: &Packet, out: &OutIf) -> Result<Explanati
     if matches!(l4, L4::Unsupported | L4::IcmpError) {
         let what = match pkt.proto {
             Proto::Icmp => format!("ICMP type {} (only echo and errors about our flows are translated)", pkt.icmp_type()),
-            _ => format!("protocol {}", crate::cli::nat::proto_name(proto)),
+            _ => format!("protocol {}", crate::cli::nat_list::proto_name(proto)),
         };
         c.step(format!("{what} cannot be translated"));
         return Ok(c.drop(

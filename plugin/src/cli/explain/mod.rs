@@ -60,7 +60,7 @@ With --sport and --dport (ICMP echo: the identifier as --sport) an existing NAT 
 looked up first, as the data plane does.";
 
 pub fn main(args: &ExplainArgs) -> Result<()> {
-    run(&args.pin_path, &args.packet(), args.out.as_deref(), args.json)
+    run(&args.pins.pin_path, &args.packet(), args.out.as_deref(), args.json)
 }
 
 pub fn run(pin_path: &Path, pkt: &Packet, out: Option<&str>, json: bool) -> Result<()> {

@@ -90,7 +90,7 @@ impl Packet {
         }
     }
     pub(super) fn describe(&self) -> String {
-        let name = crate::cli::nat::proto_name(self.proto_number());
+        let name = crate::cli::nat_list::proto_name(self.proto_number());
         let ep = |a: IpAddr, p: Option<u16>| match (a, p) {
             (_, None) => a.to_string(),
             (IpAddr::V4(a), Some(p)) => format!("{a}:{p}"),
@@ -185,8 +185,8 @@ pub struct ExplainArgs {
     pub frag_id: Option<u32>,
     #[arg(long = "out", value_name = "IFACE", help = "the interface the packet leaves by (default: the route to --dst)")]
     pub out: Option<String>,
-    #[arg(long, default_value = crate::config::DEFAULT_PIN_PATH, help = "bpffs directory holding the pins")]
-    pub pin_path: std::path::PathBuf,
+    #[command(flatten)]
+    pub pins: super::super::PinPathArg,
     #[arg(long, help = "machine-readable output")]
     pub json: bool,
 }
