@@ -208,21 +208,21 @@ pub struct ShardParams {
 
 /// The node's recorded shard parameters (`masq_config`).
 pub fn shard_params(pins: &Pins) -> Result<ShardParams> {
-    let cfg: Array<MapData, abi::MasqConfig> = maps::open(pins, abi::MAP_CONFIG)?;
+    let cfg: Array<MapData, abi::NodeConfig> = maps::open(pins, abi::MAP_CONFIG)?;
     let c = cfg.get(&0, 0).unwrap_or_default();
     Ok(ShardParams { seed: c.nat_seed, shards: c.nat_shards.max(1) })
 }
 
 /// The parameters a previous load recorded, if the config map is pinned and has them.
 pub fn recorded_params(pins: &Pins) -> Option<ShardParams> {
-    let cfg: Array<MapData, abi::MasqConfig> = maps::open(pins, abi::MAP_CONFIG).ok()?;
+    let cfg: Array<MapData, abi::NodeConfig> = maps::open(pins, abi::MAP_CONFIG).ok()?;
     let c = cfg.get(&0, 0).ok()?;
     (c.nat_seed != 0 && c.nat_shards != 0).then_some(ShardParams { seed: c.nat_seed, shards: c.nat_shards })
 }
 
 /// Record the parameters the programs were loaded with (the rest of the config stays).
 pub fn record_params(pins: &Pins, p: ShardParams) -> Result<()> {
-    let mut cfg: Array<MapData, abi::MasqConfig> = maps::open(pins, abi::MAP_CONFIG)?;
+    let mut cfg: Array<MapData, abi::NodeConfig> = maps::open(pins, abi::MAP_CONFIG)?;
     let mut c = cfg.get(&0, 0).unwrap_or_default();
     c.nat_seed = p.seed;
     c.nat_shards = p.shards;

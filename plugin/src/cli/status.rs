@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use crate::{
     bpf::{
-        abi::{self, counter, drop_reason, ExclInfo, MasqConfig, UplinkInfo},
+        abi::{self, counter, drop_reason, ExclInfo, NodeConfig, UplinkInfo},
         loader::{self, Pins},
         maps, nat,
     },
@@ -43,7 +43,7 @@ pub fn collect(pins: &Pins) -> Result<Value> {
         .map(|p| json!({"name": p, "pin": pins.prog(p).display().to_string(), "pinned": pins.prog(p).exists()}))
         .collect();
 
-    let cfg: Array<MapData, MasqConfig> = maps::open(pins, abi::MAP_CONFIG)?;
+    let cfg: Array<MapData, NodeConfig> = maps::open(pins, abi::MAP_CONFIG)?;
     let c = cfg.get(&0, 0).map_err(e("masq_config"))?;
 
     let pool: Option<abi::MasqPool> = maps::open::<Array<MapData, abi::MasqPool>>(pins, abi::MAP_MASQ_POOL)

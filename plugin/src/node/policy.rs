@@ -13,7 +13,7 @@ use super::Uplink;
 use crate::{
     bpf::{
         abi::{
-            self, ExclInfo, MasqConfig as AbiConfig, Rule4Data, Rule6Data, Rule6Info, RuleExcept4Data, RuleExcept6Data,
+            self, ExclInfo, NodeConfig, Rule4Data, Rule6Data, Rule6Info, RuleExcept4Data, RuleExcept6Data,
             RuleInfo,
         },
         loader::Pins,
@@ -33,7 +33,7 @@ pub fn filter_bits(f: crate::config::NatFiltering) -> u32 {
 }
 
 pub(super) fn write_config(pins: &Pins, conf: &MasqConfig) -> Result<()> {
-    let mut cfg: Array<MapData, AbiConfig> = maps::open(pins, abi::MAP_CONFIG)?;
+    let mut cfg: Array<MapData, NodeConfig> = maps::open(pins, abi::MAP_CONFIG)?;
     // The shard seed and count are the loader's (built into the programs): kept.
     let old = cfg.get(&0, 0).ok();
     let (seed, shards) = old.map(|c| (c.nat_seed, c.nat_shards)).unwrap_or((0, 0));
@@ -42,7 +42,7 @@ pub(super) fn write_config(pins: &Pins, conf: &MasqConfig) -> Result<()> {
     let open = conf.nat_filtering != crate::config::NatFiltering::default()
         || conf.masquerade_rules.iter().any(|r| r.nat_filtering != crate::config::NatFiltering::default())
         || old.is_some_and(|c| c.flags & abi::MASQ_F_OPEN_MAPPINGS != 0);
-    let v = AbiConfig {
+    let v = NodeConfig {
         port_min: conf.port_range.0,
         port_max: conf.port_range.1,
         flags: if conf.fast_path { abi::MASQ_F_FAST_PATH } else { 0 } | if open { abi::MASQ_F_OPEN_MAPPINGS } else { 0 },

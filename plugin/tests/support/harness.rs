@@ -117,10 +117,10 @@ impl Dataplane {
 
     /// Port range [lo, hi] with separate timeouts: TCP, TCP after FIN/RST, and UDP/ICMP.
     pub fn set_timeouts(&self, lo: u16, hi: u16, tcp_s: u32, closing_s: u32, other_s: u32) {
-        let mut m: Array<MapData, MasqConfig> = self.map(abi::MAP_CONFIG);
+        let mut m: Array<MapData, NodeConfig> = self.map(abi::MAP_CONFIG);
         // The shard seed and count are the loader's (built into the programs): kept.
-        let MasqConfig { nat_seed, nat_shards, .. } = m.get(&0, 0).unwrap();
-        let c = MasqConfig {
+        let NodeConfig { nat_seed, nat_shards, .. } = m.get(&0, 0).unwrap();
+        let c = NodeConfig {
             port_min: lo,
             port_max: hi,
             flags: 0,
@@ -139,7 +139,7 @@ impl Dataplane {
 
     /// natTimeouts.udpOneShot (the other config fields stay).
     pub fn set_udp_one_shot(&self, secs: u32) {
-        let mut m: Array<MapData, MasqConfig> = self.map(abi::MAP_CONFIG);
+        let mut m: Array<MapData, NodeConfig> = self.map(abi::MAP_CONFIG);
         let mut c = m.get(&0, 0).unwrap();
         c.udp_one_shot_timeout_s = secs;
         m.set(0, c, 0).unwrap();
@@ -147,7 +147,7 @@ impl Dataplane {
 
     /// nodePortRange [lo, hi]: never handed out ({0, 0}: none; the other fields stay).
     pub fn set_node_port_range(&self, lo: u16, hi: u16) {
-        let mut m: Array<MapData, MasqConfig> = self.map(abi::MAP_CONFIG);
+        let mut m: Array<MapData, NodeConfig> = self.map(abi::MAP_CONFIG);
         let mut c = m.get(&0, 0).unwrap();
         (c.skip_min, c.skip_max) = (lo, hi);
         m.set(0, c, 0).unwrap();
@@ -155,7 +155,7 @@ impl Dataplane {
 
     /// fastPath on or off (the other config fields stay).
     pub fn set_fast_path(&self, on: bool) {
-        let mut m: Array<MapData, MasqConfig> = self.map(abi::MAP_CONFIG);
+        let mut m: Array<MapData, NodeConfig> = self.map(abi::MAP_CONFIG);
         let mut c = m.get(&0, 0).unwrap();
         c.flags = (c.flags & !abi::MASQ_F_FAST_PATH) | if on { abi::MASQ_F_FAST_PATH } else { 0 };
         m.set(0, c, 0).unwrap();
@@ -176,7 +176,7 @@ impl Dataplane {
 
     /// masq_config's MASQ_F_OPEN_MAPPINGS (the other flags stay).
     pub fn set_open_mappings(&self, on: bool) {
-        let mut m: Array<MapData, MasqConfig> = self.map(abi::MAP_CONFIG);
+        let mut m: Array<MapData, NodeConfig> = self.map(abi::MAP_CONFIG);
         let mut c = m.get(&0, 0).unwrap();
         c.flags = (c.flags & !abi::MASQ_F_OPEN_MAPPINGS) | if on { abi::MASQ_F_OPEN_MAPPINGS } else { 0 };
         m.set(0, c, 0).unwrap();

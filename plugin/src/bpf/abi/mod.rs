@@ -70,9 +70,12 @@ pub const BIND_ENTRIES_MAX: u32 = 65_536;
 /// The same for natFiltering's open mappings and address permits (nat*_open, nat*_permit).
 pub const OPEN_ENTRIES_MAX: u32 = 16_384;
 
+/// `struct masq_config`, the one entry of the `masq_config` map: the node-wide
+/// settings as the programs read them (`config::MasqConfig` is the plugin's
+/// parsed options, which `node` writes into this).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct MasqConfig {
+pub struct NodeConfig {
     pub port_min: u16,
     pub port_max: u16,
     pub flags: u32,
@@ -482,7 +485,7 @@ pub mod drop_reason {
     ];
 }
 
-macro_rules! pod {
+macro_rules! aya_pod {
     ($($t:ty = $size:expr),* $(,)?) => {
         $(
             unsafe impl aya::Pod for $t {}
@@ -491,10 +494,10 @@ macro_rules! pod {
     };
 }
 
-pod! {
+aya_pod! {
     PodMeta = 1408,
     HostPort = 4,
-    MasqConfig = 40,
+    NodeConfig = 40,
     PodInfo = 28,
     PodL2 = 20,
     UplinkInfo = 24,

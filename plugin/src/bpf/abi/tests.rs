@@ -198,7 +198,7 @@ macro_rules! mirror {
 fn mirrors() -> Vec<Mirror> {
     use aya::maps::lpm_trie::Key;
     vec![
-        mirror!("masq_config" = MasqConfig {
+        mirror!("masq_config" = NodeConfig {
             port_min, port_max, flags, tcp_timeout_s, tcp_closing_timeout_s, udp_timeout_s, icmp_timeout_s,
             nat_seed, nat_shards, skip_min, skip_max, udp_one_shot_timeout_s,
         }),

@@ -14,7 +14,7 @@ use super::packet::OutIf;
 use crate::{
     bpf::{
         abi::{
-            self, ExclInfo, Frag4Key, Frag6Key, FragPorts, MasqConfig, PodInfo, Rule4Data, Rule6Data, Rule6Info,
+            self, ExclInfo, Frag4Key, Frag6Key, FragPorts, NodeConfig, PodInfo, Rule4Data, Rule6Data, Rule6Info,
             RuleExcept4Data, RuleExcept6Data, RuleInfo, UplinkInfo,
         },
         loader::Pins,
@@ -52,7 +52,7 @@ pub struct PodDesc {
 /// matched.
 pub trait Lookups {
     fn uplink(&self, ifindex: u32) -> Result<Option<UplinkInfo>>;
-    fn config(&self) -> Result<Option<MasqConfig>>;
+    fn config(&self) -> Result<Option<NodeConfig>>;
     /// The data plane has NAT maps of this family (IPv6: `nat6_fwd` is pinned).
     fn has_nat(&self, v6: bool) -> bool;
     fn nat_fwd(&self, t: &Tuple) -> Result<Option<Entry>>;
@@ -130,7 +130,7 @@ where
 pub struct MapLookups {
     pins: Pins,
     uplinks: HashMap<MapData, u32, UplinkInfo>,
-    config: Array<MapData, MasqConfig>,
+    config: Array<MapData, NodeConfig>,
     nat4: (natmaps::Fwd<natmaps::V4>, NatMap<natmaps::V4>),
     nat6: Option<(natmaps::Fwd<natmaps::V6>, NatMap<natmaps::V6>)>,
     frag4: Option<HashMap<MapData, Frag4Key, FragPorts>>,
@@ -237,7 +237,7 @@ impl Lookups for MapLookups {
     fn uplink(&self, ifindex: u32) -> Result<Option<UplinkInfo>> {
         opt(self.uplinks.get(&ifindex, 0), "uplinks")
     }
-    fn config(&self) -> Result<Option<MasqConfig>> {
+    fn config(&self) -> Result<Option<NodeConfig>> {
         opt(self.config.get(&0, 0), "masq_config")
     }
     fn has_nat(&self, v6: bool) -> bool {

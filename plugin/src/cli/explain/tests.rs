@@ -5,7 +5,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::{
     bpf::{
-        abi::{self, ExclInfo, MasqConfig, PodInfo, UplinkInfo},
+        abi::{self, ExclInfo, NodeConfig, PodInfo, UplinkInfo},
         nat::{self as natmaps, Entry, Tuple},
     },
     error::Result,
@@ -19,7 +19,7 @@ type FragKey = (IpAddr, IpAddr, u32, u8);
 #[derive(Default)]
 struct Fake {
     uplinks: Vec<(u32, UplinkInfo)>,
-    config: Option<MasqConfig>,
+    config: Option<NodeConfig>,
     nat6: bool,
     fwd: Vec<(Tuple, Entry)>,
     rev: Vec<(Tuple, Entry)>,
@@ -59,7 +59,7 @@ impl Lookups for Fake {
     fn uplink(&self, ifindex: u32) -> Result<Option<UplinkInfo>> {
         Ok(self.uplinks.iter().find(|(i, _)| *i == ifindex).map(|(_, u)| *u))
     }
-    fn config(&self) -> Result<Option<MasqConfig>> {
+    fn config(&self) -> Result<Option<NodeConfig>> {
         Ok(self.config)
     }
     fn has_nat(&self, v6: bool) -> bool {
@@ -141,7 +141,7 @@ fn node() -> Fake {
     let desc = |c: &str, i: &str| PodDesc { container_id: c.into(), ifname: i.into(), veth: "veth".into() };
     Fake {
         uplinks: vec![(ETH0, up("10.0.0.5", "fd00::5")), (ETH1, up("10.10.0.5", "fd00:10::5"))],
-        config: Some(MasqConfig { port_min: 1024, port_max: 29999, ..Default::default() }),
+        config: Some(NodeConfig { port_min: 1024, port_max: 29999, ..Default::default() }),
         nat6: true,
         rules: vec![
             (24, ETH0, ip("192.168.6.0"), rule(0, None)),
@@ -451,7 +451,7 @@ fn packets_that_cannot_be_translated_are_dropped() {
     // Untouched packets are never dropped, whatever their protocol.
     check(&run(&f, &pkt(POD2, EXT, Proto::Other(47)), ETH0), Verdict::Untouched, Why::NatOutgoingFalse, "natOutgoing");
     let mut f = node();
-    f.config = Some(MasqConfig::default());
+    f.config = Some(NodeConfig::default());
     check(&run(&f, &pkt(POD, EXT, Proto::Udp), ETH0), Verdict::Drop, Why::NoPortRange, "drops.no_port");
 }
 
