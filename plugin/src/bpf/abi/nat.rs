@@ -202,9 +202,10 @@ pub struct NatGc {
     pub hosts: u64,
 }
 
-/// Per-word offsets of the shard hash (`nat_shard_keys` in bpf/lib/nat_shard.h), each
+/// Per-word offsets of the shard hash (`nat_shard_keys` in bpf/lib/nat_shard.h, checked
+/// against it by a test), each
 /// xor-ed with the node's seed.
-const NAT_SHARD_KEYS: [u32; 10] =
+pub(super) const NAT_SHARD_KEYS: [u32; 10] =
     [0xc2c063fe, 0x239eed24, 0x958507ad, 0xf768064f, 0x0e9a8df5, 0x55113dc3, 0xe0c67744, 0x5966eb44, 0xfcb042d9, 0x4ca82984];
 
 /// The shard of a forward NAT key: the same keyed NH hash as `nat_shard()` in

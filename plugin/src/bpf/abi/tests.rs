@@ -398,3 +398,21 @@ fn shard_hash_stays_in_range_and_spreads() {
     });
     assert!(moved.count() > 48);
 }
+
+/// The shard hash's keys are the one table both sides compute with that is not
+/// in the ABI header (the programs keep it in .rodata): the C initializer and
+/// the Rust copy must be the same words in the same order.
+#[test]
+fn shard_hash_keys_match_the_c_table() {
+    const SHARD_H: &str = include_str!("../../../../bpf/lib/nat_shard.h");
+    let start = SHARD_H.find("nat_shard_keys[10] = {").expect("nat_shard_keys in nat_shard.h");
+    let body = &SHARD_H[start..];
+    let body = &body[body.find('{').unwrap() + 1..body.find('}').unwrap()];
+    let c: Vec<u32> = body
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| u32::from_str_radix(s.trim_start_matches("0x"), 16).unwrap())
+        .collect();
+    assert_eq!(c, super::nat::NAT_SHARD_KEYS.to_vec());
+}
