@@ -1,4 +1,9 @@
-//! The Rust side of the data plane: ABI mirror, loader/attach, typed maps.
+//! The Rust side of the data plane: `abi` (the one mirror of
+//! bpf/include/masq_abi.h, checked against it and the objects' BTF), `pins`
+//! (where a layout's pins live), `loader` (load and verify once, attach from
+//! pins, TCX or tc), `maps` (typed access to pinned maps), `nat` (the NAT tables:
+//! pairs, shards, their removal) and `sys` (the raw bpf(2) calls aya 0.14 has no
+//! API for). May use `netlink` and `error`; knows nothing of pods or config.
 pub mod abi;
 pub mod loader;
 pub mod maps;
