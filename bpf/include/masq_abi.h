@@ -20,7 +20,7 @@
 #include <linux/bpf.h>   /* struct bpf_timer, struct bpf_sock_tuple, BPF_F_NO_PREALLOC */
 #include <stddef.h>      /* offsetof */
 
-#define MASQ_LAYOUT_VERSION 11
+#define MASQ_LAYOUT_VERSION 12
 
 /* ---- config (ARRAY, 1 entry): node-wide knobs written by the plugin ---- */
 struct masq_config {
@@ -78,6 +78,7 @@ struct pod_info {
 	__u32 ifindex;             /* host-side veth in the node netns */
 	__u32 flags;               /* POD_F_* */
 	struct pod_l2 l2;
+	__u32 egress;              /* the egressPolicies that select the pod: bit i = policy i (0: none) */
 };
 
 /* ---- svc4 / svc6 (LPM_TRIE, key lpm4_key / lpm6_key, value __u32 index in serviceCIDRs):
@@ -97,8 +98,9 @@ struct uplink_info {
 	__u8 masq_v6[16];
 };
 
-/* ---- masq_pool (ARRAY, one entry): masqueradeAddress with more than one address
- * of a family. Paired pooling (RFC 4787 REQ-2): a source (pod, tunnel client)
+/* ---- masq_pool (ARRAY, 1 + EGRESS_POLICIES_MAX entries): slot 0, masqueradeAddress
+ * with more than one address of a family; slot 1 + i, egress policy i's addresses
+ * (len 1: a single address; 0: none of that family, the network's is used). Paired pooling (RFC 4787 REQ-2): a source (pod, tunnel client)
  * always takes the same address, v4[low 32 bits of its address % len4] (v6 the
  * same), so sequentially allocated pods go round the pool. v4[0] / v6[0] is also
  * the uplinks' masq address (the host's own traffic is recognised by it). */
@@ -108,6 +110,38 @@ struct masq_pool {
 	__u32 len6;
 	__be32 v4[MASQ_POOL_MAX];
 	struct in6_addr v6[MASQ_POOL_MAX];
+};
+
+/* ---- egress policies (egressPolicies): which address a selected pod's traffic leaves with,
+ * per destination. A pod's pod_info.egress is the mask of the policies selecting it; the
+ * plugin flattens each mask's policies into egress4/egress6 (LPM_TRIE, key: the mask, then
+ * the destination), each destination labelled with the first policy of the mask that holds
+ * it, so one longest-prefix lookup gives the first match. A policy's addresses are its
+ * masq_pool slot (1 + index).
+ */
+#define EGRESS_POLICIES_MAX 32
+#define EGRESS_ENTRIES_MAX 4096
+#define EGRESS_F_NO_NAT 0x1        /* natOutgoing: false: not masqueraded */
+struct egress4_key {
+	__u32 prefixlen;           /* 32 (the mask) + destination prefix length */
+	__u32 set;                 /* a pod_info.egress mask */
+	__be32 daddr;
+};
+struct egress6_key {
+	__u32 prefixlen;
+	__u32 set;
+	struct in6_addr daddr;
+};
+struct egress_hit {
+	__u32 policy;              /* index into egressPolicies */
+	__u32 flags;               /* EGRESS_F_* */
+};
+/* egress_stats (PERCPU_ARRAY, EGRESS_POLICIES_MAX entries): per policy */
+struct egress_stats {
+	__u64 packets;             /* translated with the policy's address */
+	__u64 bytes;
+	__u64 flows;               /* pairs made with it */
+	__u64 unmasqueraded;       /* packets a natOutgoing:false policy left untouched */
 };
 
 /* ---- uplinks_direct (ARRAY, index = ifindex < UPLINKS_DIRECT): the same entries as
@@ -220,7 +254,7 @@ struct nat4_entry {
 	__be32 addr;               /* fwd: nat address; rev: pod address */
 	__be16 port;               /* fwd: nat port;    rev: pod port */
 	__u8 flags;                /* NAT_F_* */
-	__u8 pad;
+	__u8 policy;               /* 0, or 1 + the egressPolicies index whose address the pair took */
 	__u32 ifindex;             /* uplink the flow left by */
 	__u32 rule_id;             /* valid with NAT_F_BY_RULE */
 	__u64 created_ns;          /* bpf_ktime_get_ns() */
@@ -259,7 +293,7 @@ struct nat6_entry {
 	struct in6_addr addr;      /* fwd: nat address; rev: pod address */
 	__be16 port;
 	__u8 flags;
-	__u8 pad;
+	__u8 policy;               /* as in nat4_entry */
 	__u32 ifindex;
 	__u32 rule_id;
 	__u32 pad2;
@@ -442,7 +476,6 @@ struct veth_info {
 	__be32 addr4;
 	struct in6_addr addr6;
 	__u32 flags;               /* VETH_F_* */
-	__u32 pad;
 };
 
 /* ---- attachments (HASH): what each CNI ADD registered, so DEL/CHECK/GC can undo or
@@ -564,7 +597,12 @@ _Static_assert(sizeof(struct masq_config) == 40, "masq_config size");
 _Static_assert(TUPLE_LIKE(nat4_key, ipv4), "nat4_key starts like bpf_sock_tuple.ipv4");
 _Static_assert(TUPLE_LIKE(nat6_key, ipv6), "nat6_key starts like bpf_sock_tuple.ipv6");
 _Static_assert(sizeof(struct masq_pool) == 8 + 4 * MASQ_POOL_MAX + 16 * MASQ_POOL_MAX, "masq_pool size");
-_Static_assert(sizeof(struct pod_info) == 28, "pod_info size");
+_Static_assert(sizeof(struct pod_info) == 32, "pod_info size");
+_Static_assert(sizeof(struct egress4_key) == 12, "egress4_key size");
+_Static_assert(sizeof(struct egress6_key) == 24, "egress6_key size");
+_Static_assert(sizeof(struct egress_hit) == 8, "egress_hit size");
+_Static_assert(sizeof(struct egress_stats) == 32, "egress_stats size");
+_Static_assert(EGRESS_POLICIES_MAX <= 32, "a pod's policies are a 32-bit mask");
 _Static_assert(sizeof(struct pod_l2) == 20, "pod_l2 size");
 _Static_assert(sizeof(struct uplink_info) == 24, "uplink_info size");
 _Static_assert(sizeof(struct lpm4_key) == 8, "lpm4_key size");

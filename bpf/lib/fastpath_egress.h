@@ -213,6 +213,8 @@ static __noinline int fp_egress_v4(struct __sk_buff *skb, const struct masq_conf
 	count_add(CNT_SNAT_PKTS_V4, 1);
 	count_add(CNT_SNAT_BYTES_V4, f.len);
 	count_add(CNT_FP_EGRESS, 1);
+	if (fwd->policy)
+		egress_account(fwd->policy, f.len);
 	{
 		struct bpf_redir_neigh nh = { .nh_family = AF_INET, .ipv4_nh = r.nh };
 
@@ -366,6 +368,8 @@ static __noinline int fp_egress_v6(struct __sk_buff *skb, const struct masq_conf
 	count_add(CNT_SNAT_PKTS_V6, 1);
 	count_add(CNT_SNAT_BYTES_V6, f->len);
 	count_add(CNT_FP_EGRESS, 1);
+	if (fwd->policy)
+		egress_account(fwd->policy, f->len);
 	{
 		struct bpf_redir_neigh n = { .nh_family = AF_INET6 };
 

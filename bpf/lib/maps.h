@@ -73,7 +73,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 1 + EGRESS_POLICIES_MAX);
 	__type(key, __u32);
 	__type(value, struct masq_pool);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
@@ -142,6 +142,32 @@ struct {
 	__type(value, struct rule_stats);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } rule_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, EGRESS_ENTRIES_MAX);
+	__type(key, struct egress4_key);
+	__type(value, struct egress_hit);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} egress4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, EGRESS_ENTRIES_MAX);
+	__type(key, struct egress6_key);
+	__type(value, struct egress_hit);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} egress6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, EGRESS_POLICIES_MAX);
+	__type(key, __u32);
+	__type(value, struct egress_stats);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} egress_stats SEC(".maps");
 
 /*
  * The forward halves: up to NAT_SHARDS_MAX hash maps behind an array (see masq_abi.h).

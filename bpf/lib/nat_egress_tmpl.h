@@ -243,6 +243,8 @@ rewrite:
 		NAT_FN(frag_remember)(&f);
 	if (fwd->flags & NAT_F_BY_RULE)
 		NAT_FN(rule_account)(fwd->rule_id, f.len);
+	else if (fwd->policy)
+		egress_account(fwd->policy, f.len);
 	if (REWRITE(skb, &f, true, &fwd->addr, fwd->port))
 		return drop_with(DROP_CSUM);
 	count_add(CNT_SNAT_PKTS, 1);

@@ -281,6 +281,7 @@ __attribute__((noinline)) int NAT_FN(snat_new)(struct __sk_buff *skb, const FLOW
 	p.e.flags = (d->verdict == VERDICT_RULE ? NAT_F_BY_RULE : 0) | d->nat_flags | (d->filter ? NAT_F_OPEN : 0);
 	p.e.ifindex = d->ifindex;
 	p.e.rule_id = d->rule_id;
+	p.e.policy = d->policy;
 	p.e.created_ns = bpf_ktime_get_ns(); /* the fine clock: created_ns tells a pair from a later one */
 	p.e.last_seen_ns = now;
 	p.skb = skb;
@@ -342,6 +343,7 @@ __attribute__((noinline)) int NAT_FN(snat_new)(struct __sk_buff *skb, const FLOW
 			NAT_FN(permit_put)(f, d, p.rk.dport, now);
 	}
 	count_add(CNT_NAT_CREATED, 1);
+	egress_flow(d->policy);
 	nat_gc_ensure(NAT_IS_V6, d->nat_flags & NAT_F_HOST);
 	return NAT_NEW_OK;
 }

@@ -11,7 +11,10 @@
  *     apply to them (the tunnel case masquerades *to* the node's own subnet).
  *  2. A registered pod with natOutgoing whose destination is in no exclusion
  *     (nativeRoutingCIDR, nonMasqueradeCIDRs, link-local) -> the uplink address,
- *     or the pod's address of the pool (masq_addr_v4/v6).
+ *     or the pod's address of the pool (masq_addr_v4/v6); for a pod egress
+ *     policies select (pod_info.egress), the first of them that holds the
+ *     destination decides instead: its address (paired within its pool), or
+ *     untouched for a natOutgoing:false policy (egress_policy_v4/v6).
  *  3. Anything else is not ours: untouched.
  */
 #ifndef MASQ_POLICY_H
@@ -32,6 +35,8 @@ struct masq_decision4 {
 	__be32 nat_addr;
 	__u32 nat_flags;    /* extra NAT_F_* for a new pair (NAT_F_FAST), set by the caller */
 	__u32 filter;       /* NAT_FILTER_* of the pod or rule (natFiltering) */
+	__u32 policy;       /* 0, or 1 + the egress policy whose address nat_addr is */
+	__u32 pad;
 };
 
 struct masq_decision6 {
@@ -40,6 +45,7 @@ struct masq_decision6 {
 	__u32 ifindex;
 	__u32 nat_flags;
 	__u32 filter;
+	__u32 policy;
 	struct in6_addr nat_addr;
 };
 
@@ -95,6 +101,92 @@ static __always_inline bool masq_addr_v6(const struct uplink_info *up, const str
 	return true;
 }
 
+/* Per-policy accounting (egress_stats); @slot is 1 + the policy's index. */
+static __always_inline struct egress_stats *egress_stats_of(__u32 slot)
+{
+	__u32 i = slot - 1;
+
+	if (slot == 0 || i >= EGRESS_POLICIES_MAX)
+		return NULL;
+	return bpf_map_lookup_elem(&egress_stats, &i);
+}
+
+static __always_inline void egress_account(__u32 slot, __u32 len)
+{
+	struct egress_stats *s = egress_stats_of(slot);
+
+	if (s) {
+		s->packets++;
+		s->bytes += len;
+	}
+}
+
+static __always_inline void egress_flow(__u32 slot)
+{
+	struct egress_stats *s = egress_stats_of(slot);
+
+	if (s)
+		s->flows++;
+}
+
+/*
+ * The egress policy of a selected pod's packet: one longest-prefix lookup of
+ * (the pod's policy mask, destination) gives the first policy of the mask that
+ * holds the destination (the plugin labels every entry so). False: it leaves
+ * unmasqueraded (a natOutgoing:false policy). True otherwise, with d->nat_addr
+ * and d->policy set when that policy has an address of this family (paired
+ * within its pool as the network's pool pairs); else the network's stays.
+ */
+static __always_inline bool egress_policy_v4(__u32 set, __be32 saddr, __be32 daddr,
+					     struct masq_decision4 *d, bool count)
+{
+	struct egress4_key k = { .prefixlen = 64, .set = set, .daddr = daddr };
+	const struct egress_hit *h = bpf_map_lookup_elem(&egress4, &k);
+	const struct masq_pool *pool;
+	struct egress_stats *s;
+	__u32 slot;
+
+	if (!h || h->policy >= EGRESS_POLICIES_MAX)
+		return true;
+	slot = h->policy + 1;
+	if (h->flags & EGRESS_F_NO_NAT) {
+		if (count && (s = egress_stats_of(slot)))
+			s->unmasqueraded++;
+		return false;
+	}
+	pool = bpf_map_lookup_elem(&masq_pool, &slot);
+	if (!pool || pool->len4 < 1 || pool->len4 > MASQ_POOL_MAX)
+		return true;
+	d->nat_addr = pool->v4[masq_pool_slot(bpf_ntohl(saddr), pool->len4)];
+	d->policy = slot;
+	return true;
+}
+
+static __always_inline bool egress_policy_v6(__u32 set, const struct in6_addr *saddr,
+					     const struct in6_addr *daddr, struct masq_decision6 *d, bool count)
+{
+	struct egress6_key k = { .prefixlen = 32 + 128, .set = set, .daddr = *daddr };
+	const struct egress_hit *h = bpf_map_lookup_elem(&egress6, &k);
+	const struct masq_pool *pool;
+	struct egress_stats *s;
+	__u32 slot;
+
+	if (!h || h->policy >= EGRESS_POLICIES_MAX)
+		return true;
+	slot = h->policy + 1;
+	if (h->flags & EGRESS_F_NO_NAT) {
+		if (count && (s = egress_stats_of(slot)))
+			s->unmasqueraded++;
+		return false;
+	}
+	pool = bpf_map_lookup_elem(&masq_pool, &slot);
+	if (!pool || pool->len6 < 1 || pool->len6 > MASQ_POOL_MAX)
+		return true;
+	d->nat_addr = pool->v6[masq_pool_slot(bpf_ntohl(saddr->in6_u.u6_addr32[3]), pool->len6)];
+	d->policy = slot;
+	return true;
+}
+
 static __always_inline bool rule_excepts_v4(__u32 rule_id, __be32 daddr)
 {
 	struct rule_except4_key k = {
@@ -123,6 +215,7 @@ static __always_inline void masq_decide_v4(__u32 ifindex, const struct uplink_in
 	struct pod_info *pod;
 
 	d->verdict = VERDICT_NONE;
+	d->policy = 0;
 
 	rule = bpf_map_lookup_elem(&rules4, &rk);
 	if (rule && !rule_excepts_v4(rule->id, daddr)) {
@@ -150,6 +243,8 @@ static __always_inline void masq_decide_v4(__u32 ifindex, const struct uplink_in
 		return;
 	}
 	if (!masq_addr_v4(up, saddr, &d->nat_addr))
+		return;
+	if (pod->egress && !egress_policy_v4(pod->egress, saddr, daddr, d, count))
 		return;
 	d->verdict = VERDICT_POD;
 	d->filter = pod->flags & NAT_FILTER_MASK;
@@ -180,6 +275,7 @@ static __always_inline void masq_decide_v6(__u32 ifindex, const struct uplink_in
 	struct pod_info *pod;
 
 	d->verdict = VERDICT_NONE;
+	d->policy = 0;
 
 	rule = bpf_map_lookup_elem(&rules6, &rk);
 	if (rule && !rule_excepts_v6(rule->id, daddr)) {
@@ -208,6 +304,8 @@ static __always_inline void masq_decide_v6(__u32 ifindex, const struct uplink_in
 		return;
 	}
 	if (!masq_addr_v6(up, saddr, &d->nat_addr))
+		return;
+	if (pod->egress && !egress_policy_v6(pod->egress, saddr, daddr, d, count))
 		return;
 	d->verdict = VERDICT_POD;
 	d->filter = pod->flags & NAT_FILTER_MASK;

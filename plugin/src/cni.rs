@@ -256,6 +256,7 @@ fn cmd_add(env: &CniEnv, conf: &NetConf, pins: &Pins) -> Result<serde_json::Valu
             pod::meta_of(&who.namespace, &who.name, &conf.pod_annotations),
             &conf.host_ports.iter().map(|&(port, proto)| abi::HostPort { port, proto, pad: 0 }).collect::<Vec<_>>(),
         ),
+        egress: 0,
     };
     pod::register(pins, &key, &reg)?;
     Ok(raw)

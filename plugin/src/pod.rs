@@ -59,6 +59,9 @@ pub struct Registration {
     pub l2: PodL2,
     /// Who the pod is (namespace, name, our annotations), kept in `pod_meta`.
     pub meta: PodMeta,
+    /// The egressPolicies that select it (bit i = policy i), in its pods4/pods6
+    /// entries; node reconcile re-evaluates it for every pod when the policies change.
+    pub egress: u32,
 }
 
 /// The `pod_meta` record of a pod: namespace and name (from CNI_ARGS) and its
@@ -186,7 +189,7 @@ pub fn register(pins: &Pins, key: &AttachmentKey, reg: &Registration) -> Result<
             sync_host_ports(pins)?;
         }
         let flags = if reg.nat_outgoing { abi::POD_F_NAT_OUTGOING } else { 0 } | (reg.nat_filtering & abi::NAT_FILTER_MASK);
-        let pod = PodInfo { ifindex: reg.veth_ifindex, flags, l2: reg.l2 };
+        let pod = PodInfo { ifindex: reg.veth_ifindex, flags, l2: reg.l2, egress: reg.egress };
         // The addresses first, then the veth's entry: an address a veths entry
         // holds is always one pods4/pods6 gives to that veth (the veth program
         // trusts the entry without asking them).
@@ -389,6 +392,7 @@ mod tests {
             nat_filtering: 0,
             l2: PodL2::default(),
             meta: PodMeta::default(),
+            egress: 0,
         };
         assert_eq!(reg.to_info().unwrap_err().code, 7);
         let ok = Registration { addrs: vec!["10.0.0.1".parse().unwrap(), "fd00::1".parse().unwrap()], ..reg };

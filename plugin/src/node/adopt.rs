@@ -107,6 +107,19 @@ struct PodMetaV10 {
 unsafe impl aya::Pod for PodMetaV10 {}
 const _: () = assert!(std::mem::size_of::<PodMetaV10>() == 1344);
 
+/// `pod_info` of layouts 7 to 11 (before the egress policy mask): where the pod's
+/// L2 facts are read from when adopting those layouts.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct PodInfoV11 {
+    ifindex: u32,
+    flags: u32,
+    l2: PodL2,
+}
+// SAFETY: plain integers and bytes, no padding (28 = 4 + 4 + 20), as the map stores them.
+unsafe impl aya::Pod for PodInfoV11 {}
+const _: () = assert!(std::mem::size_of::<PodInfoV11>() == 28);
+
 fn adopt_registrations(pins: &Pins, old: &Pins) -> Result<()> {
     let (k, v) = (std::mem::size_of::<AttachmentKey>(), std::mem::size_of::<AttachmentInfo>());
     if !same_shape(old, abi::MAP_ATTACHMENTS, k, v) {
@@ -118,6 +131,8 @@ fn adopt_registrations(pins: &Pins, old: &Pins) -> Result<()> {
     let l2 = open_if_shaped::<u32, PodL2>(old, abi::MAP_POD_L2);
     let pods4 = open_if_shaped::<[u8; 4], PodInfo>(old, abi::MAP_PODS4);
     let pods6 = open_if_shaped::<[u8; 16], PodInfo>(old, abi::MAP_PODS6);
+    let pods4_v11 = open_if_shaped::<[u8; 4], PodInfoV11>(old, abi::MAP_PODS4);
+    let pods6_v11 = open_if_shaped::<[u8; 16], PodInfoV11>(old, abi::MAP_PODS6);
     // Who each pod is: from layout 10 on (before, nobody was recorded); layout 10's
     // record lacks the hostPorts (the pod's next ADD, if any, brings them).
     let metas = open_if_shaped::<AttachmentKey, abi::PodMeta>(old, abi::MAP_POD_META);
@@ -144,10 +159,15 @@ fn adopt_registrations(pins: &Pins, old: &Pins) -> Result<()> {
         pod::addrs_of(info)
             .into_iter()
             .find_map(|a| match a {
-                std::net::IpAddr::V4(v4) => pods4.as_ref().and_then(|m| m.get(&v4.octets(), 0).ok()),
-                std::net::IpAddr::V6(v6) => pods6.as_ref().and_then(|m| m.get(&v6.octets(), 0).ok()),
+                std::net::IpAddr::V4(v4) => pods4
+                    .as_ref()
+                    .and_then(|m| m.get(&v4.octets(), 0).ok().map(|p| p.l2))
+                    .or_else(|| pods4_v11.as_ref().and_then(|m| m.get(&v4.octets(), 0).ok().map(|p| p.l2))),
+                std::net::IpAddr::V6(v6) => pods6
+                    .as_ref()
+                    .and_then(|m| m.get(&v6.octets(), 0).ok().map(|p| p.l2))
+                    .or_else(|| pods6_v11.as_ref().and_then(|m| m.get(&v6.octets(), 0).ok().map(|p| p.l2))),
             })
-            .map(|p| p.l2)
             .unwrap_or_default()
     };
     for (key, info) in pod::list_attachments(old)? {
@@ -162,6 +182,7 @@ fn adopt_registrations(pins: &Pins, old: &Pins) -> Result<()> {
             nat_filtering: info.flags & abi::NAT_FILTER_MASK,
             l2: l2_of(&info),
             meta: meta_of(&key),
+            egress: 0, // the reconcile that follows the adoption evaluates the policies
         };
         let name = pod::cstr(&key.container_id);
         match crate::netlink::get_link_by_name(&reg.veth_name) {

@@ -9,7 +9,7 @@
 mod nat;
 pub use nat::*;
 
-pub const LAYOUT_VERSION: u32 = 11;
+pub const LAYOUT_VERSION: u32 = 12;
 
 // Map names (pinned by name under <pinPath>/v<LAYOUT_VERSION>/maps/).
 pub const MAP_CONFIG: &str = "masq_config";
@@ -50,15 +50,18 @@ pub const MAP_NAT6_PERMIT: &str = "nat6_permit";
 pub const MAP_POD_META: &str = "pod_meta";
 pub const MAP_MASQ_POOL: &str = "masq_pool";
 pub const MAP_HOST_PORTS: &str = "host_ports";
+pub const MAP_EGRESS4: &str = "egress4";
+pub const MAP_EGRESS6: &str = "egress6";
+pub const MAP_EGRESS_STATS: &str = "egress_stats";
 
 /// Every map the objects define: a node is only loaded when all of them are pinned.
-pub const ALL_MAPS: [&str; 35] = [
+pub const ALL_MAPS: [&str; 38] = [
     MAP_CONFIG, MAP_PODS4, MAP_PODS6, MAP_UPLINKS, MAP_UPLINKS_DIRECT, MAP_EXCL4, MAP_EXCL6, MAP_RULES4,
     MAP_RULE_EXCEPT4, MAP_RULE_STATS, MAP_NAT4_FWD, MAP_NAT4_REV, MAP_VETHS, MAP_COUNTERS, MAP_DROPS,
     MAP_ATTACHMENTS, MAP_RULES6, MAP_RULE_EXCEPT6, MAP_NAT6_FWD, MAP_NAT6_REV, MAP_FRAG4, MAP_FRAG6, MAP_SVC4,
     MAP_SVC6, MAP_NAT_GC, MAP_RESERVED_PORTS, MAP_NAT4_BIND, MAP_NAT6_BIND, MAP_NAT4_OPEN,
     MAP_NAT6_OPEN, MAP_NAT4_PERMIT, MAP_NAT6_PERMIT, MAP_POD_META, MAP_MASQ_POOL,
-    MAP_HOST_PORTS,
+    MAP_HOST_PORTS, MAP_EGRESS4, MAP_EGRESS6, MAP_EGRESS_STATS,
 ];
 
 pub const MAX_RULES: u32 = 256;
@@ -114,6 +117,8 @@ pub struct PodInfo {
     pub flags: u32,
     /// The fast path's L2 facts, in every address entry of the pod.
     pub l2: PodL2,
+    /// The egressPolicies that select the pod: bit i = policy i (0: none).
+    pub egress: u32,
 }
 
 /// `struct pod_l2` (in `PodInfo`; layout 6 and before: map pod_l2, key: host-side
@@ -138,8 +143,9 @@ pub const UPLINK_F_POOL6: u32 = 0x10;
 pub const UPLINK_F_PRESENT: u32 = 0x80;
 /// Addresses of one family a `masq_pool` holds.
 pub const MASQ_POOL_MAX: usize = 64;
-/// `struct masq_pool`: masqueradeAddress's pool (paired: a source always takes
-/// v4[low 32 bits of its address % len4]).
+/// `struct masq_pool`: slot 0, masqueradeAddress's pool (paired: a source always
+/// takes v4[low 32 bits of its address % len4]); slot 1 + i, egress policy i's
+/// addresses (one is enough there).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MasqPool {
@@ -155,7 +161,62 @@ impl Default for MasqPool {
     }
 }
 
+/// Egress policies (egressPolicies): at most this many, a pod's are a u32 mask.
+pub const EGRESS_POLICIES_MAX: u32 = 32;
+/// Entries of egress4 / egress6 (the flattened (mask, destination) pairs).
+pub const EGRESS_ENTRIES_MAX: u32 = 4096;
+/// natOutgoing: false: the destination is not masqueraded.
+pub const EGRESS_F_NO_NAT: u32 = 0x1;
+/// `struct egress4_key` without its prefixlen (aya's `Key` holds it): the pod's
+/// policy mask, then the destination.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Egress4Data {
+    pub set: u32,
+    pub daddr: [u8; 4],
+}
+/// `struct egress6_key` without its prefixlen.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Egress6Data {
+    pub set: u32,
+    pub daddr: [u8; 16],
+}
+/// `struct egress_hit`: the policy a (mask, destination) entry names.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EgressHit {
+    pub policy: u32,
+    pub flags: u32,
+}
+/// `struct egress_stats` (per CPU, per policy).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EgressStats {
+    pub packets: u64,
+    pub bytes: u64,
+    pub flows: u64,
+    pub unmasqueraded: u64,
+}
+
 impl MasqPool {
+    /// A policy's (or any slot's) address for `src`: as `pick`, but one address is
+    /// enough (the data plane's egress_policy_v4/v6).
+    pub fn pick_any(&self, src: std::net::IpAddr) -> Option<std::net::IpAddr> {
+        match src {
+            std::net::IpAddr::V4(a) if self.len4 >= 1 => {
+                let i = u32::from(a) % self.len4;
+                Some(std::net::Ipv4Addr::from(self.v4[i as usize]).into())
+            }
+            std::net::IpAddr::V6(a) if self.len6 >= 1 => {
+                let o = a.octets();
+                let i = u32::from_be_bytes([o[12], o[13], o[14], o[15]]) % self.len6;
+                Some(std::net::Ipv6Addr::from(self.v6[i as usize]).into())
+            }
+            _ => None,
+        }
+    }
+
     /// The pool's address for source `src` (the data plane's masq_addr_v4/v6), or
     /// None when the pool has fewer than two of the family.
     pub fn pick(&self, src: std::net::IpAddr) -> Option<std::net::IpAddr> {
@@ -280,7 +341,6 @@ pub struct VethInfo {
     pub addr4: [u8; 4],
     pub addr6: [u8; 16],
     pub flags: u32,
-    pub pad: u32,
 }
 
 impl VethInfo {
@@ -498,7 +558,11 @@ aya_pod! {
     PodMeta = 1408,
     HostPort = 4,
     NodeConfig = 40,
-    PodInfo = 28,
+    PodInfo = 32,
+    Egress4Data = 8,
+    Egress6Data = 20,
+    EgressHit = 8,
+    EgressStats = 32,
     PodL2 = 20,
     UplinkInfo = 24,
     ExclInfo = 8,

@@ -18,7 +18,8 @@ pub struct Nat6Entry {
     pub addr: [u8; 16],
     pub port: [u8; 2],
     pub flags: u8,
-    pub pad: u8,
+    /// 0, or 1 + the egress policy whose address the pair took.
+    pub policy: u8,
     pub ifindex: u32,
     pub rule_id: u32,
     pub pad2: u32,
@@ -142,7 +143,8 @@ pub struct Nat4Entry {
     pub addr: [u8; 4],
     pub port: [u8; 2],
     pub flags: u8,
-    pub pad: u8,
+    /// 0, or 1 + the egress policy whose address the pair took.
+    pub policy: u8,
     pub ifindex: u32,
     pub rule_id: u32,
     pub created_ns: u64,

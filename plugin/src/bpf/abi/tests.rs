@@ -37,7 +37,8 @@ fn mirrored() -> Vec<(&'static str, u64)> {
         NAT_F_TCP_CLOSING, NAT_F_BY_RULE, NAT_F_FAST, NAT_F_INBOUND, NAT_F_FIN, NAT_F_RST, NAT_F_OPEN, NAT_F_HOST,
         NAT_GC_ARMED, NAT_GC_NEW4, NAT_GC_NEW6, NAT_GC_NEW_HOST, NAT_GC_WALK6, RESERVED_PORTS_MAX, VETH_F_ADDR4,
         VETH_F_ADDR6, ATT_ID_LEN, ATT_IFNAME_LEN, ATT_MAX_ADDRS, ATT_F_NAT_OUTGOING, POD_META_NS_LEN,
-        POD_META_NAME_LEN, POD_META_ANN_LEN, POD_HOST_PORTS_MAX, HOST_PORTS_MAX,
+        POD_META_NAME_LEN, POD_META_ANN_LEN, POD_HOST_PORTS_MAX, HOST_PORTS_MAX, EGRESS_POLICIES_MAX,
+        EGRESS_ENTRIES_MAX, EGRESS_F_NO_NAT,
     ]);
     v.extend(prefixed!["CNT_", counter:
         SNAT_PKTS_V4, SNAT_BYTES_V4, RNAT_PKTS_V4, RNAT_BYTES_V4, SNAT_PKTS_V6, SNAT_BYTES_V6, RNAT_PKTS_V6,
@@ -203,9 +204,13 @@ fn mirrors() -> Vec<Mirror> {
             nat_seed, nat_shards, skip_min, skip_max, udp_one_shot_timeout_s,
         }),
         mirror!("pod_l2" = PodL2 { pod_mac, gw_mac, l3_ifindex, flags }),
-        mirror!("pod_info" = PodInfo { ifindex, flags, l2 }),
+        mirror!("pod_info" = PodInfo { ifindex, flags, l2, egress }),
         mirror!("uplink_info" = UplinkInfo { masq_v4, flags, masq_v6 }),
         mirror!("masq_pool" = MasqPool { len4, len6, v4, v6 }),
+        mirror!("egress4_key" [prefixlen] = Egress4Data { set, daddr }),
+        mirror!("egress6_key" [prefixlen] = Egress6Data { set, daddr }),
+        mirror!("egress_hit" = EgressHit { policy, flags }),
+        mirror!("egress_stats" = EgressStats { packets, bytes, flows, unmasqueraded }),
         Mirror { c: "lpm4_key", size: std::mem::size_of::<Key<[u8; 4]>>(), lead: None, fields: None },
         Mirror { c: "lpm6_key", size: std::mem::size_of::<Key<[u8; 16]>>(), lead: None, fields: None },
         mirror!("excl_info" = ExclInfo { reason, index }),
@@ -215,14 +220,14 @@ fn mirrors() -> Vec<Mirror> {
         mirror!("rule_stats" = RuleStats { packets, bytes }),
         mirror!("nat4_key" = Nat4Key { saddr, daddr, sport, dport, proto, pad }),
         mirror!("nat4_entry" = Nat4Entry {
-            addr, port, flags, pad, ifindex, rule_id, created_ns, last_seen_ns, packets, bytes,
+            addr, port, flags, policy, ifindex, rule_id, created_ns, last_seen_ns, packets, bytes,
         }),
         mirror!("rule6_key" [prefixlen] = Rule6Data { ifindex_be = "ifindex", saddr }),
         mirror!("rule6_info" = Rule6Info { id, flags, to_v6 }),
         mirror!("rule_except6_key" [prefixlen] = RuleExcept6Data { rule_id_be = "rule_id", daddr }),
         mirror!("nat6_key" = Nat6Key { saddr, daddr, sport, dport, proto, pad }),
         mirror!("nat6_entry" = Nat6Entry {
-            addr, port, flags, pad, ifindex, rule_id, pad2, created_ns, last_seen_ns, packets, bytes,
+            addr, port, flags, policy, ifindex, rule_id, pad2, created_ns, last_seen_ns, packets, bytes,
         }),
         mirror!("nat4_ep" = Nat4Ep { addr, port, proto, pad }),
         mirror!("nat4_bind" = Nat4Bind { addr, port, pad }),
@@ -243,7 +248,7 @@ fn mirrors() -> Vec<Mirror> {
         mirror!("frag6_key" = Frag6Key { saddr, daddr, id, proto, pad }),
         mirror!("frag_ports" = FragPorts { sport, dport, proto, pad }),
         mirror!("pod_stats" = PodStats { packets, bytes, spoofed }),
-        mirror!("veth_info" = VethInfo { stats, pod, addr4, addr6, flags, pad }),
+        mirror!("veth_info" = VethInfo { stats, pod, addr4, addr6, flags }),
         mirror!("attachment_key" = AttachmentKey { container_id, ifname }),
         mirror!("attachment_info" = AttachmentInfo {
             veth_ifindex, flags, n_v4, n_v6, v4, v6, created_ns, veth_name,
@@ -325,6 +330,10 @@ fn map_names_flags_and_limits_match_the_objects() {
         (MAP_UPLINKS_DIRECT, "max_entries", UPLINKS_DIRECT),
         (MAP_RESERVED_PORTS, "max_entries", RESERVED_PORTS_MAX),
         (MAP_HOST_PORTS, "max_entries", HOST_PORTS_MAX),
+        (MAP_EGRESS4, "max_entries", EGRESS_ENTRIES_MAX),
+        (MAP_EGRESS6, "max_entries", EGRESS_ENTRIES_MAX),
+        (MAP_EGRESS_STATS, "max_entries", EGRESS_POLICIES_MAX),
+        (MAP_MASQ_POOL, "max_entries", 1 + EGRESS_POLICIES_MAX),
     ];
     for (map, field, want) in cases {
         assert_eq!(uint(map, field), Some(want), "{map}.{field}");
