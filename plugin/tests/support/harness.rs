@@ -396,6 +396,66 @@ impl Dataplane {
             .fold(RuleStats::default(), |a, s| RuleStats { packets: a.packets + s.packets, bytes: a.bytes + s.bytes })
     }
 
+    // ---- egress policies ----
+
+    /// A pod address behind veth `ifindex` that the egress policies of `mask` select.
+    pub fn add_pod_with_policies(&self, addr: Ipv4Addr, ifindex: u32, mask: u32) {
+        let mut pods: HashMap<MapData, [u8; 4], PodInfo> = self.map(abi::MAP_PODS4);
+        let pod = PodInfo { ifindex, flags: abi::POD_F_NAT_OUTGOING, egress: mask, ..Default::default() };
+        pods.insert(addr.octets(), pod, 0).unwrap();
+        self.veth_add_addr(ifindex, pod, addr.into());
+    }
+
+    /// The IPv6 twin of `add_pod_with_policies`.
+    pub fn add_pod6_with_policies(&self, addr: std::net::Ipv6Addr, ifindex: u32, mask: u32) {
+        let mut pods: HashMap<MapData, [u8; 16], PodInfo> = self.map(abi::MAP_PODS6);
+        let pod = PodInfo { ifindex, flags: abi::POD_F_NAT_OUTGOING, egress: mask, ..Default::default() };
+        pods.insert(addr.octets(), pod, 0).unwrap();
+        self.veth_add_addr(ifindex, pod, addr.into());
+    }
+
+    /// Policy `index`'s addresses (its masq_pool slot, 1 + index).
+    pub fn set_policy_addrs(&self, index: u32, v4: &[Ipv4Addr], v6: &[std::net::Ipv6Addr]) {
+        let mut p = MasqPool { len4: v4.len() as u32, len6: v6.len() as u32, ..Default::default() };
+        for (slot, a) in p.v4.iter_mut().zip(v4) {
+            *slot = a.octets();
+        }
+        for (slot, a) in p.v6.iter_mut().zip(v6) {
+            *slot = a.octets();
+        }
+        let mut m: Array<MapData, MasqPool> = self.map(abi::MAP_MASQ_POOL);
+        m.set(1 + index, p, 0).unwrap();
+    }
+
+    /// egress4 (mask, net/plen) -> policy `index` with EGRESS_F_* `flags`.
+    pub fn add_egress(&self, mask: u32, net: Ipv4Addr, plen: u32, index: u32, flags: u32) {
+        let mut m: LpmTrie<MapData, Egress4Data, EgressHit> = self.map(abi::MAP_EGRESS4);
+        let k = Key::new(32 + plen, Egress4Data { set: mask, daddr: net.octets() });
+        m.insert(&k, EgressHit { policy: index, flags }, 0).unwrap();
+    }
+
+    pub fn del_egress(&self, mask: u32, net: Ipv4Addr, plen: u32) {
+        let mut m: LpmTrie<MapData, Egress4Data, EgressHit> = self.map(abi::MAP_EGRESS4);
+        m.remove(&Key::new(32 + plen, Egress4Data { set: mask, daddr: net.octets() })).unwrap();
+    }
+
+    pub fn add_egress6(&self, mask: u32, net: std::net::Ipv6Addr, plen: u32, index: u32, flags: u32) {
+        let mut m: LpmTrie<MapData, Egress6Data, EgressHit> = self.map(abi::MAP_EGRESS6);
+        let k = Key::new(32 + plen, Egress6Data { set: mask, daddr: net.octets() });
+        m.insert(&k, EgressHit { policy: index, flags }, 0).unwrap();
+    }
+
+    /// Policy `index`'s counters, summed over the CPUs.
+    pub fn egress_stats(&self, index: u32) -> EgressStats {
+        let m: PerCpuArray<MapData, EgressStats> = self.map(abi::MAP_EGRESS_STATS);
+        m.get(&index, 0).unwrap().iter().fold(EgressStats::default(), |a, s| EgressStats {
+            packets: a.packets + s.packets,
+            bytes: a.bytes + s.bytes,
+            flows: a.flows + s.flows,
+            unmasqueraded: a.unmasqueraded + s.unmasqueraded,
+        })
+    }
+
     pub fn pod_stats(&self, ifindex: u32) -> PodStats {
         let m: PerCpuHashMap<MapData, u32, VethInfo> = self.map(abi::MAP_VETHS);
         m.get(&ifindex, 0).unwrap().iter().map(|v| v.stats).fold(PodStats::default(), |a, s| PodStats {
