@@ -136,6 +136,16 @@ struct egress_hit {
 	__u32 policy;              /* index into egressPolicies */
 	__u32 flags;               /* EGRESS_F_* */
 };
+/* egress_policies (ARRAY, EGRESS_POLICIES_MAX entries), plugin-written, read by status,
+ * nat list, explain and metrics (the programs never read it): what policy i is. */
+#define EGRESS_NAME_LEN 64
+#define EGRESS_SPEC_LEN 1976
+struct egress_policy {
+	__u32 used;                /* 1: slot i holds policy i */
+	__u32 flags;               /* EGRESS_F_* */
+	char name[EGRESS_NAME_LEN];  /* NUL-terminated */
+	char spec[EGRESS_SPEC_LEN];  /* the policy as compact JSON (selector, destinations, action) */
+};
 /* egress_stats (PERCPU_ARRAY, EGRESS_POLICIES_MAX entries): per policy */
 struct egress_stats {
 	__u64 packets;             /* translated with the policy's address */
@@ -602,6 +612,7 @@ _Static_assert(sizeof(struct egress4_key) == 12, "egress4_key size");
 _Static_assert(sizeof(struct egress6_key) == 24, "egress6_key size");
 _Static_assert(sizeof(struct egress_hit) == 8, "egress_hit size");
 _Static_assert(sizeof(struct egress_stats) == 32, "egress_stats size");
+_Static_assert(sizeof(struct egress_policy) == 2048, "egress_policy size");
 _Static_assert(EGRESS_POLICIES_MAX <= 32, "a pod's policies are a 32-bit mask");
 _Static_assert(sizeof(struct pod_l2) == 20, "pod_l2 size");
 _Static_assert(sizeof(struct uplink_info) == 24, "uplink_info size");

@@ -169,6 +169,14 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } egress_stats SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, EGRESS_POLICIES_MAX);
+	__type(key, __u32);
+	__type(value, struct egress_policy);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} egress_policies SEC(".maps");
+
 /*
  * The forward halves: up to NAT_SHARDS_MAX hash maps behind an array (see masq_abi.h).
  * The loader creates the shards (natMaxEntries / nat_shards entries each) and

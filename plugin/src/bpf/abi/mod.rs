@@ -53,15 +53,16 @@ pub const MAP_HOST_PORTS: &str = "host_ports";
 pub const MAP_EGRESS4: &str = "egress4";
 pub const MAP_EGRESS6: &str = "egress6";
 pub const MAP_EGRESS_STATS: &str = "egress_stats";
+pub const MAP_EGRESS_POLICIES: &str = "egress_policies";
 
 /// Every map the objects define: a node is only loaded when all of them are pinned.
-pub const ALL_MAPS: [&str; 38] = [
+pub const ALL_MAPS: [&str; 39] = [
     MAP_CONFIG, MAP_PODS4, MAP_PODS6, MAP_UPLINKS, MAP_UPLINKS_DIRECT, MAP_EXCL4, MAP_EXCL6, MAP_RULES4,
     MAP_RULE_EXCEPT4, MAP_RULE_STATS, MAP_NAT4_FWD, MAP_NAT4_REV, MAP_VETHS, MAP_COUNTERS, MAP_DROPS,
     MAP_ATTACHMENTS, MAP_RULES6, MAP_RULE_EXCEPT6, MAP_NAT6_FWD, MAP_NAT6_REV, MAP_FRAG4, MAP_FRAG6, MAP_SVC4,
     MAP_SVC6, MAP_NAT_GC, MAP_RESERVED_PORTS, MAP_NAT4_BIND, MAP_NAT6_BIND, MAP_NAT4_OPEN,
     MAP_NAT6_OPEN, MAP_NAT4_PERMIT, MAP_NAT6_PERMIT, MAP_POD_META, MAP_MASQ_POOL,
-    MAP_HOST_PORTS, MAP_EGRESS4, MAP_EGRESS6, MAP_EGRESS_STATS,
+    MAP_HOST_PORTS, MAP_EGRESS4, MAP_EGRESS6, MAP_EGRESS_STATS, MAP_EGRESS_POLICIES,
 ];
 
 pub const MAX_RULES: u32 = 256;
@@ -188,6 +189,23 @@ pub struct Egress6Data {
 pub struct EgressHit {
     pub policy: u32,
     pub flags: u32,
+}
+pub const EGRESS_NAME_LEN: usize = 64;
+pub const EGRESS_SPEC_LEN: usize = 1976;
+/// `struct egress_policy`: what policy i is, for status, nat list, explain and
+/// metrics (the programs never read it).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EgressPolicyInfo {
+    pub used: u32,
+    pub flags: u32,
+    pub name: [u8; EGRESS_NAME_LEN],
+    pub spec: [u8; EGRESS_SPEC_LEN],
+}
+impl Default for EgressPolicyInfo {
+    fn default() -> Self {
+        EgressPolicyInfo { used: 0, flags: 0, name: [0; EGRESS_NAME_LEN], spec: [0; EGRESS_SPEC_LEN] }
+    }
 }
 /// `struct egress_stats` (per CPU, per policy).
 #[repr(C)]
@@ -563,6 +581,7 @@ aya_pod! {
     Egress6Data = 20,
     EgressHit = 8,
     EgressStats = 32,
+    EgressPolicyInfo = 2048,
     PodL2 = 20,
     UplinkInfo = 24,
     ExclInfo = 8,

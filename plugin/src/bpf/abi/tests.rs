@@ -38,7 +38,7 @@ fn mirrored() -> Vec<(&'static str, u64)> {
         NAT_GC_ARMED, NAT_GC_NEW4, NAT_GC_NEW6, NAT_GC_NEW_HOST, NAT_GC_WALK6, RESERVED_PORTS_MAX, VETH_F_ADDR4,
         VETH_F_ADDR6, ATT_ID_LEN, ATT_IFNAME_LEN, ATT_MAX_ADDRS, ATT_F_NAT_OUTGOING, POD_META_NS_LEN,
         POD_META_NAME_LEN, POD_META_ANN_LEN, POD_HOST_PORTS_MAX, HOST_PORTS_MAX, EGRESS_POLICIES_MAX,
-        EGRESS_ENTRIES_MAX, EGRESS_F_NO_NAT,
+        EGRESS_ENTRIES_MAX, EGRESS_F_NO_NAT, EGRESS_NAME_LEN, EGRESS_SPEC_LEN,
     ]);
     v.extend(prefixed!["CNT_", counter:
         SNAT_PKTS_V4, SNAT_BYTES_V4, RNAT_PKTS_V4, RNAT_BYTES_V4, SNAT_PKTS_V6, SNAT_BYTES_V6, RNAT_PKTS_V6,
@@ -211,6 +211,7 @@ fn mirrors() -> Vec<Mirror> {
         mirror!("egress6_key" [prefixlen] = Egress6Data { set, daddr }),
         mirror!("egress_hit" = EgressHit { policy, flags }),
         mirror!("egress_stats" = EgressStats { packets, bytes, flows, unmasqueraded }),
+        mirror!("egress_policy" = EgressPolicyInfo { used, flags, name, spec }),
         Mirror { c: "lpm4_key", size: std::mem::size_of::<Key<[u8; 4]>>(), lead: None, fields: None },
         Mirror { c: "lpm6_key", size: std::mem::size_of::<Key<[u8; 16]>>(), lead: None, fields: None },
         mirror!("excl_info" = ExclInfo { reason, index }),
@@ -333,6 +334,7 @@ fn map_names_flags_and_limits_match_the_objects() {
         (MAP_EGRESS4, "max_entries", EGRESS_ENTRIES_MAX),
         (MAP_EGRESS6, "max_entries", EGRESS_ENTRIES_MAX),
         (MAP_EGRESS_STATS, "max_entries", EGRESS_POLICIES_MAX),
+        (MAP_EGRESS_POLICIES, "max_entries", EGRESS_POLICIES_MAX),
         (MAP_MASQ_POOL, "max_entries", 1 + EGRESS_POLICIES_MAX),
     ];
     for (map, field, want) in cases {
