@@ -283,3 +283,6 @@ mod tests;
 
 #[cfg(test)]
 mod pod_identity_tests;
+
+#[cfg(test)]
+mod egress_tests;
