@@ -162,6 +162,7 @@ const CONFIG_KEYS: &[&str] = &[
     "egressInterfaces", "masqueradeAddress", "portRange", "nodePortRange", "pinPath", "logLevel", "logFile",
     "masqueradeRules", "natMaxEntries", "fastPath", "serviceCIDRs", "plugins",
     "source", "outInterface", "except", "toAddress", "containerID", "ifname",
+    "egressPolicies", "namespaces", "pods", "destinations",
 ];
 
 const PREV_KEYS: &[&str] = &[
@@ -296,6 +297,35 @@ fn rule() -> impl Strategy<Value = Value> {
     })
 }
 
+/// A valid `egressPolicies` list: unique names, globs, CIDRs, one action each.
+fn egress_policies() -> impl Strategy<Value = Value> {
+    let policy = (
+        proptest::collection::vec("[a-z0-9*?-]{1,12}", 1..3),
+        proptest::option::of(proptest::collection::vec("[a-z0-9*?-]{1,8}/[a-z0-9.*?-]{1,12}", 1..3)),
+        proptest::option::of(proptest::collection::vec(any_net().prop_map(|n| n.to_string()), 1..4)),
+        proptest::option::of((unicast_v4(), unicast_v6(), 0u8..3)),
+    );
+    proptest::collection::vec(policy, 0..4).prop_map(|ps| {
+        let list = ps.into_iter().enumerate().map(|(i, (ns, pods, dst, addr))| {
+            let mut o = json!({"name": format!("p{i}"), "namespaces": ns});
+            if let Some(p) = pods {
+                o["pods"] = json!(p);
+            }
+            if let Some(d) = dst {
+                o["destinations"] = json!(d);
+            }
+            match addr {
+                Some((a, _, 0)) => o["masqueradeAddress"] = json!(a.to_string()),
+                Some((_, b, 1)) => o["masqueradeAddress"] = json!([b.to_string()]),
+                Some((a, b, _)) => o["masqueradeAddress"] = json!([a.to_string(), b.to_string()]),
+                None => o["natOutgoing"] = json!(false),
+            }
+            o
+        });
+        Value::Array(list.collect())
+    })
+}
+
 /// A plugin config the parser must accept.
 fn valid_config() -> BoxedStrategy<Value> {
     let opt = |s: BoxedStrategy<Value>| proptest::option::weighted(0.4, s);
@@ -346,6 +376,7 @@ fn valid_config() -> BoxedStrategy<Value> {
         opt(nat_max),
         opt(any::<bool>().prop_map(Value::Bool).boxed()),
         opt(cidr_list(any_net()).boxed()),
+        opt(egress_policies().boxed()),
     );
     (std_keys, ours_a, ours_b)
         .prop_map(|((ver, name, prev, rc, att, dc), a, b)| {
@@ -385,6 +416,7 @@ fn valid_config() -> BoxedStrategy<Value> {
             put("natMaxEntries", b.4);
             put("fastPath", b.5);
             put("serviceCIDRs", b.6);
+            put("egressPolicies", b.7);
             Value::Object(o)
         })
         .boxed()

@@ -23,6 +23,7 @@ pub mod key {
     pub const SERVICE_CIDRS: &str = "serviceCIDRs";
     pub const NAT_TIMEOUTS: &str = "natTimeouts";
     pub const NAT_FILTERING: &str = "natFiltering";
+    pub const EGRESS_POLICIES: &str = "egressPolicies";
 
     pub const TIMEOUT_TCP: &str = "tcp";
     pub const TIMEOUT_TCP_CLOSING: &str = "tcpClosing";
@@ -35,6 +36,13 @@ pub mod key {
     pub const RULE_EXCEPT: &str = "except";
     pub const RULE_TO_ADDRESS: &str = "toAddress";
     pub const RULE_NAT_FILTERING: &str = "natFiltering";
+
+    pub const POLICY_NAME: &str = "name";
+    pub const POLICY_NAMESPACES: &str = "namespaces";
+    pub const POLICY_PODS: &str = "pods";
+    pub const POLICY_DESTINATIONS: &str = "destinations";
+    pub const POLICY_MASQUERADE_ADDRESS: &str = "masqueradeAddress";
+    pub const POLICY_NAT_OUTGOING: &str = "natOutgoing";
 }
 
 /// Standard CNI keys that may appear in a plugin config besides ours.
@@ -74,6 +82,7 @@ pub(super) const MASQ_KEYS: &[&str] = &[
     key::SERVICE_CIDRS,
     key::NAT_TIMEOUTS,
     key::NAT_FILTERING,
+    key::EGRESS_POLICIES,
 ];
 
 pub(super) const TIMEOUT_KEYS: &[&str] = &[
@@ -90,4 +99,13 @@ pub(super) const RULE_KEYS: &[&str] = &[
     key::RULE_EXCEPT,
     key::RULE_TO_ADDRESS,
     key::RULE_NAT_FILTERING,
+];
+
+pub(super) const POLICY_KEYS: &[&str] = &[
+    key::POLICY_NAME,
+    key::POLICY_NAMESPACES,
+    key::POLICY_PODS,
+    key::POLICY_DESTINATIONS,
+    key::POLICY_MASQUERADE_ADDRESS,
+    key::POLICY_NAT_OUTGOING,
 ];

@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 use crate::error::{Error, Result};
 
 use super::diag::{expect_bool, expect_str, key_display, quote, unknown_key_error, wrong_type};
+use super::egress::{egress_policies_to_json, parse_egress_policies};
 use super::keys::{key, RULE_KEYS};
 use super::values::{
     parse_abs_path, parse_cidr, parse_cidr_list, parse_cidr_value, parse_ifname, parse_log_level,
@@ -233,6 +234,9 @@ pub(super) fn parse_masq(obj: &Map<String, Value>) -> Result<MasqConfig> {
     if let Some(v) = obj.get(key::NAT_FILTERING) {
         m.nat_filtering = NatFiltering::parse(key::NAT_FILTERING, v)?;
     }
+    if let Some(v) = obj.get(key::EGRESS_POLICIES) {
+        m.egress_policies = parse_egress_policies(v)?;
+    }
     Ok(m)
 }
 
@@ -379,6 +383,9 @@ pub fn masq_to_json(m: &MasqConfig) -> Value {
             to.insert(k.into(), Value::from(v));
         }
         o.insert(key::NAT_TIMEOUTS.into(), Value::Object(to));
+    }
+    if !m.egress_policies.is_empty() {
+        o.insert(key::EGRESS_POLICIES.into(), egress_policies_to_json(&m.egress_policies));
     }
     Value::Object(o)
 }

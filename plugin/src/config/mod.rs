@@ -17,9 +17,11 @@
 //! The room: this file holds the parsed types and the limits; `keys` the JSON
 //! key tables, `json` the reader that catches duplicated keys, `diag` the error
 //! messages, `values` one parser per kind of value, `masq` our own options (in
-//! and out), `netconf` the whole plugin entry. It uses `crate::error` only.
+//! and out), `egress` the egressPolicies (types, globs, the per-destination
+//! decision), `netconf` the whole plugin entry. It uses `crate::error` only.
 
 mod diag;
+pub mod egress;
 mod json;
 mod keys;
 mod masq;
@@ -36,6 +38,10 @@ use serde_json::Value;
 use crate::error::{Error, Result};
 
 use diag::{expect_str, quote};
+pub use egress::{
+    egress_entries, first_match, select_policies, EgressAction, EgressPolicy, Glob, GlobKind, EGRESS_DESTINATIONS_MAX,
+    EGRESS_POLICIES_MAX, EGRESS_POLICY_ANNOTATION,
+};
 pub use keys::key;
 pub use masq::masq_to_json;
 pub use netconf::{parse_conf_file, parse_netconf, pod_identity};
@@ -165,6 +171,8 @@ pub struct MasqConfig {
     pub nat_timeouts: NatTimeouts,
     /// "natFiltering": who may send to a pod endpoint's mapping (RFC 4787 REQ-8).
     pub nat_filtering: NatFiltering,
+    /// "egressPolicies": in list order, the first that selects a pod and holds a destination wins.
+    pub egress_policies: Vec<EgressPolicy>,
 }
 
 /// RFC 4787 filtering behaviour of a mapping: who may send to it.
@@ -265,6 +273,7 @@ impl Default for MasqConfig {
             service_cidrs: Vec::new(),
             nat_timeouts: NatTimeouts::default(),
             nat_filtering: NatFiltering::default(),
+            egress_policies: Vec::new(),
         }
     }
 }
@@ -274,3 +283,6 @@ mod tests;
 
 #[cfg(test)]
 mod pod_identity_tests;
+
+#[cfg(test)]
+mod egress_tests;

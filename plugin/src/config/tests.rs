@@ -758,6 +758,7 @@ fn masq_to_json_round_trip() {
         service_cidrs: vec![cidr("10.96.0.0/12")],
         nat_timeouts: NatTimeouts { tcp: 3600, tcp_closing: 60, udp: 300, udp_one_shot: 20, icmp: 90 },
         nat_filtering: NatFiltering::AddressDependent,
+        egress_policies: Vec::new(),
     };
     let only_v6 = MasqConfig {
         masquerade_address_v6: "2001:db8::2".parse().ok(),
