@@ -22,7 +22,7 @@ use prometheus_client::{
 
 use crate::{
     bpf::{abi, loader::Pins},
-    cli::readers::{self, PodRow, RuleRow},
+    cli::readers::{self, PodRow, PolicyRow, RuleRow},
     error::{code, Error, Result},
 };
 
@@ -41,6 +41,8 @@ pub struct Snapshot {
     pub sweep: Sweep,
     pub rules: Vec<RuleRow>,
     pub pods: Vec<PodRow>,
+    /// Egress policies with their counters and selected pods.
+    pub egress_policies: Vec<PolicyRow>,
 }
 
 /// The expiry sweep's state, as `metrics` reports it.
@@ -90,6 +92,7 @@ pub fn collect(pins: &Pins) -> Result<Snapshot> {
         .unwrap_or_default();
     let mut pods = readers::pods(pins)?;
     pods.sort_by(|a, b| (&a.container_id, &a.ifname).cmp(&(&b.container_id, &b.ifname)));
+    let egress_policies = readers::egress_policies(pins, &pods)?;
     Ok(Snapshot {
         loaded: true,
         counters: readers::counters(pins)?.into_iter().map(|(n, v)| (n.to_string(), v)).collect(),
@@ -98,6 +101,7 @@ pub fn collect(pins: &Pins) -> Result<Snapshot> {
         sweep,
         rules: readers::rules(pins)?,
         pods,
+        egress_policies,
     })
 }
 
@@ -359,6 +363,31 @@ fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder) -> fmt::Result {
 
     for (name, help, get) in [
         (
+            "ebpf_masq_egress_policy_packets_total",
+            "Packets of each egress policy's pods to its destinations that took its address.",
+            (|p: &PolicyRow| p.packets) as fn(&PolicyRow) -> u64,
+        ),
+        ("ebpf_masq_egress_policy_bytes_total", "Bytes of the packets that took each egress policy's address.", |p: &PolicyRow| {
+            p.bytes
+        }),
+        ("ebpf_masq_egress_policy_flows_total", "NAT pairs made with each egress policy's address.", |p: &PolicyRow| p.flows),
+        (
+            "ebpf_masq_egress_policy_unmasqueraded_packets_total",
+            "Packets each natOutgoing:false egress policy left unmasqueraded.",
+            |p: &PolicyRow| p.unmasqueraded,
+        ),
+    ] {
+        counters(enc, name, help, s.egress_policies.iter().map(|p| (vec![("policy", p.desc.name.as_str())], get(p))))?;
+    }
+    gauges(
+        enc,
+        "ebpf_masq_egress_policy_pods",
+        "Pods each egress policy selects (their policy mask has its bit).",
+        s.egress_policies.iter().map(|p| (vec![("policy", p.desc.name.as_str())], p.pods.len() as u64)),
+    )?;
+
+    for (name, help, get) in [
+        (
             "ebpf_masq_pod_packets_total",
             "Packets from each pod interface accepted by the veth source check.",
             (|p: &PodRow| p.packets) as fn(&PodRow) -> u64,
@@ -455,7 +484,7 @@ pub fn serve(pins: &Pins, addr: &str) -> Result<()> {
 }
 pub const LONG_HELP: &str = "The data plane's counters in the Prometheus text exposition format (0.0.4): \
 packets/bytes translated per direction and family, NAT pairs created/reclaimed/expired, NAT entries, port \
-allocation failures, drops by reason, per-rule and per-pod counters. Read from the pinned maps.\n\n\
+allocation failures, drops by reason, per-rule, per-egress-policy and per-pod counters. Read from the pinned maps.\n\n\
 Without --listen it prints once, for node-exporter's textfile collector:\n  \
 ebpf-masq metrics > /var/lib/node_exporter/textfile/ebpf_masq.prom.$$ && \
 mv /var/lib/node_exporter/textfile/ebpf_masq.prom.$$ /var/lib/node_exporter/textfile/ebpf_masq.prom\n\
@@ -669,6 +698,26 @@ mod tests {
             k8s_name: String::new(),
             annotations: serde_json::json!({}),
             host_ports: vec![],
+            egress: 0,
+        }
+    }
+
+    fn policy(index: u32, name: &str, pods: &[&str]) -> PolicyRow {
+        PolicyRow {
+            desc: readers::PolicyDesc {
+                index,
+                name: name.into(),
+                flags: 0,
+                namespaces: vec!["team-a".into()],
+                pods: vec![],
+                destinations: vec![],
+                action: readers::PolicyAction::Masquerade(vec!["192.0.2.50".into()]),
+            },
+            packets: 40 + index as u64,
+            bytes: 4000,
+            flows: 4,
+            unmasqueraded: index as u64,
+            pods: pods.iter().map(|p| p.to_string()).collect(),
         }
     }
 
@@ -682,6 +731,7 @@ mod tests {
             rules: vec![rule(0, Some("eth0")), rule(1, None)],
             // Hostile label values: quotes, backslashes, a newline.
             pods: vec![pod("abc", "eth0"), pod("abc", "net1"), pod("we\"ird\\id\nx", "eth0")],
+            egress_policies: vec![policy(0, "partner", &["team-a/web-1", "team-a/web-2"]), policy(1, "optout", &[])],
         }
     }
 
@@ -716,6 +766,11 @@ mod tests {
             ("ebpf_masq_pod_packets_total", "counter"),
             ("ebpf_masq_pod_bytes_total", "counter"),
             ("ebpf_masq_pod_spoofed_packets_total", "counter"),
+            ("ebpf_masq_egress_policy_packets_total", "counter"),
+            ("ebpf_masq_egress_policy_bytes_total", "counter"),
+            ("ebpf_masq_egress_policy_flows_total", "counter"),
+            ("ebpf_masq_egress_policy_unmasqueraded_packets_total", "counter"),
+            ("ebpf_masq_egress_policy_pods", "gauge"),
         ] {
             assert_eq!(types.get(name).map(String::as_str), Some(kind), "{name}\n{text}");
         }
@@ -744,6 +799,13 @@ mod tests {
         let p = [("container_id", "we\"ird\\id\nx"), ("ifname", "eth0")];
         assert_eq!(value(&series, "ebpf_masq_pod_spoofed_packets_total", &p), 1.0);
         assert_eq!(series.iter().filter(|(n, _, _)| n == "ebpf_masq_drops_total").count(), abi::drop_reason::NAMES.len());
+        let partner = [("policy", "partner")];
+        assert_eq!(value(&series, "ebpf_masq_egress_policy_packets_total", &partner), 40.0);
+        assert_eq!(value(&series, "ebpf_masq_egress_policy_bytes_total", &partner), 4000.0);
+        assert_eq!(value(&series, "ebpf_masq_egress_policy_flows_total", &partner), 4.0);
+        assert_eq!(value(&series, "ebpf_masq_egress_policy_unmasqueraded_packets_total", &[("policy", "optout")]), 1.0);
+        assert_eq!(value(&series, "ebpf_masq_egress_policy_pods", &partner), 2.0);
+        assert_eq!(value(&series, "ebpf_masq_egress_policy_pods", &[("policy", "optout")]), 0.0);
     }
 
     #[test]
@@ -764,6 +826,10 @@ mod tests {
             "ebpf_masq_nat_expiry_running 1",
             "ebpf_masq_rule_packets_total{rule=\"1\",source=\"192.168.6.0/24\",out_interface=\"ifindex:7\"} 11",
             "ebpf_masq_pod_spoofed_packets_total{container_id=\"we\\\"ird\\\\id\\nx\",ifname=\"eth0\"} 1",
+            "# TYPE ebpf_masq_egress_policy_packets_total counter",
+            "ebpf_masq_egress_policy_packets_total{policy=\"partner\"} 40",
+            "# TYPE ebpf_masq_egress_policy_pods gauge",
+            "ebpf_masq_egress_policy_pods{policy=\"partner\"} 2",
         ] {
             assert!(text.lines().any(|l| l == line), "no line {line:?} in\n{text}");
         }
@@ -771,7 +837,7 @@ mod tests {
         let families: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("# TYPE ")).map(|l| l.split(' ').next().unwrap()).collect();
         assert_eq!(families.first(), Some(&"ebpf_masq_data_plane_loaded"));
         assert_eq!(families.last(), Some(&"ebpf_masq_pod_spoofed_packets_total"));
-        assert_eq!(families.len(), 37, "{families:?}");
+        assert_eq!(families.len(), 42, "{families:?}");
         assert!(!text.contains("# EOF") && !text.contains("# UNIT") && !text.contains("_total_total"), "{text}");
         // A zero float gauge is written "0.0" (it was "0"): the same value to every parser.
         let s = Snapshot { sweep: Sweep::default(), ..snapshot() };
@@ -789,7 +855,7 @@ mod tests {
 
     #[test]
     fn empty_node_parses() {
-        let s = Snapshot { rules: vec![], pods: vec![], nat: vec![], ..snapshot() };
+        let s = Snapshot { rules: vec![], pods: vec![], nat: vec![], egress_policies: vec![], ..snapshot() };
         validate(&render(&s)).unwrap();
     }
 

@@ -7,12 +7,12 @@ use std::{
     os::fd::{AsFd, AsRawFd},
 };
 
-use aya::maps::{lpm_trie::LpmTrie, MapData, PerCpuArray, PerCpuHashMap};
+use aya::maps::{lpm_trie::LpmTrie, Array, HashMap, MapData, PerCpuArray, PerCpuHashMap};
 
 use crate::{
     bpf::{
         abi::{
-            self, PodStats, Rule4Data, Rule6Data, Rule6Info, RuleExcept4Data, RuleExcept6Data, RuleInfo, RuleStats,
+            self, EgressPolicyInfo, EgressStats, PodInfo, PodStats, Rule4Data, Rule6Data, Rule6Info, RuleExcept4Data, RuleExcept6Data, RuleInfo, RuleStats,
             VethInfo,
         },
         loader::Pins,
@@ -144,6 +144,21 @@ pub struct PodRow {
     pub annotations: serde_json::Value,
     /// The pod's hostPorts ("8080/tcp"), never handed to masqueraded flows.
     pub host_ports: Vec<String>,
+    /// The egress policies selecting the pod (`PodInfo.egress` of its pods4/pods6
+    /// entries): bit i = policy i.
+    pub egress: u32,
+}
+
+impl PodRow {
+    /// How status names the pod: "namespace/name" when the runtime gave them,
+    /// else "container id/ifname (veth)".
+    pub fn label(&self) -> String {
+        if self.k8s_name.is_empty() {
+            format!("{}/{} ({})", self.container_id, self.ifname, self.veth)
+        } else {
+            format!("{}/{}", self.k8s_namespace, self.k8s_name)
+        }
+    }
 }
 
 /// Every pod attachment on the node, in map order.
@@ -151,6 +166,12 @@ pub fn pods(pins: &Pins) -> Result<Vec<PodRow>> {
     let stats: PerCpuHashMap<MapData, u32, VethInfo> = maps::open(pins, abi::MAP_VETHS)?;
     // A data plane of an older layout (read during an upgrade) has no pod_meta.
     let metas = if has_map(pins, abi::MAP_POD_META) { pod::list_meta(pins)? } else { Default::default() };
+    let pods4: HashMap<MapData, [u8; 4], PodInfo> = maps::open(pins, abi::MAP_PODS4)?;
+    let pods6: HashMap<MapData, [u8; 16], PodInfo> = maps::open(pins, abi::MAP_PODS6)?;
+    let mask_of = |a: &IpAddr| match a {
+        IpAddr::V4(a) => pods4.get(&a.octets(), 0).map(|p| p.egress).unwrap_or(0),
+        IpAddr::V6(a) => pods6.get(&a.octets(), 0).map(|p| p.egress).unwrap_or(0),
+    };
     let mut out = Vec::new();
     for (k, info) in pod::list_attachments(pins)? {
         let meta = metas.get(&k).copied().unwrap_or_default();
@@ -162,12 +183,14 @@ pub fn pods(pins: &Pins) -> Result<Vec<PodRow>> {
         let st = stats.get(&info.veth_ifindex, 0).ok();
         let sum =
             |f: fn(&PodStats) -> u64| st.as_ref().map(|s| s.iter().map(|v| f(&v.stats)).sum::<u64>()).unwrap_or(0);
+        let addresses = pod::addrs_of(&info);
         out.push(PodRow {
+            egress: addresses.iter().fold(0, |m, a| m | mask_of(a)),
             container_id: pod::cstr(&k.container_id),
             ifname: pod::cstr(&k.ifname),
             veth: pod::cstr(&info.veth_name),
             veth_ifindex: info.veth_ifindex,
-            addresses: pod::addrs_of(&info),
+            addresses,
             nat_outgoing: info.flags & abi::ATT_F_NAT_OUTGOING != 0,
             packets: sum(|s| s.packets),
             bytes: sum(|s| s.bytes),
@@ -179,6 +202,164 @@ pub fn pods(pins: &Pins) -> Result<Vec<PodRow>> {
         });
     }
     Ok(out)
+}
+
+/// What an egress policy does to the traffic it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PolicyAction {
+    /// masqueradeAddress: its addresses and CIDRs as configured.
+    Masquerade(Vec<String>),
+    /// natOutgoing: false.
+    NoNat,
+}
+
+impl PolicyAction {
+    /// "masqueradeAddress 192.0.2.50" / "natOutgoing: false".
+    pub fn describe(&self) -> String {
+        match self {
+            PolicyAction::Masquerade(a) if a.is_empty() => "masqueradeAddress (none given)".into(),
+            PolicyAction::Masquerade(a) => format!("masqueradeAddress {}", a.join(", ")),
+            PolicyAction::NoNat => "natOutgoing: false".into(),
+        }
+    }
+}
+
+/// One used slot of `egress_policies` (what policy `index` is), its selector and
+/// destinations read back from the spec JSON node reconcile wrote.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicyDesc {
+    pub index: u32,
+    pub name: String,
+    pub flags: u32,
+    pub namespaces: Vec<String>,
+    /// `namespace/name` globs; empty: every pod of the namespaces.
+    pub pods: Vec<String>,
+    /// Destination CIDRs; empty: every destination.
+    pub destinations: Vec<String>,
+    pub action: PolicyAction,
+}
+
+impl PolicyDesc {
+    /// Read slot `index` of `egress_policies`: None when the slot is unused. A
+    /// spec that does not parse still names the policy (the flags give the action).
+    pub fn of(index: u32, info: &EgressPolicyInfo) -> Option<PolicyDesc> {
+        if info.used != 1 {
+            return None;
+        }
+        let spec: serde_json::Value = serde_json::from_str(&pod::cstr(&info.spec)).unwrap_or_default();
+        let strings = |key: &str| -> Vec<String> {
+            match &spec[key] {
+                serde_json::Value::String(s) => vec![s.clone()],
+                serde_json::Value::Array(a) => a.iter().filter_map(|v| v.as_str().map(String::from)).collect(),
+                _ => Vec::new(),
+            }
+        };
+        let no_nat = info.flags & abi::EGRESS_F_NO_NAT != 0 || spec["natOutgoing"] == serde_json::json!(false);
+        Some(PolicyDesc {
+            index,
+            name: pod::cstr(&info.name),
+            flags: info.flags,
+            namespaces: strings("namespaces"),
+            pods: strings("pods"),
+            destinations: strings("destinations"),
+            action: if no_nat { PolicyAction::NoNat } else { PolicyAction::Masquerade(strings("masqueradeAddress")) },
+        })
+    }
+
+    /// The selector as one line: "namespaces a, b; pods a/web-*".
+    pub fn selector(&self) -> String {
+        let mut s = format!("namespaces {}", self.namespaces.join(", "));
+        if !self.pods.is_empty() {
+            s.push_str(&format!("; pods {}", self.pods.join(", ")));
+        }
+        s
+    }
+
+    /// "every destination" or the CIDRs.
+    pub fn destinations_text(&self) -> String {
+        if self.destinations.is_empty() {
+            "every destination".into()
+        } else {
+            self.destinations.join(", ")
+        }
+    }
+
+    /// True when the configured destinations hold `dst` (none configured: all do).
+    pub fn holds(&self, dst: IpAddr) -> bool {
+        self.destinations.is_empty()
+            || self.destinations.iter().any(|c| c.parse::<ipnetwork::IpNetwork>().is_ok_and(|n| n.contains(dst)))
+    }
+
+    pub fn bit(&self) -> u32 {
+        1u32.checked_shl(self.index).unwrap_or(0)
+    }
+}
+
+/// Every used slot of `egress_policies`, in list order (empty on a data plane
+/// without egress policies).
+pub fn egress_policy_descs(pins: &Pins) -> Result<Vec<PolicyDesc>> {
+    if !has_map(pins, abi::MAP_EGRESS_POLICIES) {
+        return Ok(Vec::new());
+    }
+    let m: Array<MapData, EgressPolicyInfo> = maps::open(pins, abi::MAP_EGRESS_POLICIES)?;
+    let mut out = Vec::new();
+    for i in 0..abi::EGRESS_POLICIES_MAX.min(m.len()) {
+        let info = m.get(&i, 0).map_err(e(abi::MAP_EGRESS_POLICIES))?;
+        out.extend(PolicyDesc::of(i, &info));
+    }
+    Ok(out)
+}
+
+/// One egress policy with its counters (egress_stats summed over CPUs) and the
+/// pods it selects.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicyRow {
+    pub desc: PolicyDesc,
+    pub packets: u64,
+    pub bytes: u64,
+    pub flows: u64,
+    pub unmasqueraded: u64,
+    /// [`PodRow::label`] of every pod whose mask has the policy's bit.
+    pub pods: Vec<String>,
+}
+
+/// Every egress policy of the node, with its counters; `pods` are the rows of [`pods`].
+pub fn egress_policies(pins: &Pins, pods: &[PodRow]) -> Result<Vec<PolicyRow>> {
+    let descs = egress_policy_descs(pins)?;
+    let stats: Option<PerCpuArray<MapData, EgressStats>> =
+        if has_map(pins, abi::MAP_EGRESS_STATS) { Some(maps::open(pins, abi::MAP_EGRESS_STATS)?) } else { None };
+    let mut out = Vec::new();
+    for desc in descs {
+        let mut sum = EgressStats::default();
+        if let Some(st) = &stats {
+            for s in st.get(&desc.index, 0).map_err(e(abi::MAP_EGRESS_STATS))?.iter() {
+                sum.packets += s.packets;
+                sum.bytes += s.bytes;
+                sum.flows += s.flows;
+                sum.unmasqueraded += s.unmasqueraded;
+            }
+        }
+        out.push(policy_row(desc, sum, pods));
+    }
+    Ok(out)
+}
+
+/// A policy's row from its counters and the node's pods.
+pub fn policy_row(desc: PolicyDesc, sum: EgressStats, pods: &[PodRow]) -> PolicyRow {
+    let bit = desc.bit();
+    PolicyRow {
+        pods: pods.iter().filter(|p| p.egress & bit != 0).map(PodRow::label).collect(),
+        desc,
+        packets: sum.packets,
+        bytes: sum.bytes,
+        flows: sum.flows,
+        unmasqueraded: sum.unmasqueraded,
+    }
+}
+
+/// The names of the policies in `mask` (bit i = policy i), in list order.
+pub fn policy_names(descs: &[PolicyDesc], mask: u32) -> Vec<String> {
+    descs.iter().filter(|d| mask & d.bit() != 0).map(|d| d.name.clone()).collect()
 }
 
 /// `counters` as (name, value) pairs, in enum order.
@@ -269,4 +450,79 @@ fn get_next_key(fd: i32, key: Option<&[u8]>, next: &mut [u8]) -> std::io::Result
         return Ok(false);
     }
     Err(err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(name: &str, flags: u32, spec: &str) -> EgressPolicyInfo {
+        let mut i = EgressPolicyInfo { used: 1, flags, ..Default::default() };
+        i.name[..name.len()].copy_from_slice(name.as_bytes());
+        i.spec[..spec.len()].copy_from_slice(spec.as_bytes());
+        i
+    }
+
+    fn pod_row(id: &str, ns: &str, name: &str, egress: u32) -> PodRow {
+        PodRow {
+            container_id: id.into(),
+            ifname: "eth0".into(),
+            veth: format!("veth{id}"),
+            veth_ifindex: 9,
+            addresses: vec![],
+            nat_outgoing: true,
+            packets: 0,
+            bytes: 0,
+            spoofed: 0,
+            k8s_namespace: ns.into(),
+            k8s_name: name.into(),
+            annotations: serde_json::json!({}),
+            host_ports: vec![],
+            egress,
+        }
+    }
+
+    #[test]
+    fn policy_desc_reads_the_spec() {
+        let spec = r#"{"namespaces":["team-a","ops-*"],"pods":["team-a/web-*"],"destinations":["203.0.113.0/24","2001:db8::/32"],"masqueradeAddress":["192.0.2.50","192.0.2.64/31"]}"#;
+        let d = PolicyDesc::of(3, &info("partner", 0, spec)).unwrap();
+        assert_eq!((d.index, d.name.as_str(), d.bit()), (3, "partner", 8));
+        assert_eq!(d.namespaces, ["team-a", "ops-*"]);
+        assert_eq!(d.pods, ["team-a/web-*"]);
+        assert_eq!(d.destinations_text(), "203.0.113.0/24, 2001:db8::/32");
+        assert_eq!(d.action.describe(), "masqueradeAddress 192.0.2.50, 192.0.2.64/31");
+        assert_eq!(d.selector(), "namespaces team-a, ops-*; pods team-a/web-*");
+        assert!(d.holds("203.0.113.9".parse().unwrap()) && d.holds("2001:db8::1".parse().unwrap()));
+        assert!(!d.holds("198.51.100.1".parse().unwrap()));
+
+        // natOutgoing: false, no destinations (everything), one address as a string.
+        let d = PolicyDesc::of(0, &info("optout", abi::EGRESS_F_NO_NAT, r#"{"namespaces":["b"],"natOutgoing":false}"#)).unwrap();
+        assert_eq!((d.action.clone(), d.destinations_text()), (PolicyAction::NoNat, "every destination".to_string()));
+        assert!(d.holds("10.1.1.1".parse().unwrap()));
+        assert_eq!(d.action.describe(), "natOutgoing: false");
+        let d = PolicyDesc::of(1, &info("one", 0, r#"{"namespaces":["b"],"masqueradeAddress":"192.0.2.7"}"#)).unwrap();
+        assert_eq!(d.action, PolicyAction::Masquerade(vec!["192.0.2.7".into()]));
+        // An unused slot is no policy; a spec that does not parse still names it.
+        assert_eq!(PolicyDesc::of(2, &EgressPolicyInfo::default()), None);
+        let d = PolicyDesc::of(2, &info("odd", abi::EGRESS_F_NO_NAT, "{not json")).unwrap();
+        assert_eq!((d.name.as_str(), d.action, d.namespaces.len()), ("odd", PolicyAction::NoNat, 0));
+        assert_eq!(PolicyDesc::of(31, &info("last", 0, "{}")).unwrap().bit(), 1 << 31);
+    }
+
+    #[test]
+    fn policy_rows_count_and_name_their_pods() {
+        let descs: Vec<PolicyDesc> = [(0, "a"), (2, "c")]
+            .iter()
+            .map(|(i, n)| PolicyDesc::of(*i, &info(n, 0, r#"{"namespaces":["x"]}"#)).unwrap())
+            .collect();
+        let pods = [pod_row("c1", "x", "web-1", 0b101), pod_row("c2", "", "", 0b100), pod_row("c3", "x", "db", 0)];
+        let stats = EgressStats { packets: 5, bytes: 500, flows: 2, unmasqueraded: 1 };
+        let a = policy_row(descs[0].clone(), stats, &pods);
+        assert_eq!((a.packets, a.bytes, a.flows, a.unmasqueraded), (5, 500, 2, 1));
+        assert_eq!(a.pods, ["x/web-1"]);
+        let c = policy_row(descs[1].clone(), EgressStats::default(), &pods);
+        assert_eq!(c.pods, ["x/web-1", "c2/eth0 (vethc2)"]);
+        assert_eq!(policy_names(&descs, 0b101), ["a", "c"]);
+        assert_eq!(policy_names(&descs, 0b010), Vec::<String>::new());
+    }
 }

@@ -30,6 +30,65 @@ pub fn excl_reason(r: u32) -> &'static str {
     }
 }
 
+/// One egress policy of `status --json`.
+pub fn policy_json(p: &readers::PolicyRow) -> Value {
+    let d = &p.desc;
+    let (action, addresses) = match &d.action {
+        readers::PolicyAction::Masquerade(a) => ("masquerade", json!(a)),
+        readers::PolicyAction::NoNat => ("no_nat", Value::Null),
+    };
+    json!({
+        "index": d.index,
+        "name": d.name,
+        "action": action,
+        "masquerade_address": addresses,
+        "nat_outgoing": d.action != readers::PolicyAction::NoNat,
+        "namespaces": d.namespaces,
+        "pods": d.pods,
+        "destinations": d.destinations,
+        "packets": p.packets,
+        "bytes": p.bytes,
+        "flows": p.flows,
+        "unmasqueraded_packets": p.unmasqueraded,
+        "selected_pods": p.pods,
+    })
+}
+
+/// The text lines of one policy of `status --json`'s `egress_policies`.
+pub fn policy_lines(p: &Value) -> Vec<String> {
+    let strs = |k: &str| -> Vec<String> {
+        p[k].as_array().into_iter().flatten().filter_map(|x| x.as_str().map(String::from)).collect()
+    };
+    let action = if p["action"] == "no_nat" {
+        "natOutgoing: false".to_string()
+    } else {
+        format!("masqueradeAddress {}", strs("masquerade_address").join(", "))
+    };
+    let dests = strs("destinations");
+    let mut selector = format!("namespaces {}", strs("namespaces").join(", "));
+    if !strs("pods").is_empty() {
+        selector.push_str(&format!(" pods {}", strs("pods").join(", ")));
+    }
+    let selected = strs("selected_pods");
+    vec![
+        format!(
+            "  #{} {:<16} {action} to {}  ({selector})",
+            p["index"],
+            p["name"].as_str().unwrap_or("?"),
+            if dests.is_empty() { "every destination".to_string() } else { dests.join(", ") }
+        ),
+        format!(
+            "    packets {} bytes {} flows {} unmasqueraded {}  pods ({}): {}",
+            p["packets"],
+            p["bytes"],
+            p["flows"],
+            p["unmasqueraded_packets"],
+            selected.len(),
+            if selected.is_empty() { "none".to_string() } else { selected.join(" ") }
+        ),
+    ]
+}
+
 /// The whole status as JSON (the text form is rendered from it).
 pub fn collect(pins: &Pins) -> Result<Value> {
     if !pins.loaded() {
@@ -112,7 +171,11 @@ pub fn collect(pins: &Pins) -> Result<Value> {
         })
         .collect();
 
-    let pods: Vec<Value> = readers::pods(pins)?
+    let pod_rows = readers::pods(pins)?;
+    let policies = readers::egress_policies(pins, &pod_rows)?;
+    let descs: Vec<readers::PolicyDesc> = policies.iter().map(|p| p.desc.clone()).collect();
+    let egress_policies: Vec<Value> = policies.iter().map(policy_json).collect();
+    let pods: Vec<Value> = pod_rows
         .into_iter()
         .map(|p| {
             let veth_mode = loader::attachment(pins, loader::PROG_VETH_INGRESS, p.veth_ifindex, TcAttachType::Ingress)
@@ -135,6 +198,7 @@ pub fn collect(pins: &Pins) -> Result<Value> {
                 "k8s_name": p.k8s_name,
                 "annotations": p.annotations,
                 "host_ports": p.host_ports,
+                "egress_policies": readers::policy_names(&descs, p.egress),
             })
         })
         .collect();
@@ -167,6 +231,7 @@ pub fn collect(pins: &Pins) -> Result<Value> {
         },
         "uplinks": uplinks,
         "rules": rules,
+        "egress_policies": egress_policies,
         "pods": pods,
         "nat_flows_v4": nat_v4,
         "nat_flows_v6": nat_v6,
@@ -241,6 +306,12 @@ pub fn run(pins: &Pins, json_out: bool) -> Result<()> {
             r["bytes"]
         );
     }
+    if let Some(list) = s["egress_policies"].as_array().filter(|l| !l.is_empty()) {
+        println!("egress policies (first match wins, per destination):");
+        for line in list.iter().flat_map(policy_lines) {
+            println!("{line}");
+        }
+    }
     println!("pods:");
     for p in s["pods"].as_array().into_iter().flatten() {
         let who = match (p["k8s_namespace"].as_str().unwrap_or(""), p["k8s_name"].as_str().unwrap_or("")) {
@@ -254,6 +325,10 @@ pub fn run(pins: &Pins, json_out: bool) -> Result<()> {
         if let Some(h) = p["host_ports"].as_array().filter(|h| !h.is_empty()) {
             let list: Vec<&str> = h.iter().filter_map(|x| x.as_str()).collect();
             ann.push_str(&format!(" hostPorts {}", list.join(",")));
+        }
+        if let Some(e) = p["egress_policies"].as_array().filter(|e| !e.is_empty()) {
+            let list: Vec<&str> = e.iter().filter_map(|x| x.as_str()).collect();
+            ann.push_str(&format!(" egressPolicies {}", list.join(",")));
         }
         println!(
             "  {who}{} {} veth {} {} natOutgoing={} attached={}{} packets {} spoofed-dropped {}{ann}",
@@ -313,4 +388,51 @@ pub fn run(pins: &Pins, json_out: bool) -> Result<()> {
     println!("counters: {}", s["counters"]);
     println!("drops: {}", s["drops"]);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::readers::{PolicyAction, PolicyDesc, PolicyRow};
+
+    fn row(action: PolicyAction, destinations: &[&str], pods: &[&str]) -> PolicyRow {
+        PolicyRow {
+            desc: PolicyDesc {
+                index: 1,
+                name: "partner".into(),
+                flags: 0,
+                namespaces: vec!["team-a".into()],
+                pods: vec![],
+                destinations: destinations.iter().map(|d| d.to_string()).collect(),
+                action,
+            },
+            packets: 12,
+            bytes: 3400,
+            flows: 3,
+            unmasqueraded: 0,
+            pods: pods.iter().map(|p| p.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn egress_policy_json_and_text() {
+        let r = row(PolicyAction::Masquerade(vec!["192.0.2.50".into()]), &["203.0.113.0/24"], &["team-a/web-1"]);
+        let v = policy_json(&r);
+        assert_eq!(v["name"], "partner");
+        assert_eq!(v["action"], "masquerade");
+        assert_eq!(v["masquerade_address"], json!(["192.0.2.50"]));
+        assert_eq!(v["destinations"], json!(["203.0.113.0/24"]));
+        assert_eq!(v["namespaces"], json!(["team-a"]));
+        assert_eq!((v["packets"].as_u64(), v["flows"].as_u64()), (Some(12), Some(3)));
+        assert_eq!(v["selected_pods"], json!(["team-a/web-1"]));
+        let lines = policy_lines(&v);
+        assert!(lines[0].contains("partner") && lines[0].contains("masqueradeAddress 192.0.2.50 to 203.0.113.0/24  (namespaces team-a)"), "{lines:?}");
+        assert!(lines[1].contains("packets 12 bytes 3400 flows 3 unmasqueraded 0  pods (1): team-a/web-1"), "{lines:?}");
+
+        let v = policy_json(&row(PolicyAction::NoNat, &[], &[]));
+        assert_eq!((v["action"].as_str(), v["nat_outgoing"].as_bool()), (Some("no_nat"), Some(false)));
+        let lines = policy_lines(&v);
+        assert!(lines[0].contains("natOutgoing: false to every destination"), "{lines:?}");
+        assert!(lines[1].ends_with("pods (0): none"), "{lines:?}");
+    }
 }
