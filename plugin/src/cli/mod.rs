@@ -82,6 +82,8 @@ pub enum NatCmd {
         pins: PinPathArg,
         #[arg(long, help = "print a JSON array")]
         json: bool,
+        #[arg(long, value_name = "NAME", help = "only the flows that took the address of this egress policy")]
+        policy: Option<String>,
     },
 }
 
@@ -102,7 +104,7 @@ pub fn main() -> i32 {
     let cli = Cli::parse();
     let res = match cli.cmd {
         Command::Status { pins, json } => status::run(&pins.pins(), json),
-        Command::Nat { cmd: NatCmd::List { pins, json } } => nat_list::list(&pins.pins(), json),
+        Command::Nat { cmd: NatCmd::List { pins, json, policy } } => nat_list::list(&pins.pins(), json, policy.as_deref()),
         Command::Apply { conf } => apply::run(&conf),
         Command::Explain(args) => explain::main(&args),
         Command::Metrics(args) => metrics::main(&args),

@@ -4,7 +4,8 @@ use serde::Serialize;
 
 use crate::{
     bpf::{abi, loader::Pins, nat},
-    error::Result,
+    cli::readers::{self, PolicyDesc},
+    error::{code, Error, Result},
     pod::monotonic_ns,
 };
 
@@ -37,6 +38,32 @@ pub struct Flow {
     /// "namespace/name" of the registered pod whose address this is (CNI_ARGS);
     /// None for tunnel clients and pods their runtime did not name.
     pub k8s_pod: Option<String>,
+    /// The egress policy whose address the pair took (the entry's `policy`:
+    /// 1 + its index); None: the network's address.
+    pub policy: Option<String>,
+}
+
+/// The `policy` byte of a forward half (the pair's egress policy, 0 none):
+/// `nat::Entry` does not carry it, so it is read from the raw value.
+pub trait PolicyOf: nat::Family {
+    fn policy_of(v: &Self::Value) -> u8;
+}
+impl PolicyOf for nat::V4 {
+    fn policy_of(v: &abi::Nat4Entry) -> u8 {
+        v.policy
+    }
+}
+impl PolicyOf for nat::V6 {
+    fn policy_of(v: &abi::Nat6Entry) -> u8 {
+        v.policy
+    }
+}
+
+/// The name of a pair's policy byte: 0 none; 1 + i, policy i (named by its
+/// slot when `egress_policies` no longer holds it).
+pub fn policy_name(descs: &[PolicyDesc], slot: u8) -> Option<String> {
+    let i = u32::from(slot.checked_sub(1)?);
+    Some(descs.iter().find(|d| d.index == i).map(|d| d.name.clone()).unwrap_or_else(|| format!("#{i}")))
 }
 
 pub fn proto_name(p: u8) -> String {
@@ -49,8 +76,11 @@ pub fn proto_name(p: u8) -> String {
     }
 }
 
-fn flows_of<F: nat::Family>(pins: &Pins, now: u64, out: &mut Vec<Flow>) -> Result<()> {
+fn flows_of<F: PolicyOf>(pins: &Pins, now: u64, descs: &[PolicyDesc], out: &mut Vec<Flow>) -> Result<()> {
+    let fwd = nat::Fwd::<F>::open(pins)?;
     for (t, e, r) in nat::pairs::<F>(pins)? {
+        // A pair gone since the walk has no policy to show.
+        let slot = fwd.get(&F::key(&t)).map(|v| F::policy_of(&v)).unwrap_or(0);
         let inbound = e.flags & abi::NAT_F_INBOUND != 0;
         out.push(Flow {
             proto: proto_name(t.proto),
@@ -73,6 +103,7 @@ fn flows_of<F: nat::Family>(pins: &Pins, now: u64, out: &mut Vec<Flow>) -> Resul
             host: e.flags & abi::NAT_F_HOST != 0,
             complete: r.is_some() || inbound,
             k8s_pod: None,
+            policy: policy_name(descs, slot),
         });
     }
     Ok(())
@@ -82,8 +113,9 @@ fn flows_of<F: nat::Family>(pins: &Pins, now: u64, out: &mut Vec<Flow>) -> Resul
 pub fn flows(pins: &Pins) -> Result<Vec<Flow>> {
     let now = monotonic_ns();
     let mut out = Vec::new();
-    flows_of::<nat::V4>(pins, now, &mut out)?;
-    flows_of::<nat::V6>(pins, now, &mut out)?;
+    let descs = readers::egress_policy_descs(pins)?;
+    flows_of::<nat::V4>(pins, now, &descs, &mut out)?;
+    flows_of::<nat::V6>(pins, now, &descs, &mut out)?;
     let names: std::collections::HashMap<String, String> = super::readers::pods(pins)?
         .into_iter()
         .filter(|p| !p.k8s_name.is_empty())
@@ -101,8 +133,22 @@ pub fn flows(pins: &Pins) -> Result<Vec<Flow>> {
     Ok(out)
 }
 
-pub fn list(pins: &Pins, json: bool) -> Result<()> {
-    let flows = flows(pins)?;
+/// Keep only the flows of egress policy `name` (`--policy`); an unknown name is
+/// an error naming the option and the node's policies.
+pub fn only_policy(flows: Vec<Flow>, descs: &[PolicyDesc], name: &str) -> Result<Vec<Flow>> {
+    if !descs.iter().any(|d| d.name == name) {
+        let known: Vec<&str> = descs.iter().map(|d| d.name.as_str()).collect();
+        let known = if known.is_empty() { "it has none".to_string() } else { format!("its policies: {}", known.join(", ")) };
+        return Err(Error::new(code::INVALID_CONFIG, format!("--policy {name:?}: no such egress policy on this node ({known})")));
+    }
+    Ok(flows.into_iter().filter(|f| f.policy.as_deref() == Some(name)).collect())
+}
+
+pub fn list(pins: &Pins, json: bool, policy: Option<&str>) -> Result<()> {
+    let mut flows = flows(pins)?;
+    if let Some(name) = policy {
+        flows = only_policy(flows, &readers::egress_policy_descs(pins)?, name)?;
+    }
     if json {
         println!("{}", serde_json::to_string_pretty(&flows).expect("serializable"));
         return Ok(());
@@ -114,7 +160,7 @@ pub fn list(pins: &Pins, json: bool) -> Result<()> {
     for f in &flows {
         let node = if f.inbound { "(inbound, not masqueraded)".to_string() } else { endpoint(&f.nat_addr, f.nat_port) };
         println!(
-            "{:<6} {:<30} {:<30} {:<30} {:>7.1}s {:>9} {:>9}{}{}{}",
+            "{:<6} {:<30} {:<30} {:<30} {:>7.1}s {:>9} {:>9}{}{}{}{}",
             f.proto,
             endpoint(&f.pod_addr, f.pod_port),
             node,
@@ -130,7 +176,8 @@ pub fn list(pins: &Pins, json: bool) -> Result<()> {
             } else {
                 "  (host flow, remapped: a pod held its tuple)"
             },
-            f.k8s_pod.as_deref().map(|p| format!("  pod {p}")).unwrap_or_default()
+            f.k8s_pod.as_deref().map(|p| format!("  pod {p}")).unwrap_or_default(),
+            f.policy.as_deref().map(|p| format!("  policy {p}")).unwrap_or_default()
         );
     }
     println!("{} flow(s)", flows.len());
@@ -143,5 +190,76 @@ fn endpoint(addr: &str, port: u16) -> String {
         format!("[{addr}]:{port}")
     } else {
         format!("{addr}:{port}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::readers::PolicyAction;
+
+    fn desc(index: u32, name: &str) -> PolicyDesc {
+        PolicyDesc {
+            index,
+            name: name.into(),
+            flags: 0,
+            namespaces: vec![],
+            pods: vec![],
+            destinations: vec![],
+            action: PolicyAction::NoNat,
+        }
+    }
+
+    fn flow(policy: Option<&str>) -> Flow {
+        Flow {
+            proto: "tcp".into(),
+            family: "ipv4",
+            pod_addr: "10.244.1.2".into(),
+            pod_port: 40000,
+            nat_addr: "192.0.2.50".into(),
+            nat_port: 40000,
+            remote_addr: "203.0.113.7".into(),
+            remote_port: 443,
+            age_s: 1.0,
+            idle_s: 0.5,
+            packets: 3,
+            bytes: 300,
+            reply_packets: 2,
+            reply_bytes: 200,
+            closing: false,
+            by_rule: None,
+            inbound: false,
+            host: false,
+            complete: true,
+            k8s_pod: None,
+            policy: policy.map(String::from),
+        }
+    }
+
+    #[test]
+    fn policy_byte_names_the_policy() {
+        let descs = [desc(0, "partner"), desc(2, "optout")];
+        assert_eq!(policy_name(&descs, 0), None);
+        assert_eq!(policy_name(&descs, 1).as_deref(), Some("partner"));
+        assert_eq!(policy_name(&descs, 3).as_deref(), Some("optout"));
+        // A policy gone since the pair was made: named by its index.
+        assert_eq!(policy_name(&descs, 2).as_deref(), Some("#1"));
+        let v = serde_json::to_value(flow(Some("partner"))).unwrap();
+        assert_eq!(v["policy"], "partner");
+        assert_eq!(serde_json::to_value(flow(None)).unwrap()["policy"], serde_json::Value::Null);
+    }
+
+    #[test]
+    fn policy_option_filters_and_refuses_unknown_names() {
+        let descs = [desc(0, "partner"), desc(1, "pool")];
+        let flows = vec![flow(Some("partner")), flow(None), flow(Some("pool")), flow(Some("partner"))];
+        let only = only_policy(flows, &descs, "partner").unwrap();
+        assert_eq!(only.len(), 2);
+        assert!(only.iter().all(|f| f.policy.as_deref() == Some("partner")));
+        let e = only_policy(vec![], &descs, "nope").unwrap_err();
+        assert_eq!(e.code, code::INVALID_CONFIG);
+        assert!(e.msg.contains("--policy \"nope\"") && e.msg.contains("its policies: partner, pool"), "{}", e.msg);
+        let e = only_policy(vec![], &[], "nope").unwrap_err();
+        assert!(e.msg.contains("it has none"), "{}", e.msg);
     }
 }
