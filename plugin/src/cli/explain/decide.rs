@@ -6,6 +6,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use serde::Serialize;
 
+use super::egress::{self, Outcome, PolicyReason, PolicyRef};
 use super::lookups::Lookups;
 use super::packet::{parse, OutIf, Packet, Proto, L4};
 use crate::{
@@ -48,6 +49,10 @@ pub enum Why {
     Excluded,
     NoUplinkAddress,
     Pod,
+    /// An egress policy's address.
+    EgressPolicy,
+    /// An egress policy with natOutgoing: false.
+    EgressPolicyNoNat,
     Ipv6Unsupported,
     FragmentWithoutState,
     UnsupportedProtocol,
@@ -109,6 +114,13 @@ pub struct Explanation {
     pub pod: Option<PodRef>,
     pub exclusion: Option<ExclRef>,
     pub flow: Option<FlowRef>,
+    /// The egress policy that decided (absent: none did).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy: Option<PolicyRef>,
+    /// Why each egress policy of the node did or did not decide (absent: the
+    /// node has none, or they were not consulted).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub policies: Vec<PolicyReason>,
     /// Every check made, in the data plane's order.
     pub trace: Vec<String>,
     pub notes: Vec<String>,
@@ -131,9 +143,16 @@ struct Ctx<'a, L: Lookups> {
     pod: Option<PodRef>,
     exclusion: Option<ExclRef>,
     flow: Option<FlowRef>,
+    policy: Option<PolicyRef>,
+    policies: Vec<PolicyReason>,
 }
 
-impl<L: Lookups> Ctx<'_, L> {
+impl<'a, L: Lookups> Ctx<'a, L> {
+    fn new(l: &'a L, pkt: &'a Packet, out: &'a OutIf, up: UplinkInfo) -> Self {
+        let (trace, notes, policies) = (vec![], vec![], vec![]);
+        Ctx { l, pkt, out, up, trace, notes, rule: None, pod: None, exclusion: None, flow: None, policy: None, policies }
+    }
+
     fn step(&mut self, s: impl Into<String>) {
         self.trace.push(s.into());
     }
@@ -194,6 +213,8 @@ impl<L: Lookups> Ctx<'_, L> {
             pod: self.pod,
             exclusion: self.exclusion,
             flow: self.flow,
+            policy: self.policy,
+            policies: self.policies,
             trace: self.trace,
             notes: self.notes,
         }
@@ -299,6 +320,9 @@ impl<L: Lookups> Ctx<'_, L> {
             self.exclusion =
                 Some(ExclRef { cidr, reason: crate::cli::status::excl_reason(x.reason).to_string(), index: x.index });
             self.step(format!("destination {dst} is in {what}"));
+            if info.egress != 0 {
+                self.step("egress policies not consulted: exclusions win");
+            }
             return Ok(Decision::None(code, format!("not masqueraded: destination in {what}")));
         }
         self.step(format!("destination {dst} is in no exclusion"));
@@ -306,7 +330,31 @@ impl<L: Lookups> Ctx<'_, L> {
             self.step(format!("{ifname} has no {fam} masquerade address"));
             return Ok(Decision::None(Why::NoUplinkAddress, format!("not masqueraded: {ifname} has no {fam} masquerade address")));
         };
-        Ok(Decision::Masquerade(Why::Pod, format!("masqueraded to {nat} (pod registration of {name})"), nat))
+        // egress_policy_v4/v6: the first of the pod's policies that holds the destination.
+        let desc = l.pod_desc(info.ifindex, src);
+        let mut why = format!("masqueraded to {nat} (pod registration of {name})");
+        if let Some(e) = egress::egress_policy(l, src, dst, info.egress, desc.as_ref())? {
+            e.steps.into_iter().for_each(|s| self.step(s));
+            self.policies = e.policies;
+            self.policy = e.policy;
+            let pname = self.policy.as_ref().map(|p| p.name.clone()).unwrap_or_default();
+            match e.outcome {
+                Outcome::NoNat => {
+                    return Ok(Decision::None(
+                        Why::EgressPolicyNoNat,
+                        format!("not masqueraded: egress policy \"{pname}\" (natOutgoing: false)"),
+                    ))
+                }
+                Outcome::Address(a) => {
+                    return Ok(Decision::Masquerade(Why::EgressPolicy, format!("masqueraded to {a} by egress policy \"{pname}\""), a))
+                }
+                Outcome::Network if self.policy.is_some() => {
+                    why.push_str(&format!("; egress policy \"{pname}\" has no {fam} address"));
+                }
+                Outcome::Network => {}
+            }
+        }
+        Ok(Decision::Masquerade(Why::Pod, why, nat))
     }
 }
 
@@ -318,22 +366,11 @@ pub fn explain<L: Lookups>(l: &L, pkt: &Packet, out: &OutIf) -> Result<Explanati
     let ifname = out.label();
     // masq_up_egress: an interface without an uplink entry is passed through.
     let Some(up) = l.uplink(out.ifindex)? else {
-        let mut c = Ctx {
-            l,
-            pkt,
-            out,
-            up: UplinkInfo::default(),
-            trace: vec![],
-            notes: vec![],
-            rule: None,
-            pod: None,
-            exclusion: None,
-            flow: None,
-        };
+        let mut c = Ctx::new(l, pkt, out, UplinkInfo::default());
         c.step(format!("{ifname} has no entry in the uplinks map"));
         return Ok(c.untouched(Why::NotUplink, format!("not an uplink: untouched ({ifname} is not an ebpf-masq uplink)")));
     };
-    let mut c = Ctx { l, pkt, out, up, trace: vec![], notes: vec![], rule: None, pod: None, exclusion: None, flow: None };
+    let mut c = Ctx::new(l, pkt, out, up);
     let v4 = (up.flags & abi::UPLINK_F_HAS_V4 != 0).then(|| Ipv4Addr::from(up.masq_v4).to_string());
     let v6 = (up.flags & abi::UPLINK_F_HAS_V6 != 0).then(|| Ipv6Addr::from(up.masq_v6).to_string());
     let addrs: Vec<String> = v4.into_iter().chain(v6).collect();

@@ -45,6 +45,9 @@ pub struct PodDesc {
     pub container_id: String,
     pub ifname: String,
     pub veth: String,
+    /// Kubernetes namespace and name (pod_meta), when the runtime gave them.
+    pub k8s_namespace: Option<String>,
+    pub k8s_name: Option<String>,
 }
 
 /// What the decision reads. Decision lookups behave as the kernel's map lookups
@@ -77,6 +80,19 @@ pub trait Lookups {
     /// masq_pool (masqueradeAddress's pool), when the data plane has one.
     fn pool(&self) -> Result<Option<abi::MasqPool>> {
         Ok(None)
+    }
+    /// egress4 / egress6 lookup on {prefixlen 32 + address bits, set, daddr}: the
+    /// first policy of the mask `set` that holds the destination.
+    fn egress(&self, _set: u32, _daddr: IpAddr) -> Result<Option<abi::EgressHit>> {
+        Ok(None)
+    }
+    /// masq_pool slot `slot` (1 + i: egress policy i's addresses).
+    fn pool_slot(&self, _slot: u32) -> Result<Option<abi::MasqPool>> {
+        Ok(None)
+    }
+    /// egress_policies: every used slot (names only; the decision reads egress4/6).
+    fn egress_policies(&self) -> Result<Vec<readers::PolicyDesc>> {
+        Ok(Vec::new())
     }
 }
 
@@ -143,6 +159,8 @@ pub struct MapLookups {
     pods6: HashMap<MapData, [u8; 16], PodInfo>,
     excl4: LpmTrie<MapData, [u8; 4], ExclInfo>,
     excl6: LpmTrie<MapData, [u8; 16], ExclInfo>,
+    egress4: Option<LpmTrie<MapData, abi::Egress4Data, abi::EgressHit>>,
+    egress6: Option<LpmTrie<MapData, abi::Egress6Data, abi::EgressHit>>,
     rules: OnceCell<Vec<readers::RuleRow>>,
 }
 
@@ -174,6 +192,8 @@ impl MapLookups {
             pods6: maps::open(pins, abi::MAP_PODS6)?,
             excl4: maps::open(pins, abi::MAP_EXCL4)?,
             excl6: maps::open(pins, abi::MAP_EXCL6)?,
+            egress4: open_opt(pins, abi::MAP_EGRESS4)?,
+            egress6: open_opt(pins, abi::MAP_EGRESS6)?,
             rules: OnceCell::new(),
         })
     }
@@ -208,11 +228,29 @@ impl MapLookups {
 
 impl Lookups for MapLookups {
     fn pool(&self) -> Result<Option<abi::MasqPool>> {
+        self.pool_slot(0)
+    }
+    fn pool_slot(&self, slot: u32) -> Result<Option<abi::MasqPool>> {
         if !self.pins.map(abi::MAP_MASQ_POOL).exists() {
             return Ok(None); // a data plane from before pools
         }
         let m: aya::maps::Array<MapData, abi::MasqPool> = maps::open(&self.pins, abi::MAP_MASQ_POOL)?;
-        Ok(m.get(&0, 0).ok())
+        Ok(m.get(&slot, 0).ok())
+    }
+    fn egress(&self, set: u32, daddr: IpAddr) -> Result<Option<abi::EgressHit>> {
+        match daddr {
+            IpAddr::V4(a) => {
+                let Some(m) = &self.egress4 else { return Ok(None) };
+                opt(m.get(&Key::new(64, abi::Egress4Data { set, daddr: a.octets() }), 0), abi::MAP_EGRESS4)
+            }
+            IpAddr::V6(a) => {
+                let Some(m) = &self.egress6 else { return Ok(None) };
+                opt(m.get(&Key::new(32 + 128, abi::Egress6Data { set, daddr: a.octets() }), 0), abi::MAP_EGRESS6)
+            }
+        }
+    }
+    fn egress_policies(&self) -> Result<Vec<readers::PolicyDesc>> {
+        readers::egress_policy_descs(&self.pins)
     }
 
     fn binding(&self, addr: IpAddr, port: u16, proto: u8) -> Result<Option<(IpAddr, u16)>> {
@@ -359,14 +397,22 @@ impl Lookups for MapLookups {
     }
     fn pod_desc(&self, veth_ifindex: u32, addr: IpAddr) -> Option<PodDesc> {
         let atts = pod::list_attachments(&self.pins).ok()?;
+        let metas =
+            if readers::has_map(&self.pins, abi::MAP_POD_META) { pod::list_meta(&self.pins).ok() } else { None };
         // The record holding this address on this veth; else any record of the veth.
         atts.iter()
             .find(|(_, i)| i.veth_ifindex == veth_ifindex && pod::addrs_of(i).contains(&addr))
             .or_else(|| atts.iter().find(|(_, i)| i.veth_ifindex == veth_ifindex))
-            .map(|(k, i)| PodDesc {
-                container_id: pod::cstr(&k.container_id),
-                ifname: pod::cstr(&k.ifname),
-                veth: pod::cstr(&i.veth_name),
+            .map(|(k, i)| {
+                let meta = metas.as_ref().and_then(|m| m.get(k)).map(pod::meta_fields);
+                let some = |s: String| Some(s).filter(|s| !s.is_empty());
+                PodDesc {
+                    container_id: pod::cstr(&k.container_id),
+                    ifname: pod::cstr(&k.ifname),
+                    veth: pod::cstr(&i.veth_name),
+                    k8s_namespace: meta.as_ref().and_then(|m| some(m.0.clone())),
+                    k8s_name: meta.as_ref().and_then(|m| some(m.1.clone())),
+                }
             })
     }
 }

@@ -38,10 +38,12 @@ use crate::{
 pub use crate::netlink::route_oif;
 
 mod decide;
+mod egress;
 mod lookups;
 mod packet;
 
 pub use decide::{explain, ExclRef, Explanation, FlowRef, PodRef, RuleRef, Verdict, Why};
+pub use egress::{PolicyReason, PolicyRef};
 pub use lookups::{prefix_match, resolve_out, Lookups, MapLookups, PodDesc, RuleDesc, RuleHit};
 pub use packet::{
     ExplainArgs, OutIf, Packet, Proto, ICMPV6_ECHO_REPLY, ICMPV6_ECHO_REQUEST, ICMP_ECHO, ICMP_ECHOREPLY, IPPROTO_ICMP,
@@ -52,7 +54,7 @@ pub use packet::{
 // the command
 
 pub const LONG_HELP: &str = "Explain what the data plane does to one packet leaving the node: masqueraded \
-(to which address, by which rule or pod registration), untouched or dropped, and why, step by step.\n\n\
+(to which address, by which rule, pod registration or egress policy), untouched or dropped, and why, step by step.\n\n\
 It reads the same pinned maps the BPF programs read (uplinks, rules, pods, exclusions, NAT flows), never a \
 config file, and mirrors their order exactly. Run it in the node's network namespace: the out interface is \
 --out, else the interface of the node's route to --dst, else the node's only uplink.\n\n\
@@ -90,6 +92,12 @@ pub fn run(pin_path: &Path, pkt: &Packet, out: Option<&str>, json: bool) -> Resu
     println!("checks:");
     for (i, s) in x.trace.iter().enumerate() {
         println!("  {}. {s}", i + 1);
+    }
+    if !x.policies.is_empty() {
+        println!("egress policies:");
+        for p in &x.policies {
+            println!("  {} \"{}\": {}", if p.matched { "*" } else { "-" }, p.policy, p.reason);
+        }
     }
     if !x.notes.is_empty() {
         println!("notes:");
