@@ -92,6 +92,9 @@ pub struct FlowRef {
     pub by_rule: Option<u32>,
     pub idle_s: f64,
     pub packets: u64,
+    /// The egress policy whose address the pair took.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -542,17 +545,23 @@ fn existing_flow<L: Lookups>(
         return Ok(None);
     }
     let by_rule = (fwd.flags & abi::NAT_F_BY_RULE != 0).then_some(fwd.rule_id);
+    let slot = l.nat_fwd_policy(&t)?;
+    let policy = if slot == 0 { None } else { crate::cli::nat_list::policy_name(&l.egress_policies()?, slot) };
     c.flow = Some(FlowRef {
         nat_addr: fwd.addr.to_string(),
         nat_port: fwd.port,
         by_rule,
         idle_s: now.saturating_sub(fwd.last_seen_ns) as f64 / 1e9,
         packets: fwd.packets,
+        policy: policy.clone(),
     });
     if rev.is_none() {
         c.notes.push("the flow's reply half is missing; the data plane re-inserts it on this packet".into());
     }
-    let how = by_rule.map(|id| format!(", made by rule {id}")).unwrap_or_default();
+    let mut how = by_rule.map(|id| format!(", made by rule {id}")).unwrap_or_default();
+    if let Some(p) = &policy {
+        how.push_str(&format!(", with the address of egress policy \"{p}\""));
+    }
     c.step(format!("the NAT table holds this tuple: {to}{how}"));
     Ok(Some(Existing::Masqueraded(format!("masqueraded: existing flow to {to}{how}"), fwd.addr, fwd.port)))
 }

@@ -86,6 +86,10 @@ pub trait Lookups {
     fn egress(&self, _set: u32, _daddr: IpAddr) -> Result<Option<abi::EgressHit>> {
         Ok(None)
     }
+    /// The `policy` byte of the forward half for `t` (0: none, 1 + i: policy i).
+    fn nat_fwd_policy(&self, _t: &Tuple) -> Result<u8> {
+        Ok(0)
+    }
     /// masq_pool slot `slot` (1 + i: egress policy i's addresses).
     fn pool_slot(&self, _slot: u32) -> Result<Option<abi::MasqPool>> {
         Ok(None)
@@ -251,6 +255,15 @@ impl Lookups for MapLookups {
     }
     fn egress_policies(&self) -> Result<Vec<readers::PolicyDesc>> {
         readers::egress_policy_descs(&self.pins)
+    }
+    fn nat_fwd_policy(&self, t: &Tuple) -> Result<u8> {
+        use crate::cli::nat_list::PolicyOf;
+        Ok(match (&self.nat6, t.saddr.is_ipv6()) {
+            (_, false) => opt(self.nat4.0.get(&natmaps::V4::key(t)), abi::MAP_NAT4_FWD)?.map(|v| natmaps::V4::policy_of(&v)),
+            (Some((fwd, _)), true) => opt(fwd.get(&natmaps::V6::key(t)), abi::MAP_NAT6_FWD)?.map(|v| natmaps::V6::policy_of(&v)),
+            (None, true) => None,
+        }
+        .unwrap_or(0))
     }
 
     fn binding(&self, addr: IpAddr, port: u16, proto: u8) -> Result<Option<(IpAddr, u16)>> {

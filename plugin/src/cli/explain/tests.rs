@@ -39,6 +39,8 @@ struct Fake {
     /// egressPolicies as configured: egress4/6, masq_pool slots 1+i and
     /// egress_policies are derived from them as node reconcile writes them.
     policies: Vec<EgressPolicy>,
+    /// The policy byte of forward halves (the rest: 0).
+    fwd_policy: Vec<(Tuple, u8)>,
 }
 
 fn addr_bytes(a: &IpAddr) -> Vec<u8> {
@@ -87,6 +89,9 @@ fn info_of(p: &EgressPolicy) -> abi::EgressPolicyInfo {
 }
 
 impl Lookups for Fake {
+    fn nat_fwd_policy(&self, t: &Tuple) -> Result<u8> {
+        Ok(self.fwd_policy.iter().find(|(x, _)| x == t).map(|(_, p)| *p).unwrap_or(0))
+    }
     fn egress(&self, set: u32, daddr: IpAddr) -> Result<Option<abi::EgressHit>> {
         // The LPM entries node reconcile writes for this mask; the longest holding daddr.
         Ok(egress_entries(&self.policies, set)
@@ -786,4 +791,21 @@ fn no_egress_policies_leaves_the_explanation_as_before() {
         assert!(v.get("policy").is_none() && v.get("policies").is_none(), "{v}");
     }
     check(&run(&f, &pkt(POD, EXT, Proto::Tcp), ETH0), Verdict::Masquerade, Why::Pod, "masqueraded to 10.0.0.5 (pod registration of c1/eth0)");
+}
+
+#[test]
+fn existing_flow_names_its_egress_policy() {
+    let mut f = policy_node();
+    let t = Tuple { saddr: ip(WEB), daddr: ip(PARTNER), sport: 40000, dport: 5001, proto: IPPROTO_UDP };
+    f.fwd.push((t, entry("192.0.2.50", 40000, 99)));
+    f.fwd_policy.push((t, 1));
+    let p = Packet { sport: Some(40000), dport: Some(5001), ..pkt(WEB, PARTNER, Proto::Udp) };
+    let x = run(&f, &p, ETH0);
+    check(&x, Verdict::Masquerade, Why::ExistingFlow, "existing flow to 192.0.2.50:40000, with the address of egress policy \"partner\"");
+    assert_eq!(x.flow.as_ref().and_then(|fl| fl.policy.as_deref()), Some("partner"));
+    // Without a policy byte the flow reads as before.
+    f.fwd_policy.clear();
+    let x = run(&f, &p, ETH0);
+    check(&x, Verdict::Masquerade, Why::ExistingFlow, "existing flow to 192.0.2.50:40000");
+    assert!(!x.reason.contains("egress") && serde_json::to_value(&x).unwrap()["flow"].get("policy").is_none(), "{x:#?}");
 }
