@@ -166,11 +166,13 @@ pub fn pods(pins: &Pins) -> Result<Vec<PodRow>> {
     let stats: PerCpuHashMap<MapData, u32, VethInfo> = maps::open(pins, abi::MAP_VETHS)?;
     // A data plane of an older layout (read during an upgrade) has no pod_meta.
     let metas = if has_map(pins, abi::MAP_POD_META) { pod::list_meta(pins)? } else { Default::default() };
-    let pods4: HashMap<MapData, [u8; 4], PodInfo> = maps::open(pins, abi::MAP_PODS4)?;
-    let pods6: HashMap<MapData, [u8; 16], PodInfo> = maps::open(pins, abi::MAP_PODS6)?;
+    // The policy mask is in the pods4/pods6 entries; a data plane of an older
+    // layout (another pod_info size) has none: no policy selects its pods.
+    let pods4: Option<HashMap<MapData, [u8; 4], PodInfo>> = maps::open(pins, abi::MAP_PODS4).ok();
+    let pods6: Option<HashMap<MapData, [u8; 16], PodInfo>> = maps::open(pins, abi::MAP_PODS6).ok();
     let mask_of = |a: &IpAddr| match a {
-        IpAddr::V4(a) => pods4.get(&a.octets(), 0).map(|p| p.egress).unwrap_or(0),
-        IpAddr::V6(a) => pods6.get(&a.octets(), 0).map(|p| p.egress).unwrap_or(0),
+        IpAddr::V4(a) => pods4.as_ref().and_then(|m| m.get(&a.octets(), 0).ok()).map_or(0, |p| p.egress),
+        IpAddr::V6(a) => pods6.as_ref().and_then(|m| m.get(&a.octets(), 0).ok()).map_or(0, |p| p.egress),
     };
     let mut out = Vec::new();
     for (k, info) in pod::list_attachments(pins)? {
