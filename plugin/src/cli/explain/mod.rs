@@ -1,8 +1,9 @@
 //! `ebpf-masq explain`: the masquerade decision the data plane makes for one
 //! packet leaving the node, and why, read from the same pinned maps the
 //! programs read (never from a config file). The room: `packet` (what the
-//! command line describes), `decide` (the decision walk), `lookups` (the maps
-//! and routes it reads); this file is the command. Reads only, never writes.
+//! command line describes), `decide` (the decision walk), `egress` (its egress
+//! policy step), `lookups` (the maps and routes it reads); this file is the
+//! command. Reads only, never writes.
 //!
 //! [`explain`] mirrors `snat_egress` (bpf/lib/nat_egress_tmpl.h, both families) and
 //! `masq_decide_v4`/`masq_decide_v6` (bpf/lib/policy.h) step by step; keep them
@@ -19,7 +20,9 @@
 //!     first fragment's flow (`frag{4,6}`);
 //!  4. a rule for (out interface, source) whose except list misses the destination;
 //!  5. a registered pod (`pods{4,6}`) with natOutgoing whose destination is in no
-//!     exclusion (`excl{4,6}`);
+//!     exclusion (`excl{4,6}`); for a pod egress policies select, the first of them
+//!     holding the destination (`egress{4,6}`) gives the address (its `masq_pool`
+//!     slot 1 + i) or leaves it unmasqueraded (natOutgoing: false) — `egress`;
 //!  6. a packet the policy masquerades that cannot be (an ICMP echo reply, a
 //!     fragment without state, an unsupported protocol, no port range) is dropped.
 //!
