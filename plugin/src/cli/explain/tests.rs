@@ -60,20 +60,8 @@ fn cidr(a: &IpAddr, plen: u32) -> String {
 
 /// The spec JSON node reconcile writes in egress_policies (the policy without its name).
 fn spec_of(p: &EgressPolicy) -> serde_json::Value {
-    let mut v = serde_json::json!({ "namespaces": p.namespaces.iter().map(|g| g.as_str()).collect::<Vec<_>>() });
-    if !p.pods.is_empty() {
-        v["pods"] = p.pods.iter().map(|g| g.as_str()).collect::<Vec<_>>().into();
-    }
-    if !p.destinations.is_empty() {
-        v["destinations"] = p.destinations.iter().map(|d| d.to_string()).collect::<Vec<_>>().into();
-    }
-    match &p.action {
-        EgressAction::Masquerade { v4, v6 } => {
-            let a: Vec<String> = v4.iter().map(|a| a.to_string()).chain(v6.iter().map(|a| a.to_string())).collect();
-            v["masqueradeAddress"] = a.into();
-        }
-        EgressAction::NoNat => v["natOutgoing"] = false.into(),
-    }
+    let mut v = crate::config::egress_policies_to_json(std::slice::from_ref(p))[0].clone();
+    v.as_object_mut().unwrap().remove("name");
     v
 }
 
