@@ -27,7 +27,7 @@ def test_run_stop_twice_remove_through_the_cri(topo, plugin, lab):
     conflist = {"cniVersion": "1.0.0", "name": f"{lab.prefix}cri", "plugins": [topo.bridge_plugin(), masq]}
     cri = CriContainerd(lab, topo.node, conflist, plugin)
 
-    annotations = {"ebpf-masq.io/egress-policy": "partner", "example.com/team": "shop"}
+    annotations = {"ebpf-masq.io/owner": "shop-team", "example.com/team": "shop"}
     sid = cri.run_pod_sandbox("web-0", "shop", annotations, host_ports=[(8080, 80, "tcp")])
     st, _ = cri.status(sid)
     assert st.state == cri.pb.SANDBOX_READY, st
@@ -47,7 +47,7 @@ def test_run_stop_twice_remove_through_the_cri(topo, plugin, lab):
     [reg] = s["pods"]
     assert reg["container_id"] == sid and reg["addresses"] == [pod_ip], reg
     assert (reg["k8s_namespace"], reg["k8s_name"]) == ("shop", "web-0"), reg
-    assert reg["annotations"] == {"ebpf-masq.io/egress-policy": "partner"}, reg
+    assert reg["annotations"] == {"ebpf-masq.io/owner": "shop-team"}, reg
     assert reg["host_ports"] == ["8080/tcp"], reg  # the sandbox's port_mappings, kept off masqueraded flows
     flows = [f for f in topo.nat_list(plugin) if f["pod_addr"] == pod_ip]
     assert flows and all(f["k8s_pod"] == "shop/web-0" for f in flows), flows

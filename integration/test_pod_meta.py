@@ -24,16 +24,16 @@ def pod_meta_entries(topo):
 def test_namespace_name_and_annotations_reach_the_registration(topo, plugin):
     net = topo.masq_network(plugin, capabilities={CAP: True})
     ns = topo.pod_ns("pod")
-    annotations = {"ebpf-masq.io/egress-policy": "partner", "kubectl.kubernetes.io/last-applied-configuration": "{}"}
+    annotations = {"ebpf-masq.io/owner": "shop-team", "kubectl.kubernetes.io/last-applied-configuration": "{}"}
     env = {**net.env, "CNI_ARGS": "IgnoreUnknown=1;K8S_POD_NAMESPACE=shop;K8S_POD_NAME=web-0;K8S_POD_UID=u-1",
            "CAP_ARGS": json.dumps({CAP: annotations})}
     topo.node.enter(["cnitool", "add", net.name, ns.path], env=env)
     net.pods.append(ns)
     [p] = topo.status(plugin)["pods"]
     assert (p["k8s_namespace"], p["k8s_name"]) == ("shop", "web-0"), p
-    assert p["annotations"] == {"ebpf-masq.io/egress-policy": "partner"}, p  # only ours are kept
+    assert p["annotations"] == {"ebpf-masq.io/owner": "shop-team"}, p  # only ours are kept
     text = masqcli.run(topo, plugin, "status").stdout
-    assert "pod shop/web-0 " in text and "ebpf-masq.io/egress-policy" in text, text
+    assert "pod shop/web-0 " in text and "ebpf-masq.io/owner" in text, text
 
     udp = topo.ext.server("udp", 5001)
     assert ns.client("udp", EXT, 5001)[0] == 0

@@ -238,12 +238,16 @@ fn cmd_add(env: &CniEnv, conf: &NetConf, pins: &Pins) -> Result<serde_json::Valu
     if addrs.is_empty() {
         return Err(Error::config("prevResult.ips", format!("no address for interface {}", env.ifname)));
     }
+    // The egress policies that select the pod (its annotation may narrow them to
+    // one, never widen): a refused annotation fails the ADD before anything is done.
+    let annotation = conf.pod_annotations.get(crate::config::EGRESS_POLICY_ANNOTATION).map(String::as_str);
+    let egress = node::egress::mask_of(&conf.masq, &who.namespace, &who.name, annotation)?;
     let veth = find_host_veth(env, &prev)?;
     // Resolve the uplinks before anything is created, so a bad interface name
-    // leaves no trace.
+    // (or a policy address the node does not own) leaves no trace.
     let uplinks = node::resolve_uplinks(&conf.masq)?;
     let _lock = node::lock(pins)?;
-    node::reconcile_with(pins, &conf.masq, &uplinks)?;
+    node::reconcile_for_pod(pins, &conf.masq, &uplinks, egress)?;
     let key = pod::attachment_key(&env.container_id, &env.ifname);
     let reg = Registration {
         veth_ifindex: veth.index,
@@ -256,7 +260,7 @@ fn cmd_add(env: &CniEnv, conf: &NetConf, pins: &Pins) -> Result<serde_json::Valu
             pod::meta_of(&who.namespace, &who.name, &conf.pod_annotations),
             &conf.host_ports.iter().map(|&(port, proto)| abi::HostPort { port, proto, pad: 0 }).collect::<Vec<_>>(),
         ),
-        egress: 0,
+        egress,
     };
     pod::register(pins, &key, &reg)?;
     Ok(raw)

@@ -222,6 +222,36 @@ pub fn register(pins: &Pins, key: &AttachmentKey, reg: &Registration) -> Result<
     Ok(())
 }
 
+/// A registered pod's egress policy mask (`PodInfo.egress`) becomes `mask` in its
+/// pods4/pods6 entries (those still its veth's) and its veth's entry. True when
+/// anything changed. New flows follow it; established pairs keep their address.
+pub fn set_egress(pins: &Pins, info: &AttachmentInfo, mask: u32) -> Result<bool> {
+    let mut p4: HashMap<MapData, [u8; 4], PodInfo> = maps::open(pins, abi::MAP_PODS4)?;
+    let mut p6: HashMap<MapData, [u8; 16], PodInfo> = maps::open(pins, abi::MAP_PODS6)?;
+    let mut changed = false;
+    for a in addrs_of(info) {
+        match a {
+            IpAddr::V4(v4) => {
+                if let Ok(p) = p4.get(&v4.octets(), 0) {
+                    if p.ifindex == info.veth_ifindex && p.egress != mask {
+                        p4.insert(v4.octets(), PodInfo { egress: mask, ..p }, 0).bpf_ctx("write pods4")?;
+                        changed = true;
+                    }
+                }
+            }
+            IpAddr::V6(v6) => {
+                if let Ok(p) = p6.get(&v6.octets(), 0) {
+                    if p.ifindex == info.veth_ifindex && p.egress != mask {
+                        p6.insert(v6.octets(), PodInfo { egress: mask, ..p }, 0).bpf_ctx("write pods6")?;
+                        changed = true;
+                    }
+                }
+            }
+        }
+    }
+    Ok(maps::veth_set_egress(pins, info.veth_ifindex, mask)? || changed)
+}
+
 /// What CHECK asks of the data plane for a registered pod: each of its addresses
 /// is still its veth's in pods4/pods6 (not gone, not handed to another pod since),
 /// and the veth has its `veths` entry. The first problem, or None.

@@ -409,7 +409,7 @@ pub(super) fn parse_egress_policies(v: &Value) -> Result<Vec<EgressPolicy>> {
 }
 
 /// The inverse of [`parse_egress_policies`], for `masq_to_json`.
-pub(super) fn egress_policies_to_json(policies: &[EgressPolicy]) -> Value {
+pub fn egress_policies_to_json(policies: &[EgressPolicy]) -> Value {
     let strings = |v: Vec<String>| Value::Array(v.into_iter().map(Value::String).collect());
     let globs = |g: &[Glob]| strings(g.iter().map(|g| g.as_str().to_owned()).collect());
     let list = policies

@@ -39,7 +39,7 @@ use crate::error::{Error, Result};
 
 use diag::{expect_str, quote};
 pub use egress::{
-    egress_entries, first_match, select_policies, EgressAction, EgressPolicy, Glob, GlobKind, EGRESS_DESTINATIONS_MAX,
+    egress_entries, egress_policies_to_json, first_match, select_policies, EgressAction, EgressPolicy, Glob, GlobKind, EGRESS_DESTINATIONS_MAX,
     EGRESS_POLICIES_MAX, EGRESS_POLICY_ANNOTATION,
 };
 pub use keys::key;

@@ -10,6 +10,7 @@
 //! never cli or cni.
 
 pub mod adopt;
+pub mod egress;
 mod policy;
 mod ports;
 mod teardown;
@@ -139,6 +140,16 @@ pub fn reconcile(pins: &Pins, conf: &MasqConfig) -> Result<Vec<Uplink>> {
 /// `reconcile` with the uplinks already resolved (CNI ADD resolves them before
 /// taking the lock, and does not pay for it twice).
 pub fn reconcile_with(pins: &Pins, conf: &MasqConfig, uplinks: &[Uplink]) -> Result<()> {
+    reconcile_inner(pins, conf, uplinks, None)
+}
+
+/// `reconcile_with` for the ADD of a pod the egress policies of `egress` select:
+/// their entries are in place before the pod is registered with that mask.
+pub fn reconcile_for_pod(pins: &Pins, conf: &MasqConfig, uplinks: &[Uplink], egress: u32) -> Result<()> {
+    reconcile_inner(pins, conf, uplinks, Some(egress))
+}
+
+fn reconcile_inner(pins: &Pins, conf: &MasqConfig, uplinks: &[Uplink], egress_of_new_pod: Option<u32>) -> Result<()> {
     if pins.loaded() {
         loader::ensure_loaded(pins, conf.nat_max_entries)?;
     } else {
@@ -170,6 +181,9 @@ pub fn reconcile_with(pins: &Pins, conf: &MasqConfig, uplinks: &[Uplink]) -> Res
     let adopted = adopt::adopt(pins);
     uplinks::reconcile_uplinks(pins, uplinks)?;
     adopt::finish(pins, adopted);
+    // Every registered pod's egress policies, evaluated again (a config change
+    // reaches running pods; their established flows keep their mapping).
+    egress::sync(pins, conf, egress_of_new_pod)?;
     // Nothing is reserved any more (host flows are tracked: host_egress); ports an
     // older version reserved are given back, so the node needs no tuning.
     match release_ports(pins) {

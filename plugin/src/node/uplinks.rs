@@ -51,10 +51,15 @@ pub fn resolve_uplinks(conf: &MasqConfig) -> Result<Vec<Uplink>> {
         }
     }
     let mut out = Vec::new();
+    let mut owned = std::collections::BTreeSet::new();
+    let mut described = Vec::new();
     for (name, key) in names {
         let link = netlink::get_link_by_name(&name)?
             .ok_or_else(|| Error::config(key, format!("interface {name} does not exist on this node")))?;
         let (v4, v6) = netlink::get_addresses(link.index)?;
+        owned.extend(v4.iter().map(|a| std::net::IpAddr::V4(*a)).chain(v6.iter().map(|a| std::net::IpAddr::V6(*a))));
+        let addrs: Vec<String> = v4.iter().map(|a| a.to_string()).chain(v6.iter().map(|a| a.to_string())).collect();
+        described.push(format!("{name}: {}", if addrs.is_empty() { "no address".into() } else { addrs.join(", ") }));
         let mut info = UplinkInfo::default();
         if link.is_l3() {
             info.flags |= abi::UPLINK_F_L3;
@@ -75,6 +80,7 @@ pub fn resolve_uplinks(conf: &MasqConfig) -> Result<Vec<Uplink>> {
         }
         out.push(Uplink { name, ifindex: link.index, info });
     }
+    super::egress::check_ownership(&conf.egress_policies, &owned, &described.join("; "))?;
     Ok(out)
 }
 
