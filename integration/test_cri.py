@@ -122,6 +122,7 @@ def test_a_refused_egress_annotation_fails_run_pod_sandbox_and_leaves_nothing(to
     ok = cri.run_pod_sandbox("web-0", "team-b")
     ok_ip = cri.status(ok)[0].network.ip
     before = (sorted(topo.node.links()), cri.netns_files(), topo.status(plugin)["pods"])
+    assert len(before[1]) == 1, before  # the good sandbox's netns, seen where containerd keeps it
     leases = lab.tmp / "ipam" / conflist["name"]
     leases_before = sorted(p.name for p in leases.iterdir())
 

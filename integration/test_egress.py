@@ -229,10 +229,11 @@ def test_a_pod_opted_out_sends_its_own_address(topo, plugin):
     native = Servers(topo.native)
     leaves_with(topo, plugin, native, db, NATIVE, db.ip, "db-direct")
     leaves_with(topo, plugin, native, web, NATIVE, NODE_NATIVE)
-    # Towards ext too (which cannot answer the pod range): the pod's own address arrives.
+    # Towards ext too, which cannot answer the pod range: the pod's own address arrives.
+    # (db last: ext's UDP server dies on its unroutable echo.)
     ext = Servers(topo.ext)
-    leaves_with(topo, plugin, ext, db, EXT, db.ip, "db-direct", reply=False)
     leaves_with(topo, plugin, ext, web, EXT, NODE_IP)
+    leaves_with(topo, plugin, ext, db, EXT, db.ip, "db-direct", reply=False)
     assert flows_of(topo, plugin, db) == []  # no pair for an opted-out pod
     assert flows_of(topo, plugin, web)
     assert_row_policies(topo, plugin, db, ["db-direct"])
@@ -317,6 +318,21 @@ def test_a_refused_annotation_fails_the_add_and_leaves_nothing(topo, plugin, wan
     conf.pop("runtimeConfig")
     assert invoke_pod(topo, plugin, "DEL", conf, bare.ns).rc == 0
     assert srvs.exchange("tcp", ok.ns, EXT) == {A_ADDR}
+
+
+def test_a_refused_annotation_on_a_fresh_node_creates_nothing(topo, plugin):
+    """The annotation is checked before anything is made: not even a data plane."""
+    own(topo, PARTNER_ADDR, A_ADDR, B_ADDR)
+    topo.link_plugin(plugin)
+    bare = bridge_only_pod(topo)
+    before = topo.node_tc_state()
+    conf = {"cniVersion": "1.0.0", "name": f"{topo.lab.prefix}fresh", **topo.masq_entry(egressPolicies=ANNOTATED),
+            "capabilities": {CAP: True}, "runtimeConfig": {CAP: {ANNOTATION: "team-a"}}, "prevResult": bare.result}
+    r = invoke_k8s(topo, plugin, conf, bare.ns, "team-b", "web-0")
+    assert r.rc != 0 and r.out and r.out["code"] == 7, r.log
+    assert f'annotation "{ANNOTATION}": policy "team-a" does not select pod team-b/web-0' in r.out["msg"], r.out
+    assert topo.node_tc_state() == before
+    assert not os.path.exists(topo.lab.pin_path), os.listdir(topo.lab.pin_path)
 
 
 # --- 6. bad configs ------------------------------------------------------------------------------
