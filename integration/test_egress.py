@@ -1,7 +1,8 @@
 """Egress policies end to end (issue 20): which address a namespace's or a pod's traffic
 leaves with, per destination, checked where it arrives.
 
-Topology: netlab.Topo, default configuration unless a case says otherwise. The node owns
+Topology: netlab.Topo, default configuration unless a case says otherwise (two cases
+also with fastPath). The node owns
 each policy address on its uplink eth0 (10.0.0.11 ... 10.0.0.23, ext's subnet, so ext's
 replies find them by ARP); ext also holds 192.0.2.2/24, a "partner network" the node
 reaches by its default route. Pods are added by cnitool (libcni) as the CRI plugins add
@@ -175,9 +176,10 @@ TWO_TEAMS = [
 ]
 
 
-def test_two_namespaces_leave_with_their_own_addresses(topo, plugin):
+@pytest.mark.parametrize("fast", [False, True], ids=["default", "fastpath"])
+def test_two_namespaces_leave_with_their_own_addresses(topo, plugin, fast):
     own(topo, A_ADDR, B_ADDR)
-    net = policy_net(topo, plugin, TWO_TEAMS)
+    net = policy_net(topo, plugin, TWO_TEAMS, **({"fastPath": True} if fast else {}))
     a = add_pod(topo, net, "a0", "team-a", "web-0")
     b = add_pod(topo, net, "b0", "team-b", "web-0")
     c = add_pod(topo, net, "c0", "team-c", "web-0")  # no policy selects team-c
@@ -242,10 +244,12 @@ def test_a_pod_opted_out_sends_its_own_address(topo, plugin):
 
 # --- 4. a pool spread across pods ---------------------------------------------------------------
 
-def test_a_policy_pool_pairs_each_pod_with_one_address(topo, plugin):
+@pytest.mark.parametrize("fast", [False, True], ids=["default", "fastpath"])
+def test_a_policy_pool_pairs_each_pod_with_one_address(topo, plugin, fast):
     own(topo, *POOL)
     topo.ext.ip("addr", "add", "10.0.0.3/24", "dev", "eth0")  # a second remote address
-    net = policy_net(topo, plugin, [{"name": "pool", "namespaces": ["team-p"], "masqueradeAddress": POOL}])
+    net = policy_net(topo, plugin, [{"name": "pool", "namespaces": ["team-p"], "masqueradeAddress": POOL}],
+                     **({"fastPath": True} if fast else {}))
     pods = [add_pod(topo, net, f"p{i}", "team-p", f"web-{i}") for i in range(4)]
     srvs = Servers(topo.ext)
     seen = {}
