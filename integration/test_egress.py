@@ -196,8 +196,10 @@ def test_two_namespaces_leave_with_their_own_addresses(topo, plugin, fast):
     assert_row_policies(topo, plugin, b, ["team-b"])
     assert_row_policies(topo, plugin, c, [])
     s = topo.status(plugin)
-    if "egress_policies" in s:  # the policies in force, in order
+    if "egress_policies" in s:  # the policies in force, in order, with their counters
         assert [name_of(p) for p in s["egress_policies"]] == ["team-a", "team-b"], s["egress_policies"]
+        for p in s["egress_policies"]:
+            assert all(p.get(k, 1) > 0 for k in ("packets", "bytes", "flows")), p
 
 
 # --- 2. an address towards one CIDR only ---------------------------------------------------------
@@ -239,6 +241,8 @@ def test_a_pod_opted_out_sends_its_own_address(topo, plugin):
     assert flows_of(topo, plugin, db) == []  # no pair for an opted-out pod
     assert flows_of(topo, plugin, web)
     assert_row_policies(topo, plugin, db, ["db-direct"])
+    for p in topo.status(plugin).get("egress_policies", []):  # counted, though never masqueraded
+        assert p.get("unmasqueraded_packets", 1) > 0, p
     assert_row_policies(topo, plugin, web, [])
 
 
