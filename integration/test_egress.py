@@ -15,6 +15,7 @@ and the same policy when it names one.
 """
 import json
 import os
+import time
 
 import pytest
 
@@ -400,6 +401,9 @@ def test_apply_with_an_address_not_owned_fails_and_changes_nothing(topo, plugin)
 
 # --- 7. a config change re-evaluates running pods ----------------------------------------------
 
+HOLD = 5  # seconds the held connection waits between connect and sending its data
+
+
 @pytest.mark.parametrize("change", ["address-changed", "policy-removed"])
 def test_apply_re_evaluates_running_pods(topo, plugin, change):
     own(topo, A_ADDR, NEW_ADDR)
@@ -409,8 +413,9 @@ def test_apply_re_evaluates_running_pods(topo, plugin, change):
     # An established UDP flow (a fixed pod port) and a TCP connection open across the change.
     assert srvs.exchange("udp", a.ns, EXT, bind_port=40001) == {A_ADDR}
     n = len(srvs.tcp.records("accept"))
-    held = a.ns.client_bg("tcp", EXT, TCP_PORT, hold=4, bytes=200_000, timeout=30)
+    held = a.ns.client_bg("tcp", EXT, TCP_PORT, hold=HOLD, bytes=200_000, timeout=30)
     wait_for(lambda: len(srvs.tcp.records("accept")) > n, what="the held connection at ext")
+    held_since = time.monotonic()
     assert {r["addr"] for r in srvs.tcp.records("accept")[n:]} == {A_ADDR}
 
     entry = net.conf["plugins"][1]
@@ -425,6 +430,7 @@ def test_apply_re_evaluates_running_pods(topo, plugin, change):
     with topo.ext.capture("eth0", f"tcp and dst port {TCP_PORT}") as cap:
         p = topo.node.enter([plugin, "apply", "--conf", conf_file], check=False)
         assert p.returncode == 0, p.stdout + p.stderr
+        assert time.monotonic() - held_since < HOLD, "applied after the held connection sent its data"
         rc, res = a.ns.client_result(held, timeout=60)
     assert rc == 0, res  # the established connection kept working ...
     assert set(cap.sources()) == {A_ADDR}, cap.sources()  # ... with its old source, to its end
