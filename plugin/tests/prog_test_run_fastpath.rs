@@ -434,3 +434,33 @@ fn ipv6_reply_is_translated_and_redirected_to_the_pod() {
         assert_eq!(dp.counter(counter::FP_INGRESS), 1);
     });
 }
+
+#[test]
+fn egress_policies_hold_on_the_fast_path() {
+    // A pod an egress policy selects, towards 203.0.113.10/32 only: the fast path
+    // takes the policy's address there (the same decision, masq_decide_v4), counts
+    // it per policy, and the network's address elsewhere.
+    const PARTNER_ADDR: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 50);
+    in_lab(1500, |up0, _| {
+        let dp = Dataplane::new();
+        dp.add_uplink(LO, MASQ);
+        dp.add_pod_with_policies(POD, LO, 0b1);
+        dp.set_pod_l2(LO, l2_on_lo());
+        dp.set_fast_path(true);
+        dp.add_uplink(up0, MASQ);
+        dp.set_policy_addrs(0, &[PARTNER_ADDR], &[]);
+        dp.add_egress(0b1, REMOTE, 32, 0, 0);
+        let run = dp.veth(&tcp(POD, REMOTE, 40000, 443, SYN));
+        assert_eq!(run.ret, TC_ACT_REDIRECT, "not redirected");
+        assert_checksums(&run.out);
+        assert_eq!(summary(&run.out).src, PARTNER_ADDR);
+        let (_, fe) = fast_pair(&dp);
+        assert_eq!(fe.policy, 1);
+        let run = dp.veth(&tcp(POD, REMOTE, 40000, 443, ACK));
+        assert_eq!((run.ret, summary(&run.out).src), (TC_ACT_REDIRECT, PARTNER_ADDR));
+        let s = dp.egress_stats(0);
+        assert_eq!((s.flows, s.packets), (1, 2), "{s:?}");
+        let elsewhere = dp.veth(&tcp(POD, Ipv4Addr::new(203, 0, 113, 20), 40001, 443, SYN));
+        assert_eq!((elsewhere.ret, summary(&elsewhere.out).src), (TC_ACT_REDIRECT, MASQ));
+    });
+}
