@@ -147,3 +147,9 @@ class CriContainerd:
         drop_cni_cache(self.network)
         if errors:
             raise AssertionError("CRI containerd cleanup: " + "; ".join(errors))
+
+    def netns_files(self):
+        """The network namespaces containerd holds (its /run/netns, inside its own mount
+        namespace, read through /proc/<containerd pid>/root), sorted."""
+        d = Path(f"/proc/{self.proc.pid}/root/run/netns")
+        return sorted(p.name for p in d.iterdir()) if d.is_dir() else []
