@@ -108,9 +108,8 @@ def test_egress_policy_annotation_through_the_cri(topo, plugin, lab):
     assert udp.addrs() == {PARTNER_ADDR} and tcp.addrs("done") == {PARTNER_ADDR}
     [reg] = topo.status(plugin)["pods"]
     assert (reg["k8s_namespace"], reg["k8s_name"]) == ("team-a", "web-0"), reg
-    if "egress_policies" in reg:
-        names = [p["name"] if isinstance(p, dict) else p for p in reg["egress_policies"]]
-        assert names == ["partner"], reg
+    names = [p["name"] if isinstance(p, dict) else p for p in reg["egress_policies"]]
+    assert names == ["partner"], reg
     flows = [f for f in topo.nat_list(plugin) if f["pod_addr"] == pod_ip]
     assert flows and {f["nat_addr"] for f in flows} == {PARTNER_ADDR}, flows
 

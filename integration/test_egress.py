@@ -132,8 +132,7 @@ def explain_agrees(topo, plugin, src, dst, seen, policy=None):
             assert x["masqueraded"] is False, x
         else:
             assert x["masqueraded"] is True and x["address"] == seen, x
-        if "policy" in x:
-            assert name_of(x["policy"]) == policy, (policy, x)
+        assert name_of(x.get("policy")) == policy, (policy, x)
 
 
 def leaves_with(topo, plugin, srvs, pod, dst, expect, policy=None, reply=True, udp_reply=None):
@@ -153,8 +152,7 @@ def flows_of(topo, plugin, pod):
 def assert_flow_policy(flows, addr, policy):
     assert flows and {f["nat_addr"] for f in flows} == {addr}, flows
     for f in flows:
-        if "policy" in f:
-            assert name_of(f["policy"]) == policy, f
+        assert name_of(f["policy"]) == policy, f
 
 
 def pod_row(topo, plugin, pod):
@@ -163,10 +161,9 @@ def pod_row(topo, plugin, pod):
 
 
 def assert_row_policies(topo, plugin, pod, names):
-    """The pod's registration lists the policies selecting it (when status has the field)."""
+    """The pod's registration lists the policies selecting it."""
     row = pod_row(topo, plugin, pod)
-    if "egress_policies" in row:
-        assert [name_of(p) for p in row["egress_policies"]] == names, row
+    assert [name_of(p) for p in row["egress_policies"]] == names, row
 
 
 # --- 1. two namespaces, two addresses, one destination -----------------------------------------
@@ -197,10 +194,10 @@ def test_two_namespaces_leave_with_their_own_addresses(topo, plugin, fast):
     assert_row_policies(topo, plugin, b, ["team-b"])
     assert_row_policies(topo, plugin, c, [])
     s = topo.status(plugin)
-    if "egress_policies" in s:  # the policies in force, in order, with their counters
-        assert [name_of(p) for p in s["egress_policies"]] == ["team-a", "team-b"], s["egress_policies"]
-        for p in s["egress_policies"]:
-            assert all(p.get(k, 1) > 0 for k in ("packets", "bytes", "flows")), p
+    # the policies in force, in order, with their counters
+    assert [name_of(p) for p in s["egress_policies"]] == ["team-a", "team-b"], s["egress_policies"]
+    for p in s["egress_policies"]:
+        assert all(p[k] > 0 for k in ("packets", "bytes", "flows")), p
 
 
 # --- 2. an address towards one CIDR only ---------------------------------------------------------
@@ -242,8 +239,8 @@ def test_a_pod_opted_out_sends_its_own_address(topo, plugin):
     assert flows_of(topo, plugin, db) == []  # no pair for an opted-out pod
     assert flows_of(topo, plugin, web)
     assert_row_policies(topo, plugin, db, ["db-direct"])
-    for p in topo.status(plugin).get("egress_policies", []):  # counted, though never masqueraded
-        assert p.get("unmasqueraded_packets", 1) > 0, p
+    [p] = topo.status(plugin)["egress_policies"]  # counted, though never masqueraded
+    assert p["unmasqueraded_packets"] > 0, p
     assert_row_policies(topo, plugin, web, [])
 
 

@@ -43,22 +43,6 @@ pub struct Flow {
     pub policy: Option<String>,
 }
 
-/// The `policy` byte of a forward half (the pair's egress policy, 0 none):
-/// `nat::Entry` does not carry it, so it is read from the raw value.
-pub trait PolicyOf: nat::Family {
-    fn policy_of(v: &Self::Value) -> u8;
-}
-impl PolicyOf for nat::V4 {
-    fn policy_of(v: &abi::Nat4Entry) -> u8 {
-        v.policy
-    }
-}
-impl PolicyOf for nat::V6 {
-    fn policy_of(v: &abi::Nat6Entry) -> u8 {
-        v.policy
-    }
-}
-
 /// The name of a pair's policy byte: 0 none; 1 + i, policy i (named by its
 /// slot when `egress_policies` no longer holds it).
 pub fn policy_name(descs: &[PolicyDesc], slot: u8) -> Option<String> {
@@ -76,11 +60,9 @@ pub fn proto_name(p: u8) -> String {
     }
 }
 
-fn flows_of<F: PolicyOf>(pins: &Pins, now: u64, descs: &[PolicyDesc], out: &mut Vec<Flow>) -> Result<()> {
-    let fwd = nat::Fwd::<F>::open(pins)?;
+fn flows_of<F: nat::Family>(pins: &Pins, now: u64, descs: &[PolicyDesc], out: &mut Vec<Flow>) -> Result<()> {
     for (t, e, r) in nat::pairs::<F>(pins)? {
-        // A pair gone since the walk has no policy to show.
-        let slot = fwd.get(&F::key(&t)).map(|v| F::policy_of(&v)).unwrap_or(0);
+        let slot = e.policy;
         let inbound = e.flags & abi::NAT_F_INBOUND != 0;
         out.push(Flow {
             proto: proto_name(t.proto),

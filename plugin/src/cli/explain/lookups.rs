@@ -257,10 +257,9 @@ impl Lookups for MapLookups {
         readers::egress_policy_descs(&self.pins)
     }
     fn nat_fwd_policy(&self, t: &Tuple) -> Result<u8> {
-        use crate::cli::nat_list::PolicyOf;
         Ok(match (&self.nat6, t.saddr.is_ipv6()) {
-            (_, false) => opt(self.nat4.0.get(&natmaps::V4::key(t)), abi::MAP_NAT4_FWD)?.map(|v| natmaps::V4::policy_of(&v)),
-            (Some((fwd, _)), true) => opt(fwd.get(&natmaps::V6::key(t)), abi::MAP_NAT6_FWD)?.map(|v| natmaps::V6::policy_of(&v)),
+            (_, false) => opt(self.nat4.0.get(&natmaps::V4::key(t)), abi::MAP_NAT4_FWD)?.map(|v| v.policy),
+            (Some((fwd, _)), true) => opt(fwd.get(&natmaps::V6::key(t)), abi::MAP_NAT6_FWD)?.map(|v| v.policy),
             (None, true) => None,
         }
         .unwrap_or(0))

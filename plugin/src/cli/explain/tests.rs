@@ -335,6 +335,7 @@ fn entry(addr: &str, port: u16, last_seen_s: u64) -> Entry {
         addr: ip(addr),
         port,
         flags: 0,
+        policy: 0,
         rule_id: 0,
         created_ns: 0,
         last_seen_ns: last_seen_s * NSEC_PER_SEC,
