@@ -1,4 +1,4 @@
-//! `#[repr(C)]` mirrors of bpf/include/masq_abi.h (the NAT tables' part in nat.rs).
+//! `#[repr(C)]` mirrors of bpf/include/masq_abi.h (the NAT tables' part in nat_tables.rs).
 //! Sizes are asserted at compile time against the same numbers the C side asserts
 //! with `_Static_assert`; tests.rs holds every constant, size and member offset
 //! against the header and the compiled objects' BTF. Addresses and ports are kept
@@ -6,8 +6,8 @@
 
 #![allow(dead_code)]
 
-mod nat;
-pub use nat::*;
+mod nat_tables;
+pub use nat_tables::*;
 
 pub const LAYOUT_VERSION: u32 = 12;
 

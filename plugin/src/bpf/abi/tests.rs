@@ -425,5 +425,5 @@ fn shard_hash_keys_match_the_c_table() {
         .filter(|s| !s.is_empty())
         .map(|s| u32::from_str_radix(s.trim_start_matches("0x"), 16).unwrap())
         .collect();
-    assert_eq!(c, super::nat::NAT_SHARD_KEYS.to_vec());
+    assert_eq!(c, super::nat_tables::NAT_SHARD_KEYS.to_vec());
 }
