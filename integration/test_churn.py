@@ -23,6 +23,7 @@ import time
 import pytest
 from scapy.all import IP, UDP, Ether, Raw
 
+import abi
 from netlab import PY, Topo, wait_for
 
 EXT, NODE_IP = Topo.EXT, Topo.NODE_EXT
@@ -419,14 +420,13 @@ def bpftool_nat4(topo, pin):
     """{(saddr, daddr, sport, dport, proto): {addr, port, created_ns}} of a pinned
     IPv4 NAT map (or the shards of one), decoded from bpftool's raw bytes
     (struct nat4_key / nat4_entry)."""
-    out = {}
+    out, btf = {}, abi.btf_of(topo)
     for e in bpftool_entries(topo, ["pinned", pin]):
-        k = bytes(int(b, 16) for b in e["key"])
-        v = bytes(int(b, 16) for b in e["value"])
-        key = (".".join(map(str, k[0:4])), ".".join(map(str, k[4:8])),
-               int.from_bytes(k[8:10], "big"), int.from_bytes(k[10:12], "big"), k[12])
-        out[key] = {"addr": ".".join(map(str, v[0:4])), "port": int.from_bytes(v[4:6], "big"),
-                    "created_ns": int.from_bytes(v[16:24], "little")}
+        k, v = abi.raw(e["key"]), abi.raw(e["value"])
+        key = (btf.addr("nat4_key", "saddr", k), btf.addr("nat4_key", "daddr", k), btf.field("nat4_key", "sport", k),
+               btf.field("nat4_key", "dport", k), btf.field("nat4_key", "proto", k))
+        out[key] = {"addr": btf.addr("nat4_entry", "addr", v), "port": btf.field("nat4_entry", "port", v),
+                    "created_ns": btf.field("nat4_entry", "created_ns", v)}
     return out
 
 

@@ -11,6 +11,7 @@ import os
 
 import pytest
 
+import abi
 from duallab import RouterTopo, pod_addrs, probe, route_get
 from netlab import LAYOUT, PY, Topo, wait_for
 
@@ -199,10 +200,10 @@ def pod_entries(topo):
     """{pod address: (veth ifindex, the fast path's l3 ifindex)} from pods4, read with bpftool."""
     path = os.path.join(topo.lab.pin_path, f"v{LAYOUT}", "maps", "pods4")
     out = json.loads(topo.node.enter(["bpftool", "-j", "map", "dump", "pinned", path]).stdout)
-    raw = lambda hexes: bytes(int(b, 16) for b in hexes)
-    # struct pod_info: ifindex, flags, then struct pod_l2: pod_mac[6], gw_mac[6], l3_ifindex, flags
-    return {".".join(map(str, raw(e["key"]))): (int.from_bytes(raw(e["value"])[0:4], "little"),
-                                                int.from_bytes(raw(e["value"])[20:24], "little")) for e in out}
+    btf = abi.btf_of(topo)  # struct pod_info's layout, from the programs' own BTF
+    return {".".join(map(str, abi.raw(e["key"]))): (btf.field("pod_info", "ifindex", abi.raw(e["value"])),
+                                                    btf.field("pod_info", "l2.l3_ifindex", abi.raw(e["value"])))
+            for e in out}
 
 
 def test_del_cleans_up_fast(topo, plugin, masq_pod):

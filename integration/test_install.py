@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import abi
 from netlab import CNI_BIN_DIR, LAYOUT, PY, REPO, Pod, sh, wait_for
 
 CONF = REPO / "conf"
@@ -536,7 +537,7 @@ def test_ports_an_older_version_reserved_are_given_back_exactly(plugin, topo, ma
     # What an older binary did at its ADDs with portRanges 1500-2999, then 39000-40500.
     record = f"{topo.lab.pin_path}/v{LAYOUT - 1}/maps/reserved_ports"
     for slot, (lo, hi) in enumerate([(2001, 2999), (39000, 39999), (40001, 40500)]):
-        value = [f"{b:02x}" for b in lo.to_bytes(2, "little") + hi.to_bytes(2, "little")]
+        value = abi.hexes(abi.btf_of(topo, LAYOUT - 1).pack("port_range", lo=lo, hi=hi))
         topo.node.enter(["bpftool", "map", "update", "pinned", record,
                          "key", "hex", *[f"{b:02x}" for b in slot.to_bytes(4, "little")], "value", "hex", *value])
     topo.node.sysctl("net.ipv4.ip_local_reserved_ports", "1000-2999,39000-40500")

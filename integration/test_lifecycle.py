@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+import abi
 from lifelab import (bridge, detach_behind_our_back, has_masq_filter, invoke, invoke_pod, masq_conf, masq_network,
                      nat_flows, network, parallel, pin_tree, registrations, status)
 from netlab import LAYOUT, Pod, Topo, cnitool_container_id, wait_for
@@ -555,7 +556,7 @@ def reserve_as_older_version(t, layout, lo, hi):
     """What a binary before layout 11 did at ADD: add portRange to
     ip_local_reserved_ports and record it in its pins (reserved_ports slot 0)."""
     record = f"{t.lab.pin_path}/v{layout}/maps/reserved_ports"
-    value = [f"{b:02x}" for b in lo.to_bytes(2, "little") + hi.to_bytes(2, "little")]
+    value = abi.hexes(abi.btf_of(t, layout).pack("port_range", lo=lo, hi=hi))
     t.node.enter(["bpftool", "map", "update", "pinned", record, "key", "hex", "00", "00", "00", "00",
                   "value", "hex", *value])
     before = reserved_ports(t)
@@ -563,13 +564,12 @@ def reserve_as_older_version(t, layout, lo, hi):
 
 
 def fast_path_l3_ifindex(t, addr):
-    """The l3_ifindex of the L2 facts in `addr`'s pods4 entry (bpftool; struct
-    pod_info: ifindex, flags, then pod_l2: pod_mac[6], gw_mac[6], l3_ifindex, flags)."""
+    """The l3_ifindex of the L2 facts in `addr`'s pods4 entry (bpftool, decoded by
+    the programs' BTF: pod_info.l2.l3_ifindex)."""
     path = f"{t.lab.pin_path}/v{LAYOUT}/maps/pods4"
     key = [str(int(b)) for b in addr.split(".")]
     p = t.node.enter(["bpftool", "-j", "map", "lookup", "pinned", path, "key", *key])
-    value = bytes(int(b, 16) for b in json.loads(p.stdout)["value"])
-    return int.from_bytes(value[20:24], "little")
+    return abi.btf_of(t).field("pod_info", "l2.l3_ifindex", abi.raw(json.loads(p.stdout)["value"]))
 
 
 def test_upgrade_adopts_the_older_layouts_pods_links_and_flows(t, plugin, tmp_path):
