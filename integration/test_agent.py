@@ -213,3 +213,63 @@ def test_agent_waits_for_the_main_plugin_and_rejects_a_bad_start(topo, plugin, l
     assert entry_of(conf_dir / "10-mynet.conflist")
     agent.send_signal(signal.SIGTERM)
     assert agent.wait(10) == 0, log.read_text()
+
+
+def test_agent_applies_an_egress_policy_change_to_running_pods(topo, plugin, lab):
+    """Issue 20 item 5 through the agent: a ConfigMap update that adds an egress
+    policy reaches a pod already running (no ADD): its new flows leave with the
+    policy's address, the metrics count them per policy; removing the policy
+    gives the node address back."""
+    net = topo.network([topo.bridge_plugin()])
+    policy_addr = "10.0.0.11"
+    topo.node.ip("addr", "add", f"{policy_addr}/24", "dev", "eth0")  # the node owns it on its uplink
+    base = {"cniVersion": "1.0.0", "name": "ebpf-masq", "type": "ebpf-masq", "pinPath": lab.pin_path}
+    vol = ConfigMapVolume(lab.tmp / "config", "ebpf-masq.json")
+    vol.publish(base)
+    port = 20000 + secrets.randbelow(10000)
+    log = lab.tmp / "agent.log"
+    agent = topo.node.spawn([plugin, "agent", "--conf", vol.path, "--cni-conf-dir", net.dir,
+                             "--cni-bin-dir", topo.cni_bin, "--metrics-listen", f"127.0.0.1:{port}"],
+                            enter=True, stderr=log.open("w"))
+
+    def get(path):
+        p = topo.node.exec([PY, "-c", GET, f"http://127.0.0.1:{port}{path}"], check=False, timeout=30)
+        head, _, body = p.stdout.partition("\n")
+        return (int(head), body) if p.stdout else (None, "")
+
+    def metrics():
+        return get("/metrics")[1]
+
+    def reloads():
+        assert agent.poll() is None, f"agent exited {agent.returncode}: {log.read_text()}"
+        for line in metrics().splitlines():
+            if line.startswith("ebpf_masq_agent_config_reloads_total "):
+                return float(line.split()[1])
+        return None
+
+    try:
+        wait_for(lambda: reloads() is not None and get("/healthz")[0] == 200, timeout=30, what="agent healthy")
+        net.env["CNI_ARGS"] = "IgnoreUnknown=1;K8S_POD_NAMESPACE=team-a;K8S_POD_NAME=web-0"
+        pod = net.add(topo.pod_ns("pod"))
+        udp = topo.ext.server("udp", 5001)
+        assert pod.ns.client("udp", EXT, 5001)[0] == 0
+        assert udp.addrs() == {NODE_IP}
+
+        vol.publish({**base, "egressPolicies": [
+            {"name": "team-a", "namespaces": ["team-a"], "masqueradeAddress": policy_addr}]})
+        wait_for(lambda: reloads() == 1, timeout=15, what="config reloaded")
+        udp2 = topo.ext.server("udp", 5002)
+        assert pod.ns.client("udp", EXT, 5002)[0] == 0
+        assert udp2.addrs() == {policy_addr}, "the running pod's new flow follows the policy"
+        [row] = topo.status(plugin)["pods"]
+        assert row["egress_policies"] == ["team-a"], row
+        assert 'ebpf_masq_egress_policy_flows_total{policy="team-a"} 1' in metrics()
+
+        vol.publish(base)
+        wait_for(lambda: reloads() == 2, timeout=15, what="config reloaded again")
+        udp3 = topo.ext.server("udp", 5003)
+        assert pod.ns.client("udp", EXT, 5003)[0] == 0
+        assert udp3.addrs() == {NODE_IP}
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(10)
