@@ -70,37 +70,45 @@ def entry_of(conflist_path):
     return [p for p in plugins if p["type"] == "ebpf-masq"]
 
 
+class Agent:
+    """One `ebpf-masq agent` in the node netns for the main plugin's network `net`, its
+    config a ConfigMap volume (published with the base config), its HTTP endpoints."""
+
+    def __init__(self, topo, plugin, lab, net, *args):
+        self.topo, self.port, self.log = topo, 20000 + secrets.randbelow(10000), lab.tmp / "agent.log"
+        self.base = {"cniVersion": "1.0.0", "name": "ebpf-masq", "type": "ebpf-masq", "pinPath": lab.pin_path}
+        self.vol = ConfigMapVolume(lab.tmp / "config", "ebpf-masq.json")
+        self.vol.publish(self.base)
+        self.proc = topo.node.spawn([plugin, "agent", "--conf", self.vol.path, "--cni-conf-dir", net.dir,
+                                     "--cni-bin-dir", topo.cni_bin, "--metrics-listen", f"127.0.0.1:{self.port}",
+                                     *args], enter=True, stderr=self.log.open("w"))
+
+    def get(self, path):
+        p = self.topo.node.exec([PY, "-c", GET, f"http://127.0.0.1:{self.port}{path}"], check=False, timeout=30)
+        if not p.stdout:
+            return None, ""
+        head, _, body = p.stdout.partition("\n")
+        return int(head), body
+
+    def metric(self, name):
+        for line in self.get("/metrics")[1].splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        return None
+
+    def alive(self):
+        assert self.proc.poll() is None, f"agent exited {self.proc.returncode}: {self.log.read_text()}"
+        return True
+
+
 def test_agent_keeps_chain_config_and_registrations(topo, plugin, lab):
     net = topo.network([topo.bridge_plugin()])  # the main plugin's conflist, not chained
     conflist = net.dir / f"{net.name}.conflist"
     main_plugin_bytes = conflist.read_bytes()
     # The return route to pods, for traffic that is not masqueraded.
     topo.ext.ip("route", "add", "10.244.0.0/16", "via", NODE_IP)
-    base = {"cniVersion": "1.0.0", "name": "ebpf-masq", "type": "ebpf-masq", "pinPath": lab.pin_path}
-    vol = ConfigMapVolume(lab.tmp / "config", "ebpf-masq.json")
-    vol.publish(base)
-    port = 20000 + secrets.randbelow(10000)
-    log = lab.tmp / "agent.log"
-    agent = topo.node.spawn([plugin, "agent", "--conf", vol.path, "--cni-conf-dir", net.dir,
-                             "--cni-bin-dir", topo.cni_bin, "--metrics-listen", f"127.0.0.1:{port}",
-                             "--gc-interval", "1"], enter=True, stderr=log.open("w"))
-
-    def get(path):
-        p = topo.node.exec([PY, "-c", GET, f"http://127.0.0.1:{port}{path}"], check=False, timeout=30)
-        if not p.stdout:
-            return None, ""
-        head, _, body = p.stdout.partition("\n")
-        return int(head), body
-
-    def metric(name):
-        for line in get("/metrics")[1].splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[1])
-        return None
-
-    def alive():
-        assert agent.poll() is None, f"agent exited {agent.returncode}: {log.read_text()}"
-        return True
+    a = Agent(topo, plugin, lab, net, "--gc-interval", "1")
+    agent, vol, base, log, get, metric, alive = a.proc, a.vol, a.base, a.log, a.get, a.metric, a.alive
 
     # Start: chained, binary installed, data plane in place, healthy.
     wait_for(lambda: alive() and get("/healthz")[0] == 200, timeout=30, what="agent healthy")
@@ -223,29 +231,15 @@ def test_agent_applies_an_egress_policy_change_to_running_pods(topo, plugin, lab
     net = topo.network([topo.bridge_plugin()])
     policy_addr = "10.0.0.11"
     topo.node.ip("addr", "add", f"{policy_addr}/24", "dev", "eth0")  # the node owns it on its uplink
-    base = {"cniVersion": "1.0.0", "name": "ebpf-masq", "type": "ebpf-masq", "pinPath": lab.pin_path}
-    vol = ConfigMapVolume(lab.tmp / "config", "ebpf-masq.json")
-    vol.publish(base)
-    port = 20000 + secrets.randbelow(10000)
-    log = lab.tmp / "agent.log"
-    agent = topo.node.spawn([plugin, "agent", "--conf", vol.path, "--cni-conf-dir", net.dir,
-                             "--cni-bin-dir", topo.cni_bin, "--metrics-listen", f"127.0.0.1:{port}"],
-                            enter=True, stderr=log.open("w"))
-
-    def get(path):
-        p = topo.node.exec([PY, "-c", GET, f"http://127.0.0.1:{port}{path}"], check=False, timeout=30)
-        head, _, body = p.stdout.partition("\n")
-        return (int(head), body) if p.stdout else (None, "")
+    a = Agent(topo, plugin, lab, net)
+    agent, vol, base, get = a.proc, a.vol, a.base, a.get
 
     def metrics():
         return get("/metrics")[1]
 
     def reloads():
-        assert agent.poll() is None, f"agent exited {agent.returncode}: {log.read_text()}"
-        for line in metrics().splitlines():
-            if line.startswith("ebpf_masq_agent_config_reloads_total "):
-                return float(line.split()[1])
-        return None
+        a.alive()
+        return a.metric("ebpf_masq_agent_config_reloads_total")
 
     try:
         wait_for(lambda: reloads() is not None and get("/healthz")[0] == 200, timeout=30, what="agent healthy")
