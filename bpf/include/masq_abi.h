@@ -20,7 +20,7 @@
 #include <linux/bpf.h>   /* struct bpf_timer, struct bpf_sock_tuple, BPF_F_NO_PREALLOC */
 #include <stddef.h>      /* offsetof */
 
-#define MASQ_LAYOUT_VERSION 12
+#define MASQ_LAYOUT_VERSION 13
 
 /* ---- config (ARRAY, 1 entry): node-wide knobs written by the plugin ---- */
 struct masq_config {
@@ -257,9 +257,19 @@ struct nat4_key {
 				    * the node's (rev: the host socket's port), made when the host's tuple
 				    * was a pod's pair (port remapped, as netfilter's null binding does) or
 				    * for an echo request (no socket lookup finds a ping id) */
-/* A TCP pair is finished when both directions sent a FIN, or either sent a RST:
- * a new flow that needs its port takes it over at once (CNT_NAT_FINISHED_REUSED),
- * as netfilter reuses a TIME_WAIT or CLOSE entry. */
+/*
+ * How a TCP pair closes, per half (nat4_entry.close / nat6_entry.close; its own
+ * direction: fwd the pod, rev the remote). With the half's NAT_F_FIN, fin_end is
+ * the ack number that acknowledges that FIN (its sequence number + 1, host order).
+ * A pair is finished when each direction's FIN was acknowledged by the other (the
+ * close complete: netfilter's TIME_WAIT), and a new flow that needs its port takes
+ * it over at once (CNT_NAT_FINISHED_REUSED); or when either direction sent a RST
+ * and the pair has been quiet for NAT_RESET_QUIET_NS since (no window tracking
+ * vouches for a RST, so a stray one must not hand a live flow's port away).
+ */
+#define NAT_C_FIN_FIRST   0x1      /* this direction's FIN was the pair's first (its end closed actively) */
+#define NAT_C_PEER_FIN    0x2      /* the other direction sent a FIN (carried across when it was seen) */
+#define NAT_C_ACKED_PEER  0x4      /* this direction acknowledged the other direction's FIN */
 struct nat4_entry {
 	__be32 addr;               /* fwd: nat address; rev: pod address */
 	__be16 port;               /* fwd: nat port;    rev: pod port */
@@ -267,6 +277,9 @@ struct nat4_entry {
 	__u8 policy;               /* 0, or 1 + the egressPolicies index whose address the pair took */
 	__u32 ifindex;             /* uplink the flow left by */
 	__u32 rule_id;             /* valid with NAT_F_BY_RULE */
+	__u32 fin_end;             /* TCP, with NAT_F_FIN: the ack number that acknowledges this direction's FIN */
+	__u8 close;                /* NAT_C_*: this direction's part in the TCP close */
+	__u8 pad[3];
 	__u64 created_ns;          /* bpf_ktime_get_ns() */
 	__u64 last_seen_ns;        /* refreshed at most once per second */
 	__u64 packets;
@@ -306,7 +319,9 @@ struct nat6_entry {
 	__u8 policy;               /* as in nat4_entry */
 	__u32 ifindex;
 	__u32 rule_id;
-	__u32 pad2;
+	__u32 fin_end;             /* as in nat4_entry */
+	__u8 close;                /* as in nat4_entry */
+	__u8 pad[7];
 	__u64 created_ns;
 	__u64 last_seen_ns;
 	__u64 packets;
@@ -574,7 +589,7 @@ enum masq_counter {
 	CNT_INBOUND_UNTRACKED,     /* such flows not tracked: the table (shard) was full */
 	CNT_MAP_REUSED,            /* new flows given their endpoint's existing mapping (nat*_bind) */
 	CNT_MAP_PRESERVED,         /* new flows given the pod's own port (port preservation) */
-	CNT_NAT_FINISHED_REUSED,   /* finished TCP pairs (FIN both ways, or RST) whose port a new flow took over */
+	CNT_NAT_FINISHED_REUSED,   /* finished TCP pairs (both FINs acknowledged, or a RST) whose port a new flow took over */
 	CNT_FILTER_ADMITTED,       /* packets from a new remote let in to a mapping by natFiltering (a pair made) */
 	CNT_HOST_TRACKED,          /* host flows on the masquerade address given a pair (NAT_F_HOST) */
 	CNT_HOST_REMAPPED,         /* of those, flows whose own port was held by a pod's pair: another port */
@@ -638,7 +653,7 @@ _Static_assert(sizeof(struct rule_stats) == 16, "rule_stats size");
 _Static_assert(sizeof(struct pod_meta) == 1408, "pod_meta size");
 _Static_assert(sizeof(struct host_port) == 4, "host_port size");
 _Static_assert(sizeof(struct nat4_key) == 16, "nat4_key size");
-_Static_assert(sizeof(struct nat4_entry) == 48, "nat4_entry size");
+_Static_assert(sizeof(struct nat4_entry) == 56, "nat4_entry size");
 _Static_assert(sizeof(struct nat_gc) == 120, "nat_gc size");
 _Static_assert(sizeof(struct port_range) == 4, "port_range size");
 _Static_assert(sizeof(struct pod_stats) == 24, "pod_stats size");
@@ -647,7 +662,7 @@ _Static_assert(sizeof(struct rule6_key) == 24, "rule6_key size");
 _Static_assert(sizeof(struct rule6_info) == 24, "rule6_info size");
 _Static_assert(sizeof(struct rule_except6_key) == 24, "rule_except6_key size");
 _Static_assert(sizeof(struct nat6_key) == 40, "nat6_key size");
-_Static_assert(sizeof(struct nat6_entry) == 64, "nat6_entry size");
+_Static_assert(sizeof(struct nat6_entry) == 72, "nat6_entry size");
 _Static_assert(sizeof(struct frag4_key) == 12, "frag4_key size");
 _Static_assert(sizeof(struct frag6_key) == 40, "frag6_key size");
 _Static_assert(sizeof(struct frag_ports) == 8, "frag_ports size");

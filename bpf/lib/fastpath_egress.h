@@ -185,7 +185,7 @@ static __noinline int fp_egress_v4(struct __sk_buff *skb, const struct masq_conf
 		goto fallback;
 
 	now = bpf_ktime_get_coarse_ns();
-	if (fwd && !snat_refresh_v4(&f, fwd, now)) {
+	if (fwd && !snat_refresh_v4(skb, &f, fwd, now)) {
 		/* Our pair is going, or its reply slot was taken over: start afresh. */
 		struct nat4_key fk = {
 			.saddr = f.saddr, .daddr = f.daddr,
@@ -204,9 +204,14 @@ static __noinline int fp_egress_v4(struct __sk_buff *skb, const struct masq_conf
 		d.ifindex = r.ifindex;
 		d.nat_flags = NAT_F_FAST;
 		fwd = snat_create_v4(skb, &f, &d, now, &reason);
-		if (!fwd)
-			goto fallback; /* the normal path tries again, and drops with the reason */
-		nat_touch_v4(fwd, &f, now);
+		if (!fwd) {
+			/* No port, or no room: the normal path would search again and
+			 * find the same (one search a new flow). Anything else: it decides. */
+			if (reason == DROP_NO_PORT || reason == DROP_NAT_FULL)
+				return drop_with(reason);
+			goto fallback;
+		}
+		nat_touch_v4(skb, fwd, &f, now, true);
 	}
 	if (nat4_rewrite(skb, &f, true, &fwd->addr, fwd->port) || fp_ttl_dec4(skb, ip.ttl, f.proto))
 		return drop_with(DROP_CSUM);
@@ -287,23 +292,32 @@ static __noinline void fp_decide_v6(__u32 ifindex, const struct uplink_info *up,
 	masq_decide_v6(ifindex, up, &f->saddr, &f->daddr, d, false);
 }
 
-/* A new IPv6 fast flow: the pod verdict and the pair, or NULL. */
+/*
+ * A new IPv6 fast flow: the pod verdict and the pair, or NULL with *@reason 0
+ * (the normal path decides) or the drop reason when no port or no room was
+ * found (the normal path would search again and find the same).
+ */
 static __noinline struct nat6_entry *fp_new_flow_v6(struct __sk_buff *skb, const struct flow6 *f,
-						    const struct uplink_info *up, __u32 ifindex, __u64 now)
+						    const struct uplink_info *up, __u32 ifindex, __u32 *reason)
 {
 	struct masq_decision6 d = {};
 	struct nat6_entry *fwd;
-	__u32 reason;
+	__u64 now = bpf_ktime_get_coarse_ns();
 
+	if (!reason)
+		return NULL;
+	*reason = 0;
 	fp_decide_v6(ifindex, up, f, &d);
 	if (d.verdict != VERDICT_POD)
 		return NULL;
 	d.ifindex = ifindex;
 	d.nat_flags = NAT_F_FAST;
-	fwd = snat_create_v6(skb, f, &d, now, &reason);
+	fwd = snat_create_v6(skb, f, &d, now, reason);
 	if (fwd)
-		nat_touch_v6(fwd, f, now);
-	return fwd; /* NULL: the normal path tries again, and drops with the reason */
+		nat_touch_v6(skb, fwd, f, now, true);
+	else if (*reason != DROP_NO_PORT && *reason != DROP_NAT_FULL)
+		*reason = 0;
+	return fwd;
 }
 
 /*
@@ -354,14 +368,19 @@ static __noinline int fp_egress_v6(struct __sk_buff *skb, const struct masq_conf
 		goto fallback;
 
 	now = bpf_ktime_get_coarse_ns();
-	if (fwd && !snat_refresh_v6(f, fwd, now)) {
+	if (fwd && !snat_refresh_v6(skb, f, fwd, now)) {
 		fp_forget_v6(f);
 		fwd = NULL;
 	}
 	if (!fwd) {
-		fwd = fp_new_flow_v6(skb, f, up, r.ifindex, now);
-		if (!fwd)
+		__u32 reason;
+
+		fwd = fp_new_flow_v6(skb, f, up, r.ifindex, &reason);
+		if (!fwd) {
+			if (reason)
+				return drop_with(reason);
 			goto fallback;
+		}
 	}
 	if (nat6_rewrite(skb, f, true, &fwd->addr, fwd->port) || fp_hop_dec6(skb, hl))
 		return drop_with(DROP_CSUM);

@@ -114,7 +114,7 @@ static __noinline int NAT_FN(host_egress)(struct __sk_buff *skb, const FLOW_T *f
 	fwd = !gc || gc->hosts ? NAT_FN(fwd_get)(&fk) : NULL;
 	if (fwd) {
 		now = bpf_ktime_get_coarse_ns();
-		if (NAT_FN(snat_refresh)(f, fwd, now)) {
+		if (NAT_FN(snat_refresh)(skb, f, fwd, now)) {
 			if (fwd->port == f->sport)
 				return MASQ_PASS;
 			return REWRITE(skb, f, true, &fwd->addr, fwd->port) ? drop_with(DROP_CSUM) : MASQ_PASS;
@@ -177,13 +177,13 @@ static __noinline int NAT_FN(snat_egress)(struct __sk_buff *skb, const struct up
 			if (fwd->flags & NAT_F_INBOUND) {
 				/* A reply of a flow begun outside: it leaves as it is
 				 * (its later fragments too: snat_fragment). */
-				NAT_FN(nat_touch)(fwd, &f, now);
+				NAT_FN(nat_touch)(skb, fwd, &f, now, true);
 				if (f.frag == FRAG_FIRST)
 					NAT_FN(frag_remember)(&f);
 				count_add(CNT_INBOUND_PKTS, 1);
 				return MASQ_PASS;
 			}
-			if (!NAT_FN(snat_refresh)(&f, fwd, now)) {
+			if (!NAT_FN(snat_refresh)(skb, &f, fwd, now)) {
 				/* Our pair is going, or its reply slot was taken over: start afresh. */
 				NAT_FN(fwd_del)(&fk);
 				fwd = NULL;
@@ -231,7 +231,7 @@ create:
 			return MASQ_PASS;
 		return drop_with(reason);
 	}
-	NAT_FN(nat_touch)(fwd, &f, now);
+	NAT_FN(nat_touch)(skb, fwd, &f, now, true);
 	if (fwd->flags & NAT_F_HOST) {
 		if (fwd->port == f.sport)
 			return MASQ_PASS;

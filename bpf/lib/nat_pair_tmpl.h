@@ -52,11 +52,54 @@ static __always_inline bool NAT_FN(nat_expired)(const ENTRY_T *e, const struct m
 }
 
 /*
- * Account one packet on the half of its direction; true when last_seen was
- * refreshed (once a second at most, and at once when the TCP state changes: the
- * caller then brings the other half in step, nat_flags_synced).
+ * tcp_close_step - a segment that takes its pair's close a step further, on @e,
+ * the half of its direction (@is_fwd: the pod's): its direction's first FIN
+ * (where it ends is recorded, and the other half learns of it), or an ACK while
+ * the other direction's FIN waits for one (compared with where that FIN ends:
+ * an ACK of earlier data, or a duplicate, does not complete the close). The
+ * other half is looked up here; a half of another pair under the same key is
+ * left alone. Runs for a handful of segments a connection, never for an open
+ * flow's.
  */
-static __always_inline bool NAT_FN(nat_touch)(ENTRY_T *e, const FLOW_T *f, __u64 now)
+static __noinline void NAT_FN(tcp_close_step)(struct __sk_buff *skb, const FLOW_T *f, ENTRY_T *e, bool is_fwd)
+{
+	__u32 seq, ack, fin_end;
+	ENTRY_T *o;
+
+	if (!skb || !f || !e || tcp_close_seq(skb, f->l3_off, f->l4_off, NAT_IS_V6, &seq, &ack, &fin_end))
+		return;
+	if (is_fwd) {
+		KEY_T rk = {
+			.saddr = f->daddr, .daddr = e->addr,
+			.sport = f->dport, .dport = e->port, .proto = f->proto,
+		};
+		o = bpf_map_lookup_elem(&MAP_REV, &rk);
+	} else {
+		KEY_T fk = {
+			.saddr = e->addr, .daddr = f->saddr,
+			.sport = e->port, .dport = f->sport, .proto = f->proto,
+		};
+		o = NAT_FN(fwd_get)(&fk);
+	}
+	if (!o || o->created_ns != e->created_ns)
+		return;
+	if ((f->tcp_flags & TCP_FLAG_FIN) && !(e->flags & NAT_F_FIN)) {
+		e->fin_end = fin_end;
+		if (!(o->flags & NAT_F_FIN))
+			e->close |= NAT_C_FIN_FIRST;
+		o->close |= NAT_C_PEER_FIN;
+	}
+	if ((f->tcp_flags & TCP_FLAG_ACK) && (o->flags & NAT_F_FIN) && (__s32)(ack - o->fin_end) >= 0)
+		e->close |= NAT_C_ACKED_PEER;
+}
+
+/*
+ * Account one packet on the half of its direction (@is_fwd: the pod's); true
+ * when last_seen was refreshed (once a second at most, and at once when the TCP
+ * state changes: the caller then brings the other half in step, nat_flags_synced).
+ */
+static __always_inline bool NAT_FN(nat_touch)(struct __sk_buff *skb, ENTRY_T *e, const FLOW_T *f, __u64 now,
+					      bool is_fwd)
 {
 	/* Plain adds, not atomics: a flow's packets come in on one CPU at a time
 	 * (RSS, one socket), and a rare lost update costs a statistic, not a byte. */
@@ -65,6 +108,12 @@ static __always_inline bool NAT_FN(nat_touch)(ENTRY_T *e, const FLOW_T *f, __u64
 	if (f->proto == IPPROTO_TCP) {
 		__u8 end = (f->tcp_flags & TCP_FLAG_RST) ? NAT_F_RST : (f->tcp_flags & TCP_FLAG_FIN) ? NAT_F_FIN : 0;
 
+		/* The close, tracked exactly (a flow begun outside holds no port). */
+		if (!(e->flags & NAT_F_INBOUND) &&
+		    (((f->tcp_flags & TCP_FLAG_FIN) && !(e->flags & NAT_F_FIN)) ||
+		     ((f->tcp_flags & TCP_FLAG_ACK) &&
+		      (e->close & (NAT_C_PEER_FIN | NAT_C_ACKED_PEER)) == NAT_C_PEER_FIN)))
+			NAT_FN(tcp_close_step)(skb, f, e, is_fwd);
 		if (end) {
 			if ((e->flags & (end | NAT_F_TCP_CLOSING)) != (end | NAT_F_TCP_CLOSING)) {
 				e->flags |= end | NAT_F_TCP_CLOSING;
@@ -75,6 +124,7 @@ static __always_inline bool NAT_FN(nat_touch)(ENTRY_T *e, const FLOW_T *f, __u64
 			   (e->flags & NAT_F_TCP_CLOSING)) {
 			/* The pod reuses the tuple for a new connection. */
 			e->flags &= ~(NAT_F_TCP_CLOSING | NAT_F_ENDS);
+			e->close = 0;
 			e->last_seen_ns = now;
 			return true;
 		}
@@ -126,6 +176,8 @@ static __noinline bool NAT_FN(snat_sync_rev)(const FLOW_T *f, const ENTRY_T *fwd
 		return false;
 	rev->last_seen_ns = now;
 	rev->flags = nat_flags_synced(fwd->flags, rev->flags);
+	if (!(fwd->flags & NAT_F_TCP_CLOSING))
+		rev->close = 0; /* open again: the close starts over */
 	if (fwd->flags & NAT_F_OPEN)
 		NAT_FN(open_refresh)(f, fwd, now);
 	return true;
@@ -136,9 +188,9 @@ static __noinline bool NAT_FN(snat_sync_rev)(const FLOW_T *f, const ENTRY_T *fwd
  * reverse half in step. False when the pair is gone from under it: the caller
  * deletes the forward half and starts the flow afresh.
  */
-static __always_inline bool NAT_FN(snat_refresh)(const FLOW_T *f, ENTRY_T *fwd, __u64 now)
+static __always_inline bool NAT_FN(snat_refresh)(struct __sk_buff *skb, const FLOW_T *f, ENTRY_T *fwd, __u64 now)
 {
-	return !NAT_FN(nat_touch)(fwd, f, now) || NAT_FN(snat_sync_rev)(f, fwd, now);
+	return !NAT_FN(nat_touch)(skb, fwd, f, now, true) || NAT_FN(snat_sync_rev)(f, fwd, now);
 }
 
 /*
@@ -157,6 +209,8 @@ static __noinline void NAT_FN(rnat_sync_fwd)(const FLOW_T *f, const ENTRY_T *rev
 	if (fwd && fwd->created_ns == rev->created_ns) {
 		fwd->last_seen_ns = now;
 		fwd->flags = nat_flags_synced(rev->flags, fwd->flags);
+		if (!(rev->flags & NAT_F_TCP_CLOSING))
+			fwd->close = 0;
 	}
 }
 

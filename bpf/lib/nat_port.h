@@ -28,11 +28,13 @@
  */
 #define NAT_PREFERRED 2
 /*
- * A finished TCP pair (FIN both ways, or RST) gives its port to a new flow once
- * it has been quiet this long (its last state change refreshed last_seen): time
- * for the last FIN's ACK, or a retransmission of it, to pass through the pair.
+ * A TCP pair a RST ended gives its port to a new flow once it has been quiet this
+ * long (the RST refreshed last_seen). Nothing checks a RST against the flow's
+ * window, so a stray one must not hand a live flow's port away at once: a flow
+ * still sending is never quiet this long. A pair whose close completed (both FINs
+ * acknowledged, masq_abi.h NAT_C_*) needs no such wait: its port goes at once.
  */
-#define NAT_FINISHED_GRACE_NS (2 * NSEC_PER_SEC)
+#define NAT_RESET_QUIET_NS (2 * NSEC_PER_SEC)
 
 /* The map helpers' errors (a BPF build has no errno.h). */
 #ifndef E2BIG

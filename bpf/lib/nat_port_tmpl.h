@@ -11,9 +11,12 @@
 struct NAT_FN(probe) {
 	KEY_T fk;           /* the new flow's forward key */
 	KEY_T rk;           /* the candidate reverse key (its dport is the candidate port) */
-	ENTRY_T e;          /* one entry serves both halves: the reverse one first */
+	ENTRY_T e;          /* one entry serves both halves: the reverse one first; during the
+			     * search its fin_end holds the new flow's SYN's sequence number
+			     * (with syn: no room on the stack for another field, and a new
+			     * pair's fin_end means nothing until its FIN sets it) */
 	struct __sk_buff *skb; /* for the host socket lookups (host_holds) */
-	__u64 now;
+	/* now: e.last_seen_ns (the stack has no room for a copy) */
 	__u32 start;        /* first port of the sequential sweep, as an offset in the range */
 	__u32 claimed;      /* 0, or 1 + the probe that claimed its port */
 	__u32 tried;        /* ports tried (the preferred slots left empty are not) */
@@ -22,7 +25,8 @@ struct NAT_FN(probe) {
 	__u16 range;        /* ports that may be handed out: portRange less the skipped ones */
 	__u16 skip_lo;      /* first skipped port inside portRange (host order) */
 	__u16 skip_len;     /* skipped ports inside portRange; 0: none */
-	__u16 full;         /* the reverse map holds natMaxEntries entries */
+	__u8 full;          /* the reverse map holds natMaxEntries entries */
+	__u8 syn;           /* the new flow begins with a SYN (e.fin_end holds its number) */
 	__be16 want[NAT_PREFERRED]; /* ports tried first: the endpoint's binding, its own port; 0: none */
 };
 
@@ -84,12 +88,38 @@ static __always_inline long NAT_FN(claim_checked)(struct NAT_FN(probe) *p, __u32
 }
 
 /*
+ * tcp_finished - may a new flow take the port of the TCP pair @old (its reverse
+ * half) / @fwd (its forward half)? When its close completed, each FIN
+ * acknowledged by the other side (netfilter's TIME_WAIT): at once, as
+ * nf_nat_used_tuple_harder evicts such an entry. If the remote closed first, it
+ * holds the old connection's TIME_WAIT on this very tuple, and accepts a new
+ * SYN there only past the old flow's sequence numbers (RFC 1122 4.2.2.13; Linux
+ * tcp_timewait_state_process): so the port goes only to a SYN whose number is
+ * past the pod's FIN (netfilter's nf_seq_has_advanced), else the search goes on.
+ * When a RST ended it (either way): once quiet for NAT_RESET_QUIET_NS. A
+ * half-closed or open pair: never (its timeout frees it).
+ */
+static __always_inline bool NAT_FN(tcp_finished)(const struct NAT_FN(probe) *p, const ENTRY_T *old,
+						 const ENTRY_T *fwd)
+{
+	if ((old->close & NAT_C_ACKED_PEER) && (fwd->close & NAT_C_ACKED_PEER) &&
+	    (old->flags & NAT_F_FIN) && (fwd->flags & NAT_F_FIN)) {
+		if (!(old->close & NAT_C_FIN_FIRST))
+			return true; /* the pod closed first: the remote keeps no state */
+		return p->syn && (__s32)(p->e.fin_end - fwd->fin_end) > 0;
+	}
+	if ((old->flags | fwd->flags) & NAT_F_RST)
+		return p->e.last_seen_ns >= old->last_seen_ns + NAT_RESET_QUIET_NS &&
+		       p->e.last_seen_ns >= fwd->last_seen_ns + NAT_RESET_QUIET_NS;
+	return false;
+}
+
+/*
  * take_over - give the port of the pair whose reverse half is @old to the new
  * flow: when the pair expired (@cnt CNT_NAT_RECLAIMED), or when it is a TCP flow
- * that is over, FIN both ways or a RST either way, and quiet for
- * NAT_FINISHED_GRACE_NS since (CNT_NAT_FINISHED_REUSED: the forward half, which
- * holds the pod's side of it, is checked). The stale forward
- * half goes, then the claim is overwritten. Returns 1 (stop) once claimed.
+ * that is over (tcp_finished; CNT_NAT_FINISHED_REUSED: the forward half, which
+ * holds the pod's side of it, is checked). The stale forward half goes, then
+ * the claim is overwritten. Returns 1 (stop) once claimed.
  *
  * p->fk doubles as the stale pair's forward key for a moment. The forward half
  * under that key is the stale pair's own: a pod tuple gets a new pair only after
@@ -106,19 +136,10 @@ static __always_inline long NAT_FN(take_over)(struct NAT_FN(probe) *p, __u32 i, 
 	p->fk.saddr = old->addr;
 	p->fk.sport = old->port;
 	if (cnt == CNT_NAT_FINISHED_REUSED) {
-		__u8 ends;
-
 		fwd = NAT_FN(fwd_get)(&p->fk);
 		if (!fwd || fwd->created_ns != old->created_ns)
 			goto out; /* not one pair (being removed): leave it */
-		ends = (old->flags & NAT_F_ENDS) | (fwd->flags & NAT_F_ENDS);
-		if (!(ends & NAT_F_RST) && !((old->flags & NAT_F_FIN) && (fwd->flags & NAT_F_FIN)))
-			goto out; /* one direction still open */
-		/* The last FIN's ACK (and its retransmissions) must still find the pair:
-		 * taken over under it, the peer would sit in LAST_ACK and answer the new
-		 * flow's SYN with a challenge ACK, a 1 s stall. */
-		if (p->now < old->last_seen_ns + NAT_FINISHED_GRACE_NS ||
-		    p->now < fwd->last_seen_ns + NAT_FINISHED_GRACE_NS)
+		if (!NAT_FN(tcp_finished)(p, old, fwd))
 			goto out;
 	}
 	NAT_FN(fwd_del)(&p->fk);
@@ -178,7 +199,7 @@ static long NAT_FN(probe_port)(__u32 i, void *ctx)
 	old = bpf_map_lookup_elem(&MAP_REV, &p->rk);
 	if (!old)
 		return 0;
-	if (NAT_FN(nat_expired)(old, cfg, p->fk.proto, p->now))
+	if (NAT_FN(nat_expired)(old, cfg, p->fk.proto, p->e.last_seen_ns))
 		return NAT_FN(take_over)(p, i, old, CNT_NAT_RECLAIMED);
 	if (old->flags & NAT_F_TCP_CLOSING)
 		return NAT_FN(take_over)(p, i, old, CNT_NAT_FINISHED_REUSED);
@@ -285,7 +306,6 @@ __attribute__((noinline)) int NAT_FN(snat_new)(struct __sk_buff *skb, const FLOW
 	p.e.created_ns = bpf_ktime_get_ns(); /* the fine clock: created_ns tells a pair from a later one */
 	p.e.last_seen_ns = now;
 	p.skb = skb;
-	p.now = now;
 	if (!cfg || cfg->port_min == 0 || cfg->port_max < cfg->port_min)
 		return DROP_NO_PORT;
 	p.range = cfg->port_max - cfg->port_min + 1; /* port_min >= 1: at most 65535 */
@@ -298,6 +318,11 @@ __attribute__((noinline)) int NAT_FN(snat_new)(struct __sk_buff *skb, const FLOW
 		if (p.skip_len >= p.range)
 			return DROP_NO_PORT; /* the config refuses this; never expected */
 		p.range -= p.skip_len;
+	}
+	if (f->proto == IPPROTO_TCP && (f->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN &&
+	    bpf_skb_load_bytes(skb, f->l4_off + 4, &p.e.fin_end, sizeof(p.e.fin_end)) == 0) {
+		p.e.fin_end = bpf_ntohl(p.e.fin_end);
+		p.syn = 1;
 	}
 	bound = NAT_FN(map_prefer)(f, cfg, d, p.want);
 	p.start = bpf_get_prandom_u32();
@@ -313,6 +338,7 @@ __attribute__((noinline)) int NAT_FN(snat_new)(struct __sk_buff *skb, const FLOW
 
 	p.e.addr = d->nat_addr;
 	p.e.port = p.rk.dport;
+	p.e.fin_end = 0;
 	shard = NAT_FWD_SHARD(&MAP_FWD, &p.fk, SHARD_FN);
 	err = shard ? bpf_map_update_elem(shard, &p.fk, &p.e, BPF_NOEXIST) : -ENOENT;
 	if (err) {

@@ -10,7 +10,8 @@ mod support;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use ebpf_masq::bpf::abi::{
-    counter, NAT_FILTER_AD, NAT_FILTER_EI, NAT_F_BY_RULE, NAT_F_FIN, NAT_F_OPEN, NAT_F_RST, NAT_F_TCP_CLOSING,
+    counter, NAT_C_ACKED_PEER, NAT_C_FIN_FIRST, NAT_C_PEER_FIN, NAT_FILTER_AD, NAT_FILTER_EI, NAT_F_BY_RULE, NAT_F_FIN,
+    NAT_F_OPEN, NAT_F_RST, NAT_F_TCP_CLOSING,
 };
 use support::{harness::*, packet::*, packet6::*};
 
@@ -18,6 +19,7 @@ const MASQ: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
 const TO_ADDR: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 99);
 const POD: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 5);
 const POD2: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 7);
+const POD3: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 9);
 const REMOTE: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 10);
 const REMOTE2: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 20);
 const TUNNEL_CLIENT: Ipv4Addr = Ipv4Addr::new(192, 168, 6, 7);
@@ -162,29 +164,130 @@ fn open_flow(dp: &Dataplane) -> u16 {
     p
 }
 
+// Sequence numbers of the closes below: the pod's side starts at S, the remote's at R.
+const S: u32 = 0x1000_0000;
+const R: u32 = 0x7000_0000;
+/// What acknowledges a FIN sent (with the test payload) at `seq`.
+const fn fin_ack(seq: u32) -> u32 {
+    seq.wrapping_add(TCP_PAYLOAD_LEN + 1)
+}
+
+/// The pod closes first, as a client does: its FIN, the remote's ACK+FIN (which
+/// acknowledges it), then the pod's ACK of the remote's FIN, which completes the close.
+fn close_pod_first(dp: &Dataplane, p: u16) {
+    mapped(dp, &tcp_seq(POD, REMOTE, 40000, 443, FIN | ACK, S, R), MASQ);
+    dp.ingress(&tcp_seq(REMOTE, MASQ, 443, p, FIN | ACK, R, fin_ack(S))).passed();
+    mapped(dp, &tcp_seq(POD, REMOTE, 40000, 443, ACK, fin_ack(S), fin_ack(R)), MASQ);
+}
+
 #[test]
-fn a_pair_finished_both_ways_gives_its_port_to_a_new_flow_once_quiet() {
+fn a_completed_close_gives_its_port_to_a_new_flow_at_once() {
+    // RFC 5382 REQ-5 / netfilter's TIME_WAIT eviction (nf_nat_used_tuple_harder):
+    // a connection whose close completed holds its port no longer.
     let dp = one_port_node();
     let p = open_flow(&dp);
-    mapped(&dp, &tcp(POD, REMOTE, 40000, 443, FIN | ACK), MASQ);
-    dp.ingress(&tcp(REMOTE, MASQ, 443, p, FIN | ACK)).passed();
+    mapped(&dp, &tcp_seq(POD, REMOTE, 40000, 443, FIN | ACK, S, R), MASQ);
+    dp.ingress(&tcp_seq(REMOTE, MASQ, 443, p, FIN | ACK, R, fin_ack(S))).passed();
     let (fe, re) = dp.assert_single_pair(nat_key(POD, REMOTE, 40000, 443, TCP), MASQ, p);
-    // Each half knows how its own direction ended; both are closing.
+    // Each half knows how its own direction ended, and where its FIN ends.
     assert_eq!(fe.flags & (NAT_F_FIN | NAT_F_TCP_CLOSING), NAT_F_FIN | NAT_F_TCP_CLOSING, "{fe:?}");
     assert_eq!(re.flags & (NAT_F_FIN | NAT_F_TCP_CLOSING), NAT_F_FIN | NAT_F_TCP_CLOSING, "{re:?}");
-    // Right after the last FIN its ACK must still find the pair: the port is not given yet.
-    mapped(&dp, &tcp(POD, REMOTE, 40000, 443, ACK), MASQ);
+    assert_eq!((fe.fin_end, re.fin_end), (fin_ack(S), fin_ack(R)));
+    assert_eq!(fe.close, NAT_C_FIN_FIRST | NAT_C_PEER_FIN, "{fe:?}");
+    assert_eq!(re.close, NAT_C_PEER_FIN | NAT_C_ACKED_PEER, "{re:?}");
+    // Both FINs sent, the last one not acknowledged yet: the remote sits in LAST_ACK,
+    // and the port is not given away, however quiet the pair.
+    age_pair(&dp, p, 3);
     dp.egress(&tcp(POD2, REMOTE, 40001, 443, SYN)).dropped();
     assert_eq!((dp.drops(drop::NO_PORT), dp.counter(counter::NAT_FINISHED_REUSED)), (1, 0));
-    // Quiet for the grace period (2 s): another pod's new connection to the same remote
-    // endpoint needs the port, and takes it.
-    age_pair(&dp, p, 3);
+    // An ACK short of the FIN (of earlier data, or a duplicate) does not complete the close.
+    mapped(&dp, &tcp_seq(POD, REMOTE, 40000, 443, ACK, fin_ack(S), R), MASQ);
+    dp.egress(&tcp(POD2, REMOTE, 40001, 443, SYN)).dropped();
+    assert_eq!(dp.drops(drop::NO_PORT), 2);
+    // The ACK of the last FIN: the close is complete, and the port goes at once, no wait.
+    mapped(&dp, &tcp_seq(POD, REMOTE, 40000, 443, ACK, fin_ack(S), fin_ack(R)), MASQ);
+    assert_eq!(dp.get_fwd(&nat_key(POD, REMOTE, 40000, 443, TCP)).unwrap().close & NAT_C_ACKED_PEER, NAT_C_ACKED_PEER);
     assert_eq!(mapped(&dp, &tcp(POD2, REMOTE, 40001, 443, SYN), MASQ), p);
     assert_eq!(dp.counter(counter::NAT_FINISHED_REUSED), 1);
-    dp.assert_single_pair(nat_key(POD2, REMOTE, 40001, 443, TCP), MASQ, p);
+    let (fe, re) = dp.assert_single_pair(nat_key(POD2, REMOTE, 40001, 443, TCP), MASQ, p);
+    // A fresh pair (fin_end means nothing without NAT_F_FIN: the reverse half keeps the SYN's number there).
+    let ends = NAT_F_FIN | NAT_F_RST;
+    assert_eq!((fe.flags & ends, re.flags & ends, fe.close, re.close), (0, 0, 0, 0), "{fe:?} {re:?}");
     let back = dp.ingress(&tcp(REMOTE, MASQ, 443, p, SYN | ACK)).passed();
     assert_eq!((summary(&back).dst, summary(&back).dport), (POD2, 40001));
-    assert_eq!(dp.total_drops(), 1, "only the SYN inside the grace period");
+    assert_eq!(dp.total_drops(), 2, "only the SYNs before the close completed");
+}
+
+#[test]
+fn a_late_segment_of_a_finished_flow_cannot_hand_the_new_flows_port_away() {
+    // The pod's last ACK was lost beyond the node: the remote retransmits its FIN,
+    // which meets the new flow's pair. It reaches the new flow's pod endpoint (whose
+    // TCP discards it, or answers a RST in SYN-SENT, RFC 793) and changes nothing
+    // that could give the port to a third flow while the new one lives.
+    let dp = one_port_node();
+    let p = open_flow(&dp);
+    close_pod_first(&dp, p);
+    assert_eq!(mapped(&dp, &tcp(POD2, REMOTE, 40001, 443, SYN), MASQ), p);
+    let late = dp.ingress(&tcp_seq(REMOTE, MASQ, 443, p, FIN | ACK, R, fin_ack(S))).passed();
+    assert_eq!((summary(&late).dst, summary(&late).dport), (POD2, 40001), "to the port's holder now");
+    // POD2's TCP, in SYN-SENT, answers the unacceptable ACK with a RST (seq = its ack).
+    mapped(&dp, &tcp_seq(POD2, REMOTE, 40001, 443, RST, fin_ack(S), 0), MASQ);
+    // The new pair is not finished: no FIN of it was acknowledged, and a RST frees a
+    // port only once the pair is quiet (NAT_RESET_QUIET_NS): POD2's SYN retransmission
+    // and the rest of its flow keep it.
+    dp.add_pod(POD3, 9, true);
+    dp.egress(&tcp(POD3, REMOTE, 40002, 443, SYN)).dropped();
+    assert_eq!((dp.drops(drop::NO_PORT), dp.counter(counter::NAT_FINISHED_REUSED)), (1, 1));
+    assert_eq!(mapped(&dp, &tcp(POD2, REMOTE, 40001, 443, SYN), MASQ), p, "POD2's SYN, retransmitted");
+    let back = dp.ingress(&tcp(REMOTE, MASQ, 443, p, SYN | ACK)).passed();
+    assert_eq!((summary(&back).dst, summary(&back).dport), (POD2, 40001));
+    dp.egress(&tcp(POD3, REMOTE, 40002, 443, SYN)).dropped();
+    assert_eq!(dp.drops(drop::NO_PORT), 2);
+}
+
+#[test]
+fn a_remote_that_closed_first_gets_its_tuple_back_only_past_its_time_wait() {
+    // The remote closed first: it holds TIME_WAIT on (remote, MASQ:p), and takes a
+    // new SYN there only with a sequence number past the old flow's (RFC 1122
+    // 4.2.2.13), as netfilter's nf_seq_has_advanced demands before it evicts.
+    let dp = one_port_node();
+    let p = open_flow(&dp);
+    dp.ingress(&tcp_seq(REMOTE, MASQ, 443, p, FIN | ACK, R, S)).passed();
+    mapped(&dp, &tcp_seq(POD, REMOTE, 40000, 443, FIN | ACK, S, fin_ack(R)), MASQ);
+    dp.ingress(&tcp_seq(REMOTE, MASQ, 443, p, ACK, fin_ack(R), fin_ack(S))).passed();
+    let (fe, re) = dp.assert_single_pair(nat_key(POD, REMOTE, 40000, 443, TCP), MASQ, p);
+    assert_eq!(re.close & NAT_C_FIN_FIRST, NAT_C_FIN_FIRST, "{re:?}");
+    assert_eq!((fe.close & NAT_C_ACKED_PEER, re.close & NAT_C_ACKED_PEER), (NAT_C_ACKED_PEER, NAT_C_ACKED_PEER));
+    // A SYN at or before the pod's FIN would meet the remote's TIME_WAIT: not taken.
+    dp.egress(&tcp_seq(POD2, REMOTE, 40001, 443, SYN, fin_ack(S), 0)).dropped();
+    dp.egress(&tcp_seq(POD2, REMOTE, 40001, 443, SYN, S.wrapping_sub(1_000_000), 0)).dropped();
+    assert_eq!((dp.drops(drop::NO_PORT), dp.counter(counter::NAT_FINISHED_REUSED)), (2, 0));
+    // A SYN past it is accepted there: the port goes at once.
+    let syn = tcp_seq(POD2, REMOTE, 40001, 443, SYN, fin_ack(S).wrapping_add(1_000_000), 0);
+    assert_eq!(mapped(&dp, &syn, MASQ), p);
+    assert_eq!(dp.counter(counter::NAT_FINISHED_REUSED), 1);
+}
+
+#[test]
+fn ipv6_a_completed_close_gives_its_port_to_a_new_flow_at_once() {
+    let dp = Dataplane::new();
+    let a = |s: &str| s.parse::<Ipv6Addr>().unwrap();
+    let (masq, pod, pod2, remote) = (a("2001:db8:ffff::1"), a("fd00:10:1::5"), a("fd00:10:1::7"), a("2001:db8:100::10"));
+    dp.add_uplink6(LO, Some(MASQ), masq);
+    dp.add_pod6(pod, 7, true);
+    dp.add_pod6(pod2, 8, true);
+    dp.set_config(20000, 20000, 3600);
+    let fin6 = |seq: u32| seq.wrapping_add(TCP6_PAYLOAD_LEN + 1);
+    let out = |f: &[u8]| summary6(&dp.egress(f).passed());
+    let p = out(&tcp6(pod, remote, 40000, 443, SYN)).sport;
+    dp.ingress(&tcp6(remote, masq, 443, p, SYN | ACK)).passed();
+    out(&tcp6_seq(pod, remote, 40000, 443, FIN | ACK, S, R));
+    dp.ingress(&tcp6_seq(remote, masq, 443, p, FIN | ACK, R, fin6(S))).passed();
+    dp.egress(&tcp6(pod2, remote, 40001, 443, SYN)).dropped();
+    out(&tcp6_seq(pod, remote, 40000, 443, ACK, fin6(S), fin6(R)));
+    let s = out(&tcp6(pod2, remote, 40001, 443, SYN));
+    assert_eq!((s.src, s.sport), (masq, p));
+    assert_eq!((dp.drops(drop::NO_PORT), dp.counter(counter::NAT_FINISHED_REUSED)), (1, 1));
 }
 
 #[test]

@@ -16,12 +16,13 @@
 //! 3. `finish`: the pairs the old programs made meanwhile are copied too, and
 //!    the older layout's pins are removed (its maps and programs go with them).
 //!
-//! Only data whose key and value sizes are unchanged is carried over; anything
+//! Only data whose key and value sizes are unchanged is carried over (and the NAT
+//! pairs of layouts up to 12, whose halves are brought to the current shape); anything
 //! else is left behind with a warning (those pods are re-registered by their
 //! next ADD, their flows start afresh). A directory without a data plane in it
 //! (no pinned `attachments` map) is not touched.
 
-use aya::maps::{Array, HashMap, Map, MapData, MapError};
+use aya::maps::{Array, ArrayOfMaps, HashMap, Map, MapData, MapError};
 
 use crate::{
     bpf::{
@@ -252,32 +253,110 @@ fn copy_pairs_logged(pins: &Pins, old: &Pins, v: u32) {
     }
 }
 
-/// The forward halves of an older layout: one hash map (up to layout 4) or shards.
-fn old_forward<F: Family>(old: &Pins) -> Result<Vec<(F::Key, F::Value)>> {
-    let data = MapData::from_pin(old.map(F::FWD)).map_err(|e| crate::error::Error::bpf(format!("{}: {e}", F::FWD)))?;
-    let collect = |r: std::result::Result<Vec<_>, MapError>| r.map_err(|e| crate::error::Error::bpf(format!("{}: {e}", F::FWD)));
-    match Map::from_map_data(data).map_err(|e| crate::error::Error::bpf(format!("{}: {e}", F::FWD)))? {
+/// A NAT half as layouts up to 12 stored it (before the TCP close's `fin_end`
+/// and `close`), and how it reads in the current shape: a close in progress
+/// then is tracked from the next FIN on, or ends by its timeout.
+trait Upgrade: Family {
+    type Old: aya::Pod;
+    fn upgrade(v: &Self::Old) -> Self::Value;
+}
+
+/// nat4_entry up to layout 12: addr .. rule_id (16 bytes), then created_ns .. bytes (32).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Nat4EntryL12 {
+    head: [u8; 16],
+    tail: [u8; 32],
+}
+unsafe impl aya::Pod for Nat4EntryL12 {}
+
+/// nat6_entry up to layout 12: addr .. rule_id (28 bytes), a pad word, then created_ns .. bytes (32).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Nat6EntryL12 {
+    head: [u8; 28],
+    pad: [u8; 4],
+    tail: [u8; 32],
+}
+unsafe impl aya::Pod for Nat6EntryL12 {}
+
+/// The current entry from its bytes: `head` at the start, `tail` (created_ns
+/// .. bytes) at the end, the close fields zero between them.
+fn from_parts<V: aya::Pod + Default>(head: &[u8], tail: &[u8; 32]) -> V {
+    let mut v = V::default();
+    let size = std::mem::size_of::<V>();
+    // SAFETY: V is a plain-old-data struct of `size` bytes (aya::Pod); every byte pattern is a value.
+    let bytes = unsafe { std::slice::from_raw_parts_mut((&mut v as *mut V).cast::<u8>(), size) };
+    bytes[..head.len()].copy_from_slice(head);
+    bytes[size - 32..].copy_from_slice(tail);
+    v
+}
+
+impl Upgrade for nat::V4 {
+    type Old = Nat4EntryL12;
+    fn upgrade(v: &Nat4EntryL12) -> abi::Nat4Entry {
+        from_parts(&v.head, &v.tail)
+    }
+}
+
+impl Upgrade for nat::V6 {
+    type Old = Nat6EntryL12;
+    fn upgrade(v: &Nat6EntryL12) -> abi::Nat6Entry {
+        from_parts(&v.head, &v.tail)
+    }
+}
+
+/// The forward halves of an older layout, read with value type `V`: one hash
+/// map (up to layout 4) or shards.
+fn old_forward<F: Family, V: aya::Pod>(old: &Pins) -> Result<Vec<(F::Key, V)>> {
+    let err = |e: &dyn std::fmt::Display| crate::error::Error::bpf(format!("{}: {e}", F::FWD));
+    let data = MapData::from_pin(old.map(F::FWD)).map_err(|e| err(&e))?;
+    match Map::from_map_data(data).map_err(|e| err(&e))? {
         m @ Map::HashMap(_) => {
-            let h: NatMap<F> = m.try_into().map_err(|e| crate::error::Error::bpf(format!("{}: {e}", F::FWD)))?;
-            collect(h.iter().collect())
+            let h: HashMap<MapData, F::Key, V> = m.try_into().map_err(|e| err(&e))?;
+            h.iter().collect::<std::result::Result<Vec<_>, MapError>>().map_err(|e| err(&e))
         }
-        _ => collect(Fwd::<F>::open(old)?.iter().collect()),
+        _ => {
+            let params = nat::shard_params(old)?;
+            let outer: ArrayOfMaps<MapData, HashMap<MapData, F::Key, V>> = maps::open(old, F::FWD)?;
+            let mut all = Vec::new();
+            for i in 0..params.shards {
+                let shard = outer.get(&i, 0).map_err(|e| err(&format!("shard {i}: {e}")))?;
+                for kv in shard.iter() {
+                    all.push(kv.map_err(|e| err(&e))?);
+                }
+            }
+            Ok(all)
+        }
     }
 }
 
 /// Copy every complete pair (forward half with its reverse half), and every flow
 /// begun outside (a forward half alone, NAT_F_INBOUND), of an older layout that
-/// the new maps do not have yet; returns how many were copied.
-fn copy_pairs<F: Family>(pins: &Pins, old: &Pins) -> Result<usize> {
-    let (k, v) = (std::mem::size_of::<F::Key>(), std::mem::size_of::<F::Value>());
-    if !old.map(F::REV).exists() || !same_shape(old, F::REV, k, v) {
+/// the new maps do not have yet; returns how many were copied. An older layout's
+/// halves of the current shape are copied as they are; those of layouts up to 12
+/// (`Upgrade::Old`) are brought to the current shape.
+fn copy_pairs<F: Upgrade>(pins: &Pins, old: &Pins) -> Result<usize> {
+    let k = std::mem::size_of::<F::Key>();
+    if !old.map(F::REV).exists() {
         return Ok(0);
     }
-    let old_rev: NatMap<F> = maps::open(old, F::REV)?;
+    if same_shape(old, F::REV, k, std::mem::size_of::<F::Value>()) {
+        return copy_pairs_as::<F, F::Value>(pins, old, |v| *v);
+    }
+    if same_shape(old, F::REV, k, std::mem::size_of::<F::Old>()) {
+        return copy_pairs_as::<F, F::Old>(pins, old, F::upgrade);
+    }
+    Ok(0)
+}
+
+fn copy_pairs_as<F: Family, V: aya::Pod>(pins: &Pins, old: &Pins, to_new: impl Fn(&V) -> F::Value) -> Result<usize> {
+    let old_rev: HashMap<MapData, F::Key, V> = maps::open(old, F::REV)?;
     let mut fwd = Fwd::<F>::open(pins)?;
     let mut rev: NatMap<F> = maps::open(pins, F::REV)?;
     let mut n = 0;
-    for (fk, fv) in old_forward::<F>(old)? {
+    for (fk, fv) in old_forward::<F, V>(old)? {
+        let fv = to_new(&fv);
         let (t, e) = (F::tuple(&fk), F::entry(&fv));
         const NOEXIST: u64 = 1;
         if e.flags & abi::NAT_F_INBOUND != 0 {
@@ -286,6 +365,7 @@ fn copy_pairs<F: Family>(pins: &Pins, old: &Pins) -> Result<usize> {
         }
         let rk = F::key(&nat::reverse_of(&t, &e));
         let Ok(rv) = old_rev.get(&rk, 0) else { continue };
+        let rv = to_new(&rv);
         if F::entry(&rv).created_ns != e.created_ns {
             continue; // not one pair (being removed)
         }
@@ -300,4 +380,42 @@ fn copy_pairs<F: Family>(pins: &Pins, old: &Pins) -> Result<usize> {
         n += 1;
     }
     Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_layout_12_half_keeps_every_field_and_starts_no_close() {
+        let e4 = abi::Nat4Entry {
+            addr: [10, 0, 0, 1], port: 4000u16.to_be_bytes(), flags: abi::NAT_F_FIN, policy: 2, ifindex: 7,
+            rule_id: 9, created_ns: 11, last_seen_ns: 12, packets: 13, bytes: 14, ..Default::default()
+        };
+        let mut head = [0u8; 16];
+        head[..4].copy_from_slice(&e4.addr);
+        head[4..6].copy_from_slice(&e4.port);
+        head[6] = e4.flags;
+        head[7] = e4.policy;
+        head[8..12].copy_from_slice(&7u32.to_ne_bytes());
+        head[12..16].copy_from_slice(&9u32.to_ne_bytes());
+        let mut tail = [0u8; 32];
+        for (i, x) in [11u64, 12, 13, 14].iter().enumerate() {
+            tail[i * 8..i * 8 + 8].copy_from_slice(&x.to_ne_bytes());
+        }
+        assert_eq!(<nat::V4 as Upgrade>::upgrade(&Nat4EntryL12 { head, tail }), e4);
+
+        let e6 = abi::Nat6Entry {
+            addr: [0xfd; 16], port: 4000u16.to_be_bytes(), flags: abi::NAT_F_RST, policy: 1, ifindex: 7,
+            rule_id: 9, created_ns: 11, last_seen_ns: 12, packets: 13, bytes: 14, ..Default::default()
+        };
+        let mut head = [0u8; 28];
+        head[..16].copy_from_slice(&e6.addr);
+        head[16..18].copy_from_slice(&e6.port);
+        head[18] = e6.flags;
+        head[19] = e6.policy;
+        head[20..24].copy_from_slice(&7u32.to_ne_bytes());
+        head[24..28].copy_from_slice(&9u32.to_ne_bytes());
+        assert_eq!(<nat::V6 as Upgrade>::upgrade(&Nat6EntryL12 { head, pad: [0xee; 4], tail }), e6);
+    }
 }

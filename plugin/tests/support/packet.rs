@@ -117,11 +117,19 @@ pub fn with_ip_options(frame: &[u8], opts: &[u8]) -> Vec<u8> {
 }
 
 pub fn tcp(src: Ipv4Addr, dst: Ipv4Addr, sport: u16, dport: u16, flags: u8) -> Vec<u8> {
+    tcp_seq(src, dst, sport, dport, flags, 0x0102_0304, if flags & ACK != 0 { 0x0a0b_0c0d } else { 0 })
+}
+
+/// The payload's length: a segment of `tcp_seq` with FIN is acknowledged by `seq + TCP_PAYLOAD_LEN + 1`.
+pub const TCP_PAYLOAD_LEN: u32 = PAYLOAD.len() as u32;
+
+/// A TCP segment (with the test payload) whose sequence and acknowledgment numbers are given.
+pub fn tcp_seq(src: Ipv4Addr, dst: Ipv4Addr, sport: u16, dport: u16, flags: u8, seq: u32, ack: u32) -> Vec<u8> {
     let mut seg = vec![0u8; 20];
     seg[0..2].copy_from_slice(&sport.to_be_bytes());
     seg[2..4].copy_from_slice(&dport.to_be_bytes());
-    seg[4..8].copy_from_slice(&0x0102_0304u32.to_be_bytes()); // seq
-    seg[8..12].copy_from_slice(&(if flags & ACK != 0 { 0x0a0b_0c0du32 } else { 0 }).to_be_bytes());
+    seg[4..8].copy_from_slice(&seq.to_be_bytes());
+    seg[8..12].copy_from_slice(&ack.to_be_bytes());
     seg[12] = 5 << 4;
     seg[13] = flags;
     seg[14..16].copy_from_slice(&64240u16.to_be_bytes()); // window

@@ -43,11 +43,18 @@ pub fn l6_csum(src: Ipv6Addr, dst: Ipv6Addr, nh: u8, seg: &[u8]) -> u16 {
 // ---- L4 segments (checksum filled in for src -> dst) ----
 
 pub fn tcp6_seg(src: Ipv6Addr, dst: Ipv6Addr, sport: u16, dport: u16, flags: u8) -> Vec<u8> {
+    tcp6_seg_seq(src, dst, sport, dport, flags, 0x0102_0304, if flags & ACK != 0 { 0x0a0b_0c0d } else { 0 })
+}
+
+/// The payload's length: a segment of `tcp6_seq` with FIN is acknowledged by `seq + TCP6_PAYLOAD_LEN + 1`.
+pub const TCP6_PAYLOAD_LEN: u32 = PAYLOAD6.len() as u32;
+
+pub fn tcp6_seg_seq(src: Ipv6Addr, dst: Ipv6Addr, sport: u16, dport: u16, flags: u8, seq: u32, ack: u32) -> Vec<u8> {
     let mut seg = vec![0u8; 20];
     seg[0..2].copy_from_slice(&sport.to_be_bytes());
     seg[2..4].copy_from_slice(&dport.to_be_bytes());
-    seg[4..8].copy_from_slice(&0x0102_0304u32.to_be_bytes());
-    seg[8..12].copy_from_slice(&(if flags & ACK != 0 { 0x0a0b_0c0du32 } else { 0 }).to_be_bytes());
+    seg[4..8].copy_from_slice(&seq.to_be_bytes());
+    seg[8..12].copy_from_slice(&ack.to_be_bytes());
     seg[12] = 5 << 4;
     seg[13] = flags;
     seg[14..16].copy_from_slice(&64240u16.to_be_bytes());
@@ -115,6 +122,11 @@ pub fn opts_header(next: u8) -> Vec<u8> {
 
 pub fn tcp6(src: Ipv6Addr, dst: Ipv6Addr, sport: u16, dport: u16, flags: u8) -> Vec<u8> {
     ipv6_frame(src, dst, TCP, &tcp6_seg(src, dst, sport, dport, flags))
+}
+
+/// A TCP segment whose sequence and acknowledgment numbers are given.
+pub fn tcp6_seq(src: Ipv6Addr, dst: Ipv6Addr, sport: u16, dport: u16, flags: u8, seq: u32, ack: u32) -> Vec<u8> {
+    ipv6_frame(src, dst, TCP, &tcp6_seg_seq(src, dst, sport, dport, flags, seq, ack))
 }
 
 pub fn udp6(src: Ipv6Addr, dst: Ipv6Addr, sport: u16, dport: u16) -> Vec<u8> {

@@ -9,7 +9,7 @@
 mod nat_tables;
 pub use nat_tables::*;
 
-pub const LAYOUT_VERSION: u32 = 12;
+pub const LAYOUT_VERSION: u32 = 13;
 
 // Map names (pinned by name under <pinPath>/v<LAYOUT_VERSION>/maps/).
 pub const MAP_CONFIG: &str = "masq_config";
@@ -593,12 +593,12 @@ aya_pod! {
     Rule6Info = 24,
     RuleExcept6Data = 20,
     Nat6Key = 40,
-    Nat6Entry = 64,
+    Nat6Entry = 72,
     Frag4Key = 12,
     Frag6Key = 40,
     FragPorts = 8,
     Nat4Key = 16,
-    Nat4Entry = 48,
+    Nat4Entry = 56,
     Nat4Ep = 8,
     Nat4Bind = 8,
     Nat6Ep = 20,

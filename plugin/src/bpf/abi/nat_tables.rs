@@ -22,7 +22,11 @@ pub struct Nat6Entry {
     pub policy: u8,
     pub ifindex: u32,
     pub rule_id: u32,
-    pub pad2: u32,
+    /// TCP, with NAT_F_FIN: the ack number that acknowledges this direction's FIN.
+    pub fin_end: u32,
+    /// NAT_C_*: this direction's part in the TCP close.
+    pub close: u8,
+    pub pad: [u8; 7],
     pub created_ns: u64,
     pub last_seen_ns: u64,
     pub packets: u64,
@@ -135,6 +139,12 @@ pub const NAT_F_INBOUND: u8 = 0x8;
 pub const NAT_F_FIN: u8 = 0x10;
 pub const NAT_F_RST: u8 = 0x20;
 pub const NAT_F_OPEN: u8 = 0x40;
+/// How a TCP pair closes, per half (`close`): this direction's FIN was the pair's first.
+pub const NAT_C_FIN_FIRST: u8 = 0x1;
+/// The other direction sent a FIN.
+pub const NAT_C_PEER_FIN: u8 = 0x2;
+/// This direction acknowledged the other direction's FIN.
+pub const NAT_C_ACKED_PEER: u8 = 0x4;
 /// The host's own flow on the masquerade address (its port remapped, or an echo id kept).
 pub const NAT_F_HOST: u8 = 0x80;
 #[repr(C)]
@@ -147,6 +157,11 @@ pub struct Nat4Entry {
     pub policy: u8,
     pub ifindex: u32,
     pub rule_id: u32,
+    /// TCP, with NAT_F_FIN: the ack number that acknowledges this direction's FIN.
+    pub fin_end: u32,
+    /// NAT_C_*: this direction's part in the TCP close.
+    pub close: u8,
+    pub pad: [u8; 3],
     pub created_ns: u64,
     pub last_seen_ns: u64,
     pub packets: u64,
