@@ -264,8 +264,11 @@ struct nat4_key {
  * A pair is finished when each direction's FIN was acknowledged by the other (the
  * close complete: netfilter's TIME_WAIT), and a new flow that needs its port takes
  * it over at once (CNT_NAT_FINISHED_REUSED); or when either direction sent a RST
- * and the pair has been quiet for NAT_RESET_QUIET_NS since (no window tracking
- * vouches for a RST, so a stray one must not hand a live flow's port away).
+ * and the pair has been quiet for NAT_QUIET_NS since (no window tracking vouches
+ * for a RST, so a stray one must not hand a live flow's port away). A TCP pair
+ * whose remote never sent a packet (a SYN never answered: lost, or its remote
+ * silent, and its client gone) is taken over once quiet as long
+ * (CNT_NAT_UNANSWERED_REUSED).
  */
 #define NAT_C_FIN_FIRST   0x1      /* this direction's FIN was the pair's first (its end closed actively) */
 #define NAT_C_PEER_FIN    0x2      /* the other direction sent a FIN (carried across when it was seen) */
@@ -594,6 +597,8 @@ enum masq_counter {
 	CNT_HOST_TRACKED,          /* host flows on the masquerade address given a pair (NAT_F_HOST) */
 	CNT_HOST_REMAPPED,         /* of those, flows whose own port was held by a pod's pair: another port */
 	CNT_HOST_SOCKET_AVOIDED,   /* candidate ports a new pair skipped: a host socket would get its replies */
+	CNT_NAT_UNANSWERED_REUSED, /* TCP pairs never answered (the remote sent nothing) whose port a new
+				    * flow took over once they were quiet (a SYN lost, its client gone) */
 	CNT_MAX
 };
 

@@ -28,13 +28,16 @@
  */
 #define NAT_PREFERRED 2
 /*
- * A TCP pair a RST ended gives its port to a new flow once it has been quiet this
- * long (the RST refreshed last_seen). Nothing checks a RST against the flow's
+ * A TCP pair a RST ended, or one a direction of which never sent a packet (a SYN
+ * never answered), gives its port to a new flow once it has been quiet this long
+ * (its last packet refreshed last_seen). Nothing checks a RST against the flow's
  * window, so a stray one must not hand a live flow's port away at once: a flow
- * still sending is never quiet this long. A pair whose close completed (both FINs
- * acknowledged, masq_abi.h NAT_C_*) needs no such wait: its port goes at once.
+ * still sending is never quiet this long. A client still trying an unanswered
+ * SYN loses nothing but the port: its next retransmission gets a new pair. A pair
+ * whose close completed (both FINs acknowledged, masq_abi.h NAT_C_*) needs no
+ * such wait: its port goes at once.
  */
-#define NAT_RESET_QUIET_NS (2 * NSEC_PER_SEC)
+#define NAT_QUIET_NS (2 * NSEC_PER_SEC)
 
 /* The map helpers' errors (a BPF build has no errno.h). */
 #ifndef E2BIG

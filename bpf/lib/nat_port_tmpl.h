@@ -88,37 +88,41 @@ static __always_inline long NAT_FN(claim_checked)(struct NAT_FN(probe) *p, __u32
 }
 
 /*
- * tcp_finished - may a new flow take the port of the TCP pair @old (its reverse
- * half) / @fwd (its forward half)? When its close completed, each FIN
- * acknowledged by the other side (netfilter's TIME_WAIT): at once, as
- * nf_nat_used_tuple_harder evicts such an entry. If the remote closed first, it
- * holds the old connection's TIME_WAIT on this very tuple, and accepts a new
- * SYN there only past the old flow's sequence numbers (RFC 1122 4.2.2.13; Linux
- * tcp_timewait_state_process): so the port goes only to a SYN whose number is
- * past the pod's FIN (netfilter's nf_seq_has_advanced), else the search goes on.
- * When a RST ended it (either way): once quiet for NAT_RESET_QUIET_NS. A
- * half-closed or open pair: never (its timeout frees it).
+ * tcp_reusable - may a new flow take the port of the TCP pair @old (its reverse
+ * half) / @fwd (its forward half)? Returns the counter to account it under, or 0.
+ * When its close completed, each FIN acknowledged by the other side (netfilter's
+ * TIME_WAIT): at once, as nf_nat_used_tuple_harder evicts such an entry. If the
+ * remote closed first, it holds the old connection's TIME_WAIT on this very
+ * tuple, and accepts a new SYN there only past the old flow's sequence numbers
+ * (RFC 1122 4.2.2.13; Linux tcp_timewait_state_process): so the port goes only to
+ * a SYN whose number is past the pod's FIN (netfilter's nf_seq_has_advanced),
+ * else the search goes on. When a RST ended it (either way), or the remote never
+ * sent a packet (the reverse half carried none): once quiet for NAT_QUIET_NS. An open or half-closed pair
+ * that both directions used: never (its timeout frees it).
  */
-static __always_inline bool NAT_FN(tcp_finished)(const struct NAT_FN(probe) *p, const ENTRY_T *old,
-						 const ENTRY_T *fwd)
+static __always_inline __u32 NAT_FN(tcp_reusable)(const struct NAT_FN(probe) *p, const ENTRY_T *old,
+						  const ENTRY_T *fwd)
 {
+	__u64 now = p->e.last_seen_ns;
+
 	if ((old->close & NAT_C_ACKED_PEER) && (fwd->close & NAT_C_ACKED_PEER) &&
 	    (old->flags & NAT_F_FIN) && (fwd->flags & NAT_F_FIN)) {
 		if (!(old->close & NAT_C_FIN_FIRST))
-			return true; /* the pod closed first: the remote keeps no state */
-		return p->syn && (__s32)(p->e.fin_end - fwd->fin_end) > 0;
+			return CNT_NAT_FINISHED_REUSED; /* the pod closed first: the remote keeps no state */
+		return p->syn && (__s32)(p->e.fin_end - fwd->fin_end) > 0 ? CNT_NAT_FINISHED_REUSED : 0;
 	}
+	if (now < old->last_seen_ns + NAT_QUIET_NS || now < fwd->last_seen_ns + NAT_QUIET_NS)
+		return 0;
 	if ((old->flags | fwd->flags) & NAT_F_RST)
-		return p->e.last_seen_ns >= old->last_seen_ns + NAT_RESET_QUIET_NS &&
-		       p->e.last_seen_ns >= fwd->last_seen_ns + NAT_RESET_QUIET_NS;
-	return false;
+		return CNT_NAT_FINISHED_REUSED;
+	return !old->packets ? CNT_NAT_UNANSWERED_REUSED : 0; /* the remote never sent a packet */
 }
 
 /*
  * take_over - give the port of the pair whose reverse half is @old to the new
- * flow: when the pair expired (@cnt CNT_NAT_RECLAIMED), or when it is a TCP flow
- * that is over (tcp_finished; CNT_NAT_FINISHED_REUSED: the forward half, which
- * holds the pod's side of it, is checked). The stale forward half goes, then
+ * flow: when the pair expired (@cnt CNT_NAT_RECLAIMED), or (@cnt 0) when it is a
+ * TCP flow that is over or was never answered (tcp_reusable, which names the
+ * counter: the forward half, which holds the pod's side of it, is checked too). The stale forward half goes, then
  * the claim is overwritten. Returns 1 (stop) once claimed.
  *
  * p->fk doubles as the stale pair's forward key for a moment. The forward half
@@ -135,11 +139,12 @@ static __always_inline long NAT_FN(take_over)(struct NAT_FN(probe) *p, __u32 i, 
 
 	p->fk.saddr = old->addr;
 	p->fk.sport = old->port;
-	if (cnt == CNT_NAT_FINISHED_REUSED) {
+	if (cnt != CNT_NAT_RECLAIMED) {
 		fwd = NAT_FN(fwd_get)(&p->fk);
 		if (!fwd || fwd->created_ns != old->created_ns)
 			goto out; /* not one pair (being removed): leave it */
-		if (!NAT_FN(tcp_finished)(p, old, fwd))
+		cnt = NAT_FN(tcp_reusable)(p, old, fwd);
+		if (!cnt)
 			goto out;
 	}
 	NAT_FN(fwd_del)(&p->fk);
@@ -201,8 +206,10 @@ static long NAT_FN(probe_port)(__u32 i, void *ctx)
 		return 0;
 	if (NAT_FN(nat_expired)(old, cfg, p->fk.proto, p->e.last_seen_ns))
 		return NAT_FN(take_over)(p, i, old, CNT_NAT_RECLAIMED);
-	if (old->flags & NAT_F_TCP_CLOSING)
-		return NAT_FN(take_over)(p, i, old, CNT_NAT_FINISHED_REUSED);
+	/* Closing, or never answered: perhaps reusable (tcp_reusable decides, with the
+	 * forward half). An open pair that was answered is not: no second lookup. */
+	if (p->fk.proto == IPPROTO_TCP && ((old->flags & NAT_F_TCP_CLOSING) || !old->packets))
+		return NAT_FN(take_over)(p, i, old, 0);
 	return 0;
 }
 

@@ -464,3 +464,25 @@ fn egress_policies_hold_on_the_fast_path() {
         assert_eq!((elsewhere.ret, summary(&elsewhere.out).src), (TC_ACT_REDIRECT, MASQ));
     });
 }
+
+#[test]
+fn a_new_flow_with_no_port_free_is_dropped_by_the_fast_path_after_one_search() {
+    // Issue 26: the fast path searches once per new flow. Falling back would make the
+    // uplink search the whole budget again (twice the cost, the failure counted twice).
+    in_lab(1500, |up0, _| {
+        let dp = fast_node6(up0); // up0 masquerades both families
+        dp.set_config(20000, 20000, 3600); // one port (the config's flags go with it)
+        dp.set_fast_path(true);
+        assert_eq!(dp.veth(&tcp(POD, REMOTE, 40000, 443, SYN)).ret, TC_ACT_REDIRECT);
+        assert_eq!(dp.veth(&tcp6(POD6, REMOTE6, 40000, 443, SYN)).ret, TC_ACT_REDIRECT);
+        let probes = dp.counter(counter::PORT_PROBES);
+        dp.veth(&tcp(POD, REMOTE, 40001, 443, SYN)).dropped();
+        dp.veth(&tcp6(POD6, REMOTE6, 40001, 443, SYN)).dropped();
+        assert_eq!((dp.drops(drop::NO_PORT), dp.counter(counter::ALLOC_FAIL)), (2, 2));
+        assert_eq!(dp.counter(counter::FP_FALLBACK), 0, "no second search on the uplink");
+        // One search each: the 128 random probes and the one-port sweep (the pod's own
+        // port is outside portRange, and it has no binding towards MASQ's port yet).
+        let tried = dp.counter(counter::PORT_PROBES) - probes;
+        assert!(tried <= 2 * (2 + 128 + 1), "{tried} ports tried for two flows");
+    });
+}

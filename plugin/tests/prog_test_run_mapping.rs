@@ -291,6 +291,38 @@ fn ipv6_a_completed_close_gives_its_port_to_a_new_flow_at_once() {
 }
 
 #[test]
+fn a_syn_never_answered_gives_its_port_once_quiet() {
+    // A SYN lost beyond the node (or a silent remote) whose client gave up: nothing
+    // will ever use or close its pair. Once it has been quiet for 2 s another flow
+    // takes its port; an answered open pair never (a_half_closed_pair_keeps_its_port).
+    let dp = one_port_node();
+    let p = mapped(&dp, &tcp(POD, REMOTE, 40000, 443, SYN), MASQ);
+    // Still trying (its retransmission within the quiet time): kept.
+    age_pair(&dp, p, 1);
+    dp.egress(&tcp(POD2, REMOTE, 40001, 443, SYN)).dropped();
+    assert_eq!(dp.drops(drop::NO_PORT), 1);
+    age_pair(&dp, p, 3);
+    assert_eq!(mapped(&dp, &tcp(POD2, REMOTE, 40001, 443, SYN), MASQ), p);
+    assert_eq!((dp.counter(counter::NAT_UNANSWERED_REUSED), dp.counter(counter::NAT_FINISHED_REUSED)), (1, 0));
+    dp.assert_single_pair(nat_key(POD2, REMOTE, 40001, 443, TCP), MASQ, p);
+    // The first client's next retransmission is a new flow: no port left for it now.
+    dp.egress(&tcp(POD, REMOTE, 40000, 443, SYN)).dropped();
+    assert_eq!(dp.drops(drop::NO_PORT), 2);
+    // Once answered, the pair is an open connection's: never taken, however quiet.
+    dp.ingress(&tcp(REMOTE, MASQ, 443, p, SYN | ACK)).passed();
+    let fk = nat_key(POD2, REMOTE, 40001, 443, TCP);
+    let rk = reverse_key(&fk, MASQ, p);
+    let then = monotonic_ns() - 60_000_000_000;
+    let (mut fe, mut re) = (dp.get_fwd(&fk).unwrap(), dp.get_rev(&rk).unwrap());
+    fe.last_seen_ns = then;
+    re.last_seen_ns = then;
+    dp.put_fwd(&fk, fe);
+    dp.put_rev(&rk, re);
+    dp.egress(&tcp(POD, REMOTE, 40000, 443, SYN)).dropped();
+    assert_eq!((dp.drops(drop::NO_PORT), dp.counter(counter::NAT_UNANSWERED_REUSED)), (3, 1));
+}
+
+#[test]
 fn a_reset_finishes_a_pair_either_way() {
     for from_remote in [true, false] {
         let dp = one_port_node();

@@ -206,7 +206,14 @@ fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder) -> fmt::Result {
         (
             "ebpf_masq_nat_pairs_finished_reused_total",
             "nat_finished_reused",
-            "Finished TCP pairs (FIN both ways, or a RST) whose port a new flow took over at once.",
+            "Finished TCP pairs (both FINs acknowledged at once; a RST once quiet for 2 s) whose port a new \
+             flow took over.",
+        ),
+        (
+            "ebpf_masq_nat_pairs_unanswered_reused_total",
+            "nat_unanswered_reused",
+            "TCP pairs never answered (a SYN lost or unanswered, its client gone) whose port a new flow took \
+             over once quiet for 2 s.",
         ),
         (
             "ebpf_masq_filter_admitted_total",

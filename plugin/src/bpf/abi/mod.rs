@@ -501,7 +501,8 @@ pub mod counter {
     pub const HOST_TRACKED: u32 = 29;
     pub const HOST_REMAPPED: u32 = 30;
     pub const HOST_SOCKET_AVOIDED: u32 = 31;
-    pub const MAX: u32 = 32;
+    pub const NAT_UNANSWERED_REUSED: u32 = 32;
+    pub const MAX: u32 = 33;
     pub const NAMES: [&str; MAX as usize] = [
         "snat_packets_v4",
         "snat_bytes_v4",
@@ -535,6 +536,7 @@ pub mod counter {
         "host_flows_tracked",
         "host_flows_remapped",
         "host_socket_ports_avoided",
+        "nat_unanswered_reused",
     ];
 }
 
