@@ -844,7 +844,7 @@ mod tests {
         let families: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("# TYPE ")).map(|l| l.split(' ').next().unwrap()).collect();
         assert_eq!(families.first(), Some(&"ebpf_masq_data_plane_loaded"));
         assert_eq!(families.last(), Some(&"ebpf_masq_pod_spoofed_packets_total"));
-        assert_eq!(families.len(), 42, "{families:?}");
+        assert_eq!(families.len(), 43, "{families:?}");
         assert!(!text.contains("# EOF") && !text.contains("# UNIT") && !text.contains("_total_total"), "{text}");
         // A zero float gauge is written "0.0" (it was "0"): the same value to every parser.
         let s = Snapshot { sweep: Sweep::default(), ..snapshot() };
