@@ -254,8 +254,9 @@ fn copy_pairs_logged(pins: &Pins, old: &Pins, v: u32) {
 }
 
 /// A NAT half as layouts up to 12 stored it (before the TCP close's `fin_end`
-/// and `close`), and how it reads in the current shape: a close in progress
-/// then is tracked from the next FIN on, or ends by its timeout.
+/// and `close`), and how it reads in the current shape: a close in progress at
+/// the upgrade is not tracked (its FINs were seen before), so that pair ends by
+/// its timeout (`tcpClosing`); every later close is.
 trait Upgrade: Family {
     type Old: aya::Pod;
     fn upgrade(v: &Self::Old) -> Self::Value;
