@@ -211,7 +211,8 @@ static __noinline int fp_egress_v4(struct __sk_buff *skb, const struct masq_conf
 				return drop_with(reason);
 			goto fallback;
 		}
-		nat_touch_v4(skb, fwd, &f, now, true);
+		if (nat_touch_v4(skb, fwd, &f, now))
+			snat_sync_rev_v4(skb, &f, fwd, now);
 	}
 	if (nat4_rewrite(skb, &f, true, &fwd->addr, fwd->port) || fp_ttl_dec4(skb, ip.ttl, f.proto))
 		return drop_with(DROP_CSUM);
@@ -313,10 +314,12 @@ static __noinline struct nat6_entry *fp_new_flow_v6(struct __sk_buff *skb, const
 	d.ifindex = ifindex;
 	d.nat_flags = NAT_F_FAST;
 	fwd = snat_create_v6(skb, f, &d, now, reason);
-	if (fwd)
-		nat_touch_v6(skb, fwd, f, now, true);
-	else if (*reason != DROP_NO_PORT && *reason != DROP_NAT_FULL)
-		*reason = 0;
+	if (!fwd) {
+		if (*reason != DROP_NO_PORT && *reason != DROP_NAT_FULL)
+			*reason = 0;
+	} else if (nat_touch_v6(skb, fwd, f, now)) {
+		snat_sync_rev_v6(skb, f, fwd, now);
+	}
 	return fwd;
 }
 

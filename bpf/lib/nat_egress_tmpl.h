@@ -177,7 +177,7 @@ static __noinline int NAT_FN(snat_egress)(struct __sk_buff *skb, const struct up
 			if (fwd->flags & NAT_F_INBOUND) {
 				/* A reply of a flow begun outside: it leaves as it is
 				 * (its later fragments too: snat_fragment). */
-				NAT_FN(nat_touch)(skb, fwd, &f, now, true);
+				NAT_FN(nat_touch)(skb, fwd, &f, now);
 				if (f.frag == FRAG_FIRST)
 					NAT_FN(frag_remember)(&f);
 				count_add(CNT_INBOUND_PKTS, 1);
@@ -231,7 +231,8 @@ create:
 			return MASQ_PASS;
 		return drop_with(reason);
 	}
-	NAT_FN(nat_touch)(skb, fwd, &f, now, true);
+	if (NAT_FN(nat_touch)(skb, fwd, &f, now))
+		NAT_FN(snat_sync_rev)(skb, &f, fwd, now); /* a first packet that is a FIN (a flow picked up) */
 	if (fwd->flags & NAT_F_HOST) {
 		if (fwd->port == f.sport)
 			return MASQ_PASS;

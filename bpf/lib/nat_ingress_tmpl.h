@@ -79,7 +79,7 @@ static __noinline void NAT_FN(inbound_track)(struct __sk_buff *skb, const struct
 
 	if (e) {
 		if (e->flags & NAT_F_INBOUND)
-			NAT_FN(nat_touch)(skb, e, f, now, true);
+			NAT_FN(nat_touch)(skb, e, f, now);
 		return;
 	}
 	if (f->proto == ICMP_PROTO && f->icmp_type != ECHO_REQUEST)
@@ -108,7 +108,7 @@ static __noinline void NAT_FN(inbound_track)(struct __sk_buff *skb, const struct
 	nat_gc_ensure(NAT_IS_V6, false);
 	e = bpf_map_lookup_elem(shard, &fk);
 	if (e)
-		NAT_FN(nat_touch)(skb, e, f, now, true);
+		NAT_FN(nat_touch)(skb, e, f, now);
 }
 
 /*
@@ -171,7 +171,8 @@ static __noinline int NAT_FN(open_ingress)(struct __sk_buff *skb, const FLOW_T *
 	rev = bpf_map_lookup_elem(&MAP_REV, &rk);
 	if (!rev)
 		return MASQ_PASS;
-	NAT_FN(nat_touch)(skb, rev, f, now, false);
+	if (NAT_FN(nat_touch)(skb, rev, f, now))
+		NAT_FN(rnat_sync_fwd)(skb, f, rev, now);
 	if (f->frag == FRAG_FIRST)
 		NAT_FN(frag_remember)(f);
 	if (REWRITE(skb, f, false, &rev->addr, rev->port))
@@ -221,8 +222,8 @@ static __noinline int NAT_FN(rnat_ingress)(struct __sk_buff *skb, const struct u
 	}
 	now = bpf_ktime_get_coarse_ns(); /* last_seen needs seconds, not ns: the cheap clock */
 
-	if (NAT_FN(nat_touch)(skb, rev, &f, now, false))
-		NAT_FN(rnat_sync_fwd)(&f, rev, now);
+	if (NAT_FN(nat_touch)(skb, rev, &f, now))
+		NAT_FN(rnat_sync_fwd)(skb, &f, rev, now);
 	if ((rev->flags & NAT_F_HOST) && rev->port == f.dport)
 		return MASQ_PASS; /* a host flow on its own port (an echo id): nothing to translate */
 	if (f.frag == FRAG_FIRST)

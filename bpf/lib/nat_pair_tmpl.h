@@ -51,55 +51,52 @@ static __always_inline bool NAT_FN(nat_expired)(const ENTRY_T *e, const struct m
 	return now - seen > nat_timeout_ns(cfg, proto, e->flags);
 }
 
-/*
- * tcp_close_step - a segment that takes its pair's close a step further, on @e,
- * the half of its direction (@is_fwd: the pod's): its direction's first FIN
- * (where it ends is recorded, and the other half learns of it), or an ACK while
- * the other direction's FIN waits for one (compared with where that FIN ends:
- * an ACK of earlier data, or a duplicate, does not complete the close). The
- * other half is looked up here; a half of another pair under the same key is
- * left alone. Runs for a handful of segments a connection, never for an open
- * flow's.
- */
-static __noinline void NAT_FN(tcp_close_step)(struct __sk_buff *skb, const FLOW_T *f, ENTRY_T *e, bool is_fwd)
+/* Where the FIN of @f ends (the ack number that acknowledges it); a call of its own: no header copy on the caller's stack. */
+static __noinline __u32 NAT_FN(fin_end_of)(struct __sk_buff *skb, const FLOW_T *f)
 {
-	__u32 seq, ack, fin_end;
-	ENTRY_T *o;
+	__u32 fin_end = 0;
 
-	if (!skb || !f || !e || tcp_close_seq(skb, f->l3_off, f->l4_off, NAT_IS_V6, &seq, &ack, &fin_end))
+	if (skb && f)
+		tcp_fin_end(skb, f->l3_off, f->l4_off, NAT_IS_V6, &fin_end);
+	return fin_end;
+}
+
+/*
+ * tcp_close_sync - the close's bookkeeping when @e, the half of the packet @f's
+ * direction, and @o, the other half of its pair, are brought in step (the sync
+ * functions below, after nat_touch said so): a FIN of @e's direction (nat_touch
+ * recorded where it ends) makes @o wait for its ACK (NAT_C_PEER_FIN) and says
+ * whose FIN was first; an ACK of @e's direction that reaches the other
+ * direction's FIN (@o's fin_end) completes that FIN (NAT_C_ACKED_PEER). An ACK
+ * short of it (earlier data, a duplicate) completes nothing. No lookup of its
+ * own: the sync has found @o already.
+ */
+static __always_inline void NAT_FN(tcp_close_sync)(struct __sk_buff *skb, const FLOW_T *f, ENTRY_T *e, ENTRY_T *o)
+{
+	__be32 ack;
+
+	if (f->proto != IPPROTO_TCP)
 		return;
-	if (is_fwd) {
-		KEY_T rk = {
-			.saddr = f->daddr, .daddr = e->addr,
-			.sport = f->dport, .dport = e->port, .proto = f->proto,
-		};
-		o = bpf_map_lookup_elem(&MAP_REV, &rk);
-	} else {
-		KEY_T fk = {
-			.saddr = e->addr, .daddr = f->saddr,
-			.sport = e->port, .dport = f->sport, .proto = f->proto,
-		};
-		o = NAT_FN(fwd_get)(&fk);
-	}
-	if (!o || o->created_ns != e->created_ns)
-		return;
-	if ((f->tcp_flags & TCP_FLAG_FIN) && !(e->flags & NAT_F_FIN)) {
-		e->fin_end = fin_end;
+	if (e->flags & NAT_F_FIN) {
 		if (!(o->flags & NAT_F_FIN))
 			e->close |= NAT_C_FIN_FIRST;
 		o->close |= NAT_C_PEER_FIN;
 	}
-	if ((f->tcp_flags & TCP_FLAG_ACK) && (o->flags & NAT_F_FIN) && (__s32)(ack - o->fin_end) >= 0)
+	if ((f->tcp_flags & TCP_FLAG_ACK) && (o->flags & NAT_F_FIN) && !(e->close & NAT_C_ACKED_PEER) &&
+	    bpf_skb_load_bytes(skb, f->l4_off + 8, &ack, sizeof(ack)) == 0 &&
+	    (__s32)(bpf_ntohl(ack) - o->fin_end) >= 0)
 		e->close |= NAT_C_ACKED_PEER;
 }
 
 /*
- * Account one packet on the half of its direction (@is_fwd: the pod's); true
- * when last_seen was refreshed (once a second at most, and at once when the TCP
- * state changes: the caller then brings the other half in step, nat_flags_synced).
+ * Account one packet on the half of its direction; true when last_seen was
+ * refreshed (once a second at most, and at once when the TCP state changes: the
+ * caller then brings the other half in step, nat_flags_synced and
+ * tcp_close_sync). A TCP close's segments are such changes: the direction's
+ * first FIN (where it ends is recorded here), and an ACK while the other
+ * direction's FIN waits for one; a handful a connection, none of an open flow's.
  */
-static __always_inline bool NAT_FN(nat_touch)(struct __sk_buff *skb, ENTRY_T *e, const FLOW_T *f, __u64 now,
-					      bool is_fwd)
+static __always_inline bool NAT_FN(nat_touch)(struct __sk_buff *skb, ENTRY_T *e, const FLOW_T *f, __u64 now)
 {
 	/* Plain adds, not atomics: a flow's packets come in on one CPU at a time
 	 * (RSS, one socket), and a rare lost update costs a statistic, not a byte. */
@@ -108,12 +105,8 @@ static __always_inline bool NAT_FN(nat_touch)(struct __sk_buff *skb, ENTRY_T *e,
 	if (f->proto == IPPROTO_TCP) {
 		__u8 end = (f->tcp_flags & TCP_FLAG_RST) ? NAT_F_RST : (f->tcp_flags & TCP_FLAG_FIN) ? NAT_F_FIN : 0;
 
-		/* The close, tracked exactly (a flow begun outside holds no port). */
-		if (!(e->flags & NAT_F_INBOUND) &&
-		    (((f->tcp_flags & TCP_FLAG_FIN) && !(e->flags & NAT_F_FIN)) ||
-		     ((f->tcp_flags & TCP_FLAG_ACK) &&
-		      (e->close & (NAT_C_PEER_FIN | NAT_C_ACKED_PEER)) == NAT_C_PEER_FIN)))
-			NAT_FN(tcp_close_step)(skb, f, e, is_fwd);
+		if ((f->tcp_flags & TCP_FLAG_FIN) && !(e->flags & NAT_F_FIN))
+			e->fin_end = NAT_FN(fin_end_of)(skb, f);
 		if (end) {
 			if ((e->flags & (end | NAT_F_TCP_CLOSING)) != (end | NAT_F_TCP_CLOSING)) {
 				e->flags |= end | NAT_F_TCP_CLOSING;
@@ -125,6 +118,12 @@ static __always_inline bool NAT_FN(nat_touch)(struct __sk_buff *skb, ENTRY_T *e,
 			/* The pod reuses the tuple for a new connection. */
 			e->flags &= ~(NAT_F_TCP_CLOSING | NAT_F_ENDS);
 			e->close = 0;
+			e->last_seen_ns = now;
+			return true;
+		}
+		/* Perhaps the ACK of the other direction's FIN (a pure ACK, or a FIN of
+		 * this direction sent again with it): tcp_close_sync tells. */
+		if ((f->tcp_flags & TCP_FLAG_ACK) && (e->close & (NAT_C_PEER_FIN | NAT_C_ACKED_PEER)) == NAT_C_PEER_FIN) {
 			e->last_seen_ns = now;
 			return true;
 		}
@@ -164,7 +163,7 @@ static __noinline void NAT_FN(open_refresh)(const FLOW_T *f, const ENTRY_T *fwd,
  * reverse half is gone (the pair is being removed) or belongs to another flow:
  * the caller starts this flow afresh.
  */
-static __noinline bool NAT_FN(snat_sync_rev)(const FLOW_T *f, const ENTRY_T *fwd, __u64 now)
+static __noinline bool NAT_FN(snat_sync_rev)(struct __sk_buff *skb, const FLOW_T *f, ENTRY_T *fwd, __u64 now)
 {
 	KEY_T rk = {
 		.saddr = f->daddr, .daddr = fwd->addr,
@@ -172,12 +171,14 @@ static __noinline bool NAT_FN(snat_sync_rev)(const FLOW_T *f, const ENTRY_T *fwd
 	};
 	ENTRY_T *rev = bpf_map_lookup_elem(&MAP_REV, &rk);
 
-	if (!rev || rev->created_ns != fwd->created_ns)
+	if (!skb || !rev || rev->created_ns != fwd->created_ns)
 		return false;
 	rev->last_seen_ns = now;
 	rev->flags = nat_flags_synced(fwd->flags, rev->flags);
 	if (!(fwd->flags & NAT_F_TCP_CLOSING))
 		rev->close = 0; /* open again: the close starts over */
+	else
+		NAT_FN(tcp_close_sync)(skb, f, fwd, rev);
 	if (fwd->flags & NAT_F_OPEN)
 		NAT_FN(open_refresh)(f, fwd, now);
 	return true;
@@ -190,7 +191,7 @@ static __noinline bool NAT_FN(snat_sync_rev)(const FLOW_T *f, const ENTRY_T *fwd
  */
 static __always_inline bool NAT_FN(snat_refresh)(struct __sk_buff *skb, const FLOW_T *f, ENTRY_T *fwd, __u64 now)
 {
-	return !NAT_FN(nat_touch)(skb, fwd, f, now, true) || NAT_FN(snat_sync_rev)(f, fwd, now);
+	return !NAT_FN(nat_touch)(skb, fwd, f, now) || NAT_FN(snat_sync_rev)(skb, f, fwd, now);
 }
 
 /*
@@ -198,7 +199,7 @@ static __always_inline bool NAT_FN(snat_refresh)(struct __sk_buff *skb, const FL
  * forward half that is gone or belongs to a newer pair is left alone: a reply
  * never recreates state.
  */
-static __noinline void NAT_FN(rnat_sync_fwd)(const FLOW_T *f, const ENTRY_T *rev, __u64 now)
+static __noinline void NAT_FN(rnat_sync_fwd)(struct __sk_buff *skb, const FLOW_T *f, ENTRY_T *rev, __u64 now)
 {
 	KEY_T fk = {
 		.saddr = rev->addr, .daddr = f->saddr,
@@ -206,11 +207,13 @@ static __noinline void NAT_FN(rnat_sync_fwd)(const FLOW_T *f, const ENTRY_T *rev
 	};
 	ENTRY_T *fwd = NAT_FN(fwd_get)(&fk);
 
-	if (fwd && fwd->created_ns == rev->created_ns) {
+	if (skb && fwd && fwd->created_ns == rev->created_ns) {
 		fwd->last_seen_ns = now;
 		fwd->flags = nat_flags_synced(rev->flags, fwd->flags);
 		if (!(rev->flags & NAT_F_TCP_CLOSING))
 			fwd->close = 0;
+		else
+			NAT_FN(tcp_close_sync)(skb, f, rev, fwd);
 	}
 }
 

@@ -360,15 +360,13 @@ static __noinline int parse_flow6(struct __sk_buff *skb, __u32 l3_off, struct fl
 }
 
 /*
- * tcp_close_seq - a TCP segment's sequence and acknowledgment numbers (host
- * order) and the ack number that acknowledges it as a FIN (@fin_end: its
- * sequence number + its payload length + 1; the payload length comes from the IP
- * header's length, never skb->len, which may hold link-layer padding). Only the
- * close's segments read these (nat_pair_tmpl.h tcp_close_step), so a packet of an
- * open flow never pays for them. 0, or -1 when the headers cannot be read.
+ * tcp_fin_end - the ack number that acknowledges the TCP segment at @l4_off as a
+ * FIN (its sequence number + its payload length + 1, host order). The payload
+ * length comes from the IP header's length, never skb->len, which may hold
+ * link-layer padding. Only a direction's first FIN reads it (nat_pair_tmpl.h
+ * nat_touch). 0, or -1 when the headers cannot be read.
  */
-static __always_inline int tcp_close_seq(struct __sk_buff *skb, __u32 l3_off, __u32 l4_off, bool v6,
-					 __u32 *seq, __u32 *ack, __u32 *fin_end)
+static __always_inline int tcp_fin_end(struct __sk_buff *skb, __u32 l3_off, __u32 l4_off, bool v6, __u32 *fin_end)
 {
 	__u8 th[9];      /* seq, ack, data offset */
 	__be16 iplen;
@@ -377,11 +375,9 @@ static __always_inline int tcp_close_seq(struct __sk_buff *skb, __u32 l3_off, __
 	if (bpf_skb_load_bytes(skb, l4_off + 4, th, sizeof(th)) ||
 	    bpf_skb_load_bytes(skb, l3_off + (v6 ? 4 : 2), &iplen, sizeof(iplen)))
 		return -1;
-	*seq = bpf_ntohl(*(__be32 *)&th[0]);
-	*ack = bpf_ntohl(*(__be32 *)&th[4]);
 	l3_len = bpf_ntohs(iplen) + (v6 ? 40 : 0);
 	hdrs = (l4_off - l3_off) + (th[8] >> 4) * 4;
-	*fin_end = *seq + (l3_len > hdrs ? l3_len - hdrs : 0) + 1;
+	*fin_end = bpf_ntohl(*(__be32 *)&th[0]) + (l3_len > hdrs ? l3_len - hdrs : 0) + 1;
 	return 0;
 }
 

@@ -219,6 +219,27 @@ fn a_completed_close_gives_its_port_to_a_new_flow_at_once() {
 }
 
 #[test]
+fn a_simultaneous_close_completes_when_each_fin_is_acknowledged() {
+    // Both ends close at once: each FIN crosses the other, acknowledging only the
+    // data before it; the ACKs of the FINs come after, here one of them on the pod's
+    // FIN sent again. The pair is finished once both are acknowledged, not before.
+    let dp = one_port_node();
+    let p = open_flow(&dp);
+    mapped(&dp, &tcp_seq(POD, REMOTE, 40000, 443, FIN | ACK, S, R), MASQ);
+    dp.ingress(&tcp_seq(REMOTE, MASQ, 443, p, FIN | ACK, R, S)).passed();
+    mapped(&dp, &tcp_seq(POD, REMOTE, 40000, 443, FIN | ACK, S, fin_ack(R)), MASQ);
+    age_pair(&dp, p, 3);
+    dp.egress(&tcp(POD2, REMOTE, 40001, 443, SYN)).dropped();
+    assert_eq!(dp.drops(drop::NO_PORT), 1, "the pod's FIN is not acknowledged yet");
+    dp.ingress(&tcp_seq(REMOTE, MASQ, 443, p, ACK, fin_ack(R), fin_ack(S))).passed();
+    let (fe, re) = dp.assert_single_pair(nat_key(POD, REMOTE, 40000, 443, TCP), MASQ, p);
+    assert_eq!((fe.close & NAT_C_ACKED_PEER, re.close & NAT_C_ACKED_PEER), (NAT_C_ACKED_PEER, NAT_C_ACKED_PEER));
+    assert_eq!(re.close & NAT_C_FIN_FIRST, 0, "the pod's FIN came first: {re:?}");
+    assert_eq!(mapped(&dp, &tcp(POD2, REMOTE, 40001, 443, SYN), MASQ), p);
+    assert_eq!(dp.counter(counter::NAT_FINISHED_REUSED), 1);
+}
+
+#[test]
 fn a_late_segment_of_a_finished_flow_cannot_hand_the_new_flows_port_away() {
     // The pod's last ACK was lost beyond the node: the remote retransmits its FIN,
     // which meets the new flow's pair. It reaches the new flow's pod endpoint (whose
