@@ -15,7 +15,10 @@ added by cnitool through the conflist the agent chained:
 - an invalid update keeps the behaviour in force and is reported: one log line
   naming the key, /healthz says so, ebpf_masq_agent_config_valid 0;
 - a pod whose netns vanished without a DEL is unregistered by the agent's GC;
-- SIGTERM: exit 0, chain and data plane still there, traffic still masqueraded.
+- SIGTERM: exit 0, chain and data plane still there, traffic still masqueraded;
+- with --ip-masq-agent-config, ip-masq-agent's ConfigMap file (YAML or JSON) decides
+  which destinations are not masqueraded, its defaults while it is absent, a change
+  applied without a restart, status and explain naming it, a bad file refused.
 """
 import json
 import os
@@ -23,6 +26,7 @@ import secrets
 import signal
 import time
 
+import masqcli
 from netlab import PY, Topo, wait_for
 
 EXT, NODE_IP = Topo.EXT, Topo.NODE_EXT
@@ -51,7 +55,8 @@ class ConfigMapVolume:
         self.n += 1
         ts = root_ts = f"..2026_12_01_00_00_0{self.n}.{secrets.token_hex(4)}"
         (self.root / ts).mkdir()
-        (self.root / ts / self.key).write_text(json.dumps(conf, indent=2))
+        text = conf if isinstance(conf, str) else json.dumps(conf, indent=2)
+        (self.root / ts / self.key).write_text(text)
         old = os.readlink(self.root / "..data") if (self.root / "..data").is_symlink() else None
         (self.root / "..data_tmp").symlink_to(root_ts)
         os.rename(self.root / "..data_tmp", self.root / "..data")  # the atomic swap
@@ -264,6 +269,90 @@ def test_agent_applies_an_egress_policy_change_to_running_pods(topo, plugin, lab
         udp3 = topo.ext.server("udp", 5003)
         assert pod.ns.client("udp", EXT, 5003)[0] == 0
         assert udp3.addrs() == {NODE_IP}
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(10)
+
+
+def test_agent_applies_ip_masq_agents_config(topo, plugin, lab):
+    """Issue 27 item 1: ip-masq-agent's ConfigMap (key `config` mounted as
+    `ip-masq-agent`) read as it is. Absent: its defaults (RFC 1918, so ext's 10.0.0.2
+    sees the pod). A YAML file listing 10.0.0.2/32: ext leaves with the pod address, a
+    destination outside it is masqueraded (explain); status and explain name the file.
+    A JSON update listing another destination (ext, now outside it, sees the node
+    address) applies with no restart and no ADD. A file with
+    a key ip-masq-agent does not know is refused naming it, the previous list stays."""
+    net = topo.network([topo.bridge_plugin()])
+    conflist = net.dir / f"{net.name}.conflist"
+    topo.ext.ip("route", "add", "10.244.0.0/16", "via", NODE_IP)
+    ipm = ConfigMapVolume(lab.tmp / "ip-masq-agent", "ip-masq-agent")  # nothing published: absent
+    a = Agent(topo, plugin, lab, net, "--ip-masq-agent-config", ipm.path)
+    agent, get, metric, alive, port = a.proc, a.get, a.metric, a.alive, [6000]
+
+    def seen(dst):
+        """The source address `dst` saw for a new UDP flow of the pod."""
+        port[0] += 1
+        srv = topo.ext.server("udp", port[0])
+        assert pod.ns.client("udp", dst, port[0])[0] == 0
+        return srv.addrs()
+
+    def exclusions():
+        return {x["cidr"]: x.get("source") for x in topo.status(plugin)["config"]["exclusions"]}
+
+    def explain_why(dst):
+        return masqcli.explain(topo, plugin, "--src", pod.ip, "--dst", dst, "--proto", "udp", "--dport", "53")
+
+    try:
+        wait_for(lambda: alive() and get("/healthz")[0] == 200, timeout=30, what="agent healthy")
+        pod = net.add(topo.pod_ns("pod"))
+        defaults = f"ip-masq-agent config {ipm.path} (absent: ip-masq-agent's defaults)"
+        assert exclusions() == {"10.0.0.0/8": defaults, "172.16.0.0/12": defaults, "192.168.0.0/16": defaults,
+                                "169.254.0.0/16": defaults, "fe80::/10": defaults}
+        assert seen(EXT) == {pod.ip}
+        [entry] = entry_of(conflist)  # the next ADD reconciles to the same list
+        assert entry["ipMasqAgent"]["fileAbsent"] is True and entry["ipMasqAgent"]["file"] == str(ipm.path)
+
+        # The ConfigMap is created: YAML, as `kubectl create configmap --from-file config` holds it.
+        ipm.publish("nonMasqueradeCIDRs:\n  - 10.0.0.2/32\nmasqLinkLocal: false\nresyncInterval: 5s\n")
+        wait_for(lambda: alive() and metric("ebpf_masq_agent_config_reloads_total") == 1, timeout=15,
+                 what="ip-masq-agent file applied")
+        by = f"ip-masq-agent config {ipm.path}"
+        assert exclusions() == {"10.0.0.2/32": by, "169.254.0.0/16": by, "fe80::/10": by}
+        assert seen(EXT) == {pod.ip}
+        e = explain_why(EXT)
+        assert e["masqueraded"] is False and f"(by ip-masq-agent config {ipm.path})" in e["reason"], e
+        assert e["exclusion"]["source"] == by, e
+        text = masqcli.run(topo, plugin, "explain", "--src", pod.ip, "--dst", "10.0.0.2").stdout
+        assert f"nonMasqueradeCIDRs 10.0.0.2/32 (by ip-masq-agent config {ipm.path})" in text, text
+        text = masqcli.run(topo, plugin, "status").stdout
+        assert "10.0.0.2/32" in text and f"(by ip-masq-agent config {ipm.path})" in text, text
+        e = explain_why("10.0.0.3")
+        assert e["masqueraded"] is True and e["exclusion"] is None, e
+
+        # An update (JSON this time): ext is outside the new list, with no restart and no ADD.
+        ipm.publish(json.dumps({"nonMasqueradeCIDRs": ["10.0.0.3/32"]}))
+        wait_for(lambda: alive() and metric("ebpf_masq_agent_config_reloads_total") == 2, timeout=15,
+                 what="ip-masq-agent update applied")
+        assert seen(EXT) == {NODE_IP}
+        assert explain_why("10.0.0.3")["exclusion"]["source"] == by
+        assert entry_of(conflist)[0]["ipMasqAgent"]["nonMasqueradeCIDRs"] == ["10.0.0.3/32"]
+
+        # A key ip-masq-agent does not know: refused, named, the list in force stays.
+        ipm.publish("nonMasqueradeCIDRs: [10.0.0.2/32]\nmasqLinkLocl: true\n")
+        wait_for(lambda: alive() and metric("ebpf_masq_agent_config_valid") == 0, timeout=15, what="file refused")
+        status, body = get("/healthz")
+        assert status == 200 and "config update rejected" in body and '"masqLinkLocl"' in body, body
+        assert str(ipm.path) in body, body
+        refused = [l for l in a.log.read_text().splitlines() if "result=rejected" in l]
+        assert len(refused) == 1 and "masqLinkLocl" in refused[0] and "did you mean" in refused[0], refused
+        assert seen(EXT) == {NODE_IP}
+        assert exclusions()["10.0.0.3/32"] == by
+
+        # Fixed: applied.
+        ipm.publish("nonMasqueradeCIDRs: [10.0.0.2/32]\n")
+        wait_for(lambda: alive() and metric("ebpf_masq_agent_config_valid") == 1, timeout=15, what="valid again")
+        assert seen(EXT) == {pod.ip}
+        assert explain_why("10.0.0.3")["masqueraded"] is True
     finally:
         agent.send_signal(signal.SIGTERM)
         agent.wait(10)

@@ -8,6 +8,11 @@
 //!   swap of the `..data` symlink): a valid update is applied to the node and to
 //!   the chained entry; an invalid one changes nothing, is logged once naming the
 //!   key, and shows in `/healthz` and the `ebpf_masq_agent_config_valid` metric;
+//! - with --ip-masq-agent, ip-masq-agent's ConfigMap file is read as ip-masq-agent
+//!   reads it (its defaults when the file is absent) and kept in the chained entry
+//!   as `ipMasqAgent`: its CIDRs are unioned with the network's nonMasqueradeCIDRs,
+//!   its masqLinkLocal/masqLinkLocalIPv6 replace the network's; it is watched like
+//!   --conf and read again at least every resyncInterval (a bad file: as a bad --conf);
 //! - registrations whose host veth is gone are removed on a timer, as CNI GC would;
 //! - `/metrics` (the node's counters and the agent's own) and `/healthz` (200 when
 //!   the data plane and the chained entry are in place, 503 with the reason) are
@@ -58,6 +63,14 @@ chains ebpf-masq into the primary network config of --cni-conf-dir (as `install
    new config is validated: valid, it is applied to the node and to the chained
    entry; invalid, the config in force stays, one log line names the key, and
    /healthz and ebpf_masq_agent_config_valid report it. Nothing is half-applied;
+ - with --ip-masq-agent (or --ip-masq-agent-config FILE), ip-masq-agent's
+   ConfigMap file (default /etc/config/ip-masq-agent, YAML or JSON) is applied
+   too: its nonMasqueradeCIDRs are never masqueraded (in addition to the
+   network's own nonMasqueradeCIDRs), its masqLinkLocal/masqLinkLocalIPv6 decide
+   link-local (replacing the network's); with no file, ip-masq-agent's defaults
+   (RFC 1918; with --ip-masq-agent-all-reserved-ranges every reserved range).
+   It is read again on a change and at least every resyncInterval; an invalid
+   file is refused as an invalid --conf is (the config in force stays);
  - every --gc-interval seconds, registrations whose host veth is gone are removed
    (pods deleted while the node was down, or a DEL that was lost);
  - with --metrics-listen ADDR:PORT (numeric), GET /metrics serves the node's
@@ -83,15 +96,43 @@ pub struct AgentArgs {
           value_parser = clap::value_parser!(u64).range(1..=86400),
           help = "remove registrations whose veth is gone this often")]
     pub gc_interval: u64,
+    #[arg(long, help = "apply ip-masq-agent's ConfigMap file (--ip-masq-agent-config) as the network's non-masquerade list")]
+    pub ip_masq_agent: bool,
+    #[arg(long, value_name = "FILE",
+          help = "ip-masq-agent's config file [default: /etc/config/ip-masq-agent]; naming it turns --ip-masq-agent on")]
+    pub ip_masq_agent_config: Option<PathBuf>,
+    #[arg(long, help = "as ip-masq-agent's --nomasq-all-reserved-ranges: its default list holds every reserved IPv4 range, not only RFC 1918")]
+    pub ip_masq_agent_all_reserved_ranges: bool,
+}
+
+impl AgentArgs {
+    /// The ip-masq-agent file to apply, when that is on (absolute: it is kept in the entry).
+    fn ip_masq_agent_file(&self) -> Option<PathBuf> {
+        if !self.ip_masq_agent && self.ip_masq_agent_config.is_none() {
+            return None;
+        }
+        let p = self.ip_masq_agent_config.clone().unwrap_or_else(|| PathBuf::from(config::IP_MASQ_AGENT_DEFAULT_PATH));
+        Some(std::path::absolute(&p).unwrap_or(p))
+    }
+}
+
+/// What a config in force (or a refused one) was made from: the --conf bytes and,
+/// with --ip-masq-agent, ip-masq-agent's file's (None inside: the file is absent).
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Input {
+    conf: Vec<u8>,
+    ip_masq_agent: Option<Option<Vec<u8>>>,
 }
 
 /// What the agent knows; read by the HTTP thread.
 #[derive(Debug, Default)]
 struct State {
-    /// The config in force: its bytes, parsed, and its chained entry.
-    in_force: Option<(Vec<u8>, NetConf, Map<String, Value>)>,
-    /// Bytes of the last update that was refused, and why.
-    rejected: Option<(Vec<u8>, String)>,
+    /// The config in force: what it was made from, parsed, and its chained entry.
+    in_force: Option<(Input, NetConf, Map<String, Value>)>,
+    /// What the last update that was refused was made from, and why.
+    rejected: Option<(Input, String)>,
+    /// ip-masq-agent's resyncInterval in force: the file is read again at least this often.
+    resync: Option<Duration>,
     /// Why the data plane is not in place (None: it is).
     data_plane: Option<String>,
     /// Why the chained entry is not in place (None: it is).
@@ -181,12 +222,20 @@ pub fn main(a: &AgentArgs) -> Result<()> {
             .watch(dir, RecursiveMode::NonRecursive)
             .map_err(|e| Error::new(code::IO_FAILURE, format!("watch {}: {e}", dir.display())))?;
     }
+    // ip-masq-agent's ConfigMap may be mounted later or not at all (its defaults
+    // apply): a directory that cannot be watched is polled (resyncInterval, RECHECK).
+    if let Some(dir) = a.ip_masq_agent_file().as_deref().and_then(Path::parent).filter(|d| *d != conf_parent) {
+        if let Err(e) = watcher.watch(dir, RecursiveMode::NonRecursive) {
+            log::warn!("agent=ip-masq-agent watch={} err={e:?} (read every resyncInterval instead)", dir.display());
+        }
+    }
     log::info!(
-        "agent=start conf={} cni_conf_dir={} cni_bin_dir={} metrics={}",
+        "agent=start conf={} cni_conf_dir={} cni_bin_dir={} metrics={} ip_masq_agent={}",
         a.conf.display(),
         a.cni_conf_dir.display(),
         a.cni_bin_dir.display(),
-        a.metrics_listen.as_deref().unwrap_or("-")
+        a.metrics_listen.as_deref().unwrap_or("-"),
+        a.ip_masq_agent_file().map(|p| p.display().to_string()).unwrap_or_else(|| "-".into())
     );
 
     let gc_every = Duration::from_secs(a.gc_interval);
@@ -197,8 +246,11 @@ pub fn main(a: &AgentArgs) -> Result<()> {
             gc(&state);
             last_gc = Instant::now();
         }
-        // Sleep until an event, the next check or the next GC; wake for signals.
-        let wake = Instant::now() + RECHECK.min(gc_every.saturating_sub(last_gc.elapsed()));
+        // Sleep until an event, the next check (sooner with a short resyncInterval)
+        // or the next GC; wake for signals.
+        let resync = state.lock().unwrap_or_else(|p| p.into_inner()).resync;
+        let check = resync.map_or(RECHECK, |r| r.clamp(Duration::from_secs(1), RECHECK));
+        let wake = Instant::now() + check.min(gc_every.saturating_sub(last_gc.elapsed()));
         while !term.load(Ordering::Relaxed) && Instant::now() < wake {
             if rx.recv_timeout(Duration::from_millis(250)).is_ok() {
                 std::thread::sleep(SETTLE);
@@ -264,47 +316,78 @@ fn reconcile(a: &AgentArgs, state: &Mutex<State>) {
     }
 }
 
-/// Read --conf; apply it when it is new and valid, keep the one in force otherwise.
-/// True when a new config was applied.
+/// Read a file the agent applies: its bytes, None when it does not exist (only
+/// asked for ip-masq-agent's, whose absence means its defaults).
+fn read_input(path: &Path, absent_ok: bool) -> std::result::Result<Option<Vec<u8>>, String> {
+    match std::fs::read(path) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if absent_ok && e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("read {}: {e}", path.display())),
+    }
+}
+
+/// Read --conf (and ip-masq-agent's file); apply them when new and valid, keep
+/// the config in force otherwise. True when a new config was applied.
 fn reload_config(a: &AgentArgs, state: &Mutex<State>) -> bool {
-    let bytes = match std::fs::read(&a.conf) {
-        Ok(b) => b,
-        Err(e) => {
+    let ipm_file = a.ip_masq_agent_file();
+    let read = read_input(&a.conf, false).and_then(|conf| {
+        let ipm = ipm_file.as_deref().map(|f| read_input(f, true)).transpose()?;
+        Ok(Input { conf: conf.unwrap_or_default(), ip_masq_agent: ipm })
+    });
+    let input = match read {
+        Ok(i) => i,
+        Err(why) => {
             let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
-            let why = format!("read {}: {e}", a.conf.display());
             if st.rejected.as_ref().map(|(_, w)| w != &why).unwrap_or(true) {
                 log::error!("agent=config result=unreadable err={why:?}");
                 st.rejections += 1;
             }
-            st.rejected = Some((Vec::new(), why));
+            st.rejected = Some((Input::default(), why));
             return false;
         }
     };
     {
         let st = state.lock().unwrap_or_else(|p| p.into_inner());
-        let known = st.in_force.as_ref().map(|(b, _, _)| b == &bytes).unwrap_or(false)
-            || st.rejected.as_ref().map(|(b, _)| b == &bytes).unwrap_or(false);
+        let known = st.in_force.as_ref().map(|(b, _, _)| b == &input).unwrap_or(false)
+            || st.rejected.as_ref().map(|(b, _)| b == &input).unwrap_or(false);
         if known {
             return false;
         }
     }
-    let checked = config::parse_conf_file(&bytes)
-        .and_then(|conf| install::entry_from(Some(&bytes), None).map(|entry| (conf, entry)));
-    let result = checked.and_then(|(conf, entry)| apply_node(&conf).map(|()| (conf, entry)));
+    let bytes = &input.conf;
+    let checked = config::parse_conf_file(bytes)
+        .and_then(|conf| install::entry_from(Some(bytes), None).map(|entry| (conf, entry)))
+        .and_then(|(conf, entry)| match (&ipm_file, &input.ip_masq_agent) {
+            (Some(file), Some(ipm)) => with_ip_masq_agent(a, file, ipm.as_deref(), conf, entry),
+            _ => Ok((conf, entry, None)),
+        });
+    let result = checked.and_then(|(conf, entry, resync)| apply_node(&conf).map(|()| (conf, entry, resync)));
     let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
     match result {
-        Ok((conf, entry)) => {
+        Ok((conf, entry, resync)) => {
             log::info!(
                 "agent=config result={} conf={} pins={}",
                 if st.in_force.is_none() { "applied" } else { "reloaded" },
                 a.conf.display(),
                 conf.masq.pin_path.display()
             );
+            if let Some(ipm) = &conf.masq.ip_masq_agent {
+                let cidrs: Vec<String> = ipm.non_masquerade_cidrs.iter().map(|c| c.to_string()).collect();
+                log::info!(
+                    "agent=ip-masq-agent result=applied file={:?} nonMasqueradeCIDRs={cidrs:?} masqLinkLocal={} \
+                     masqLinkLocalIPv6={} resyncInterval={:?}",
+                    ipm.describe(),
+                    ipm.masq_link_local,
+                    ipm.masq_link_local_ipv6,
+                    resync.unwrap_or_default()
+                );
+            }
             if st.in_force.is_some() {
                 st.reloads += 1;
             }
-            st.in_force = Some((bytes, conf, entry));
+            st.in_force = Some((input, conf, entry));
             st.rejected = None;
+            st.resync = resync;
             true
         }
         Err(e) => {
@@ -315,10 +398,41 @@ fn reload_config(a: &AgentArgs, state: &Mutex<State>) -> bool {
                 if st.in_force.is_some() { "previous" } else { "none" }
             );
             st.rejections += 1;
-            st.rejected = Some((bytes, why));
+            st.rejected = Some((input, why));
             false
         }
     }
+}
+
+/// `conf` and its chained entry with ip-masq-agent's file (`bytes`; None: it is
+/// absent, so ip-masq-agent's defaults) as `ipMasqAgent`; and its resyncInterval.
+fn with_ip_masq_agent(
+    a: &AgentArgs,
+    file: &Path,
+    bytes: Option<&[u8]>,
+    mut conf: NetConf,
+    mut entry: Map<String, Value>,
+) -> Result<(NetConf, Map<String, Value>, Option<Duration>)> {
+    let all_reserved = a.ip_masq_agent_all_reserved_ranges;
+    let parsed = match bytes {
+        Some(b) => config::parse_ip_masq_agent(b, all_reserved)
+            .map_err(|e| Error::new(e.code, format!("ip-masq-agent config {}: {}", file.display(), e.msg)))?,
+        None => config::IpMasqAgentFile::defaults(all_reserved),
+    };
+    let ipm = config::IpMasqAgent::from_file(file.to_path_buf(), bytes.is_none(), &parsed);
+    if (conf.masq.masq_link_local, conf.masq.masq_link_local_ipv6) != (ipm.masq_link_local, ipm.masq_link_local_ipv6) {
+        log::warn!(
+            "agent=ip-masq-agent masqLinkLocal={} masqLinkLocalIPv6={} from {} replace the network's {} and {}",
+            ipm.masq_link_local,
+            ipm.masq_link_local_ipv6,
+            ipm.describe(),
+            conf.masq.masq_link_local,
+            conf.masq.masq_link_local_ipv6
+        );
+    }
+    entry.insert(config::key::IP_MASQ_AGENT.into(), config::ip_masq_agent_to_json(&ipm));
+    conf.masq.ip_masq_agent = Some(ipm);
+    Ok((conf, entry, Some(parsed.resync_interval)))
 }
 
 /// `apply`: bring the node to `conf` under the node lock.
@@ -394,7 +508,7 @@ mod tests {
         let bytes = br#"{"cniVersion":"1.0.0","name":"n","type":"ebpf-masq"}"#.to_vec();
         let conf = config::parse_conf_file(&bytes).unwrap();
         let entry = install::entry_from(Some(&bytes), None).unwrap();
-        State { in_force: Some((bytes, conf, entry)), ..State::default() }
+        State { in_force: Some((Input { conf: bytes, ip_masq_agent: None }, conf, entry)), ..State::default() }
     }
 
     #[test]
@@ -415,7 +529,7 @@ mod tests {
     #[test]
     fn a_refused_update_is_reported_but_keeps_the_node_healthy() {
         let mut st = applied();
-        st.rejected = Some((b"{}".to_vec(), "\"portRange\": bad (code 7)".into()));
+        st.rejected = Some((Input::default(), "\"portRange\": bad (code 7)".into()));
         let (code, body) = st.health();
         assert_eq!(code, 200, "{body}");
         assert!(body.contains("config update rejected") && body.contains("portRange"), "{body}");
@@ -423,7 +537,7 @@ mod tests {
         st.rejected = None;
         assert!(st.render().contains("ebpf_masq_agent_config_valid 1\n"));
         // With no config ever in force, a refusal is a failure.
-        let st = State { rejected: Some((vec![], "bad".into())), ..State::default() };
+        let st = State { rejected: Some((Input::default(), "bad".into())), ..State::default() };
         assert_eq!(st.health().0, 503);
         assert!(st.health().1.contains("no valid config: bad"));
     }

@@ -143,15 +143,24 @@ pub fn collect(pins: &Pins) -> Result<Value> {
     }
 
     let mut exclusions = Vec::new();
+    // An exclusion of ip-masq-agent's file also names the file (node::ipmasq).
+    let ipm_source = node::ipmasq::describe(pins);
+    let excl = |cidr: String, v: ExclInfo| {
+        let mut x = json!({"cidr": cidr, "reason": excl_reason(v.reason)});
+        if node::ipmasq::is_from_ip_masq_agent(v.index) {
+            x["source"] = json!(ipm_source);
+        }
+        x
+    };
     let ex4: LpmTrie<MapData, [u8; 4], ExclInfo> = maps::open(pins, abi::MAP_EXCL4)?;
     for item in ex4.iter() {
         let (k, v) = item.map_err(e("excl4"))?;
-        exclusions.push(json!({"cidr": format!("{}/{}", Ipv4Addr::from(k.data()), k.prefix_len()), "reason": excl_reason(v.reason)}));
+        exclusions.push(excl(format!("{}/{}", Ipv4Addr::from(k.data()), k.prefix_len()), v));
     }
     let ex6: LpmTrie<MapData, [u8; 16], ExclInfo> = maps::open(pins, abi::MAP_EXCL6)?;
     for item in ex6.iter() {
         let (k, v) = item.map_err(e("excl6"))?;
-        exclusions.push(json!({"cidr": format!("{}/{}", Ipv6Addr::from(k.data()), k.prefix_len()), "reason": excl_reason(v.reason)}));
+        exclusions.push(excl(format!("{}/{}", Ipv6Addr::from(k.data()), k.prefix_len()), v));
     }
 
     // Rules of both families and pods, from the readers shared with `metrics`.
@@ -271,7 +280,8 @@ pub fn run(pins: &Pins, json_out: bool) -> Result<()> {
     );
     println!("never masqueraded (pods):");
     for x in s["config"]["exclusions"].as_array().into_iter().flatten() {
-        println!("  {:<20} {}", x["cidr"].as_str().unwrap_or(""), x["reason"].as_str().unwrap_or(""));
+        let by = x["source"].as_str().map(|s| format!(" (by {s})")).unwrap_or_default();
+        println!("  {:<20} {}{by}", x["cidr"].as_str().unwrap_or(""), x["reason"].as_str().unwrap_or(""));
     }
     println!("uplinks:");
     for u in s["uplinks"].as_array().into_iter().flatten() {

@@ -24,6 +24,7 @@ pub mod key {
     pub const NAT_TIMEOUTS: &str = "natTimeouts";
     pub const NAT_FILTERING: &str = "natFiltering";
     pub const EGRESS_POLICIES: &str = "egressPolicies";
+    pub const IP_MASQ_AGENT: &str = "ipMasqAgent";
 
     pub const TIMEOUT_TCP: &str = "tcp";
     pub const TIMEOUT_TCP_CLOSING: &str = "tcpClosing";
@@ -83,6 +84,7 @@ pub(super) const MASQ_KEYS: &[&str] = &[
     key::NAT_TIMEOUTS,
     key::NAT_FILTERING,
     key::EGRESS_POLICIES,
+    key::IP_MASQ_AGENT,
 ];
 
 pub(super) const TIMEOUT_KEYS: &[&str] = &[

@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 
 use super::diag::{expect_bool, expect_str, key_display, quote, unknown_key_error, wrong_type};
 use super::egress::{egress_policies_to_json, parse_egress_policies};
+use super::ipmasq::{ip_masq_agent_to_json, parse_ip_masq_agent_entry};
 use super::keys::{key, RULE_KEYS};
 use super::values::{
     parse_abs_path, parse_cidr, parse_cidr_list, parse_cidr_value, parse_ifname, parse_log_level,
@@ -237,6 +238,9 @@ pub(super) fn parse_masq(obj: &Map<String, Value>) -> Result<MasqConfig> {
     if let Some(v) = obj.get(key::EGRESS_POLICIES) {
         m.egress_policies = parse_egress_policies(v)?;
     }
+    if let Some(v) = obj.get(key::IP_MASQ_AGENT) {
+        m.ip_masq_agent = Some(parse_ip_masq_agent_entry(key::IP_MASQ_AGENT, v)?);
+    }
     Ok(m)
 }
 
@@ -386,6 +390,9 @@ pub fn masq_to_json(m: &MasqConfig) -> Value {
     }
     if !m.egress_policies.is_empty() {
         o.insert(key::EGRESS_POLICIES.into(), egress_policies_to_json(&m.egress_policies));
+    }
+    if let Some(a) = &m.ip_masq_agent {
+        o.insert(key::IP_MASQ_AGENT.into(), ip_masq_agent_to_json(a));
     }
     Value::Object(o)
 }

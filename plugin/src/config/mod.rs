@@ -18,10 +18,12 @@
 //! key tables, `json` the reader that catches duplicated keys, `diag` the error
 //! messages, `values` one parser per kind of value, `masq` our own options (in
 //! and out), `egress` the egressPolicies (types, globs, the per-destination
-//! decision), `netconf` the whole plugin entry. It uses `crate::error` only.
+//! decision), `ipmasq` ip-masq-agent's file and the
+//! `ipMasqAgent` key the agent writes from it, `netconf` the whole plugin entry. It uses `crate::error` only.
 
 mod diag;
 pub mod egress;
+mod ipmasq;
 mod json;
 mod keys;
 mod masq;
@@ -41,6 +43,10 @@ use diag::{expect_str, quote};
 pub use egress::{
     egress_entries, egress_policies_to_json, first_match, select_policies, EgressAction, EgressPolicy, Glob, GlobKind, EGRESS_DESTINATIONS_MAX,
     EGRESS_POLICIES_MAX, EGRESS_POLICY_ANNOTATION,
+};
+pub use ipmasq::{
+    ip_masq_agent_to_json, ipmasq_key, parse_go_duration, parse_ip_masq_agent, IpMasqAgent, IpMasqAgentFile,
+    IP_MASQ_AGENT_DEFAULT_CIDRS, IP_MASQ_AGENT_DEFAULT_PATH, IP_MASQ_AGENT_KEYS, IP_MASQ_AGENT_RESERVED_CIDRS,
 };
 pub use keys::key;
 pub use masq::masq_to_json;
@@ -173,6 +179,20 @@ pub struct MasqConfig {
     pub nat_filtering: NatFiltering,
     /// "egressPolicies": in list order, the first that selects a pod and holds a destination wins.
     pub egress_policies: Vec<EgressPolicy>,
+    /// "ipMasqAgent": what `ebpf-masq agent --ip-masq-agent` read from ip-masq-agent's
+    /// file: its CIDRs are unioned with nonMasqueradeCIDRs, its link-local settings
+    /// replace masqLinkLocal/masqLinkLocalIPv6.
+    pub ip_masq_agent: Option<IpMasqAgent>,
+}
+
+impl MasqConfig {
+    /// masqLinkLocal in force: ip-masq-agent's file's when the agent applies one.
+    pub fn effective_masq_link_local(&self) -> (bool, bool) {
+        match &self.ip_masq_agent {
+            Some(a) => (a.masq_link_local, a.masq_link_local_ipv6),
+            None => (self.masq_link_local, self.masq_link_local_ipv6),
+        }
+    }
 }
 
 /// RFC 4787 filtering behaviour of a mapping: who may send to it.
@@ -274,6 +294,7 @@ impl Default for MasqConfig {
             nat_timeouts: NatTimeouts::default(),
             nat_filtering: NatFiltering::default(),
             egress_policies: Vec::new(),
+            ip_masq_agent: None,
         }
     }
 }
@@ -286,3 +307,6 @@ mod pod_identity_tests;
 
 #[cfg(test)]
 mod egress_tests;
+
+#[cfg(test)]
+mod ipmasq_tests;

@@ -759,6 +759,13 @@ fn masq_to_json_round_trip() {
         nat_timeouts: NatTimeouts { tcp: 3600, tcp_closing: 60, udp: 300, udp_one_shot: 20, icmp: 90 },
         nat_filtering: NatFiltering::AddressDependent,
         egress_policies: Vec::new(),
+        ip_masq_agent: Some(IpMasqAgent {
+            file: PathBuf::from("/etc/config/ip-masq-agent"),
+            file_absent: true,
+            non_masquerade_cidrs: vec![cidr("10.0.0.0/8"), cidr("fd00::/8")],
+            masq_link_local: false,
+            masq_link_local_ipv6: true,
+        }),
     };
     let only_v6 = MasqConfig {
         masquerade_address_v6: "2001:db8::2".parse().ok(),

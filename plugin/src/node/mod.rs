@@ -4,13 +4,14 @@
 //!
 //! Here: the node lock, the entry points (reconcile, data_plane_problem,
 //! remove_stale) and small readers. The rooms: `policy` (what the config writes
-//! into the node-wide maps), `uplinks` (finding and attaching them), `ports`
+//! into the node-wide maps), `ipmasq` (where ip-masq-agent's exclusions came from), `uplinks` (finding and attaching them), `ports`
 //! (older versions' ip_local_reserved_ports), `adopt` (an older pin layout's pods
 //! and flows), `teardown` (uninstall). May use pod, bpf, netlink, config, error;
 //! never cli or cni.
 
 pub mod adopt;
 pub mod egress;
+pub mod ipmasq;
 mod policy;
 mod ports;
 mod teardown;
@@ -174,6 +175,7 @@ fn reconcile_inner(pins: &Pins, conf: &MasqConfig, uplinks: &[Uplink], egress_of
     policy::write_config(pins, conf)?;
     policy::write_pool(pins, conf)?;
     policy::reconcile_exclusions(pins, conf)?;
+    ipmasq::record_source(pins, conf)?;
     policy::reconcile_services(pins, conf)?;
     policy::reconcile_rules(pins, conf, uplinks)?;
     // An older layout's data plane (a binary before an upgrade): its pods and

@@ -9,7 +9,7 @@ use std::{
 use aya::maps::{lpm_trie::Key, Array, LpmTrie, MapData};
 use ipnetwork::IpNetwork;
 
-use super::Uplink;
+use super::{ipmasq::FROM_IP_MASQ_AGENT, Uplink};
 use crate::{
     bpf::{
         abi::{
@@ -91,11 +91,20 @@ pub fn desired_exclusions(conf: &MasqConfig) -> Vec<(IpNetwork, ExclInfo)> {
     for (i, n) in conf.non_masquerade_cidrs.iter().enumerate() {
         push(*n, abi::EXCL_NON_MASQ, i as u32);
     }
-    if !conf.masq_link_local {
-        push("169.254.0.0/16".parse().expect("static CIDR"), abi::EXCL_LINK_LOCAL, 0);
+    // ip-masq-agent's list: the union with the network's own (a CIDR in both is
+    // reported as the network's); its index carries FROM_IP_MASQ_AGENT, which
+    // status and explain read (the data plane reads neither reason nor index).
+    let ipm = conf.ip_masq_agent.as_ref();
+    for (i, n) in ipm.map(|a| a.non_masquerade_cidrs.as_slice()).unwrap_or_default().iter().enumerate() {
+        push(*n, abi::EXCL_NON_MASQ, FROM_IP_MASQ_AGENT | i as u32);
     }
-    if !conf.masq_link_local_ipv6 {
-        push("fe80::/10".parse().expect("static CIDR"), abi::EXCL_LINK_LOCAL, 0);
+    let ll_index = if ipm.is_some() { FROM_IP_MASQ_AGENT } else { 0 };
+    let (ll4, ll6) = conf.effective_masq_link_local();
+    if !ll4 {
+        push("169.254.0.0/16".parse().expect("static CIDR"), abi::EXCL_LINK_LOCAL, ll_index);
+    }
+    if !ll6 {
+        push("fe80::/10".parse().expect("static CIDR"), abi::EXCL_LINK_LOCAL, ll_index);
     }
     out
 }
@@ -234,5 +243,24 @@ mod tests {
         c.masq_link_local = true;
         c.masq_link_local_ipv6 = true;
         assert_eq!(desired_exclusions(&c).len(), 2);
+    }
+
+    #[test]
+    fn ip_masq_agent_cidrs_are_unioned_and_marked() {
+        let file = crate::config::parse_ip_masq_agent(b"nonMasqueradeCIDRs: [192.168.0.0/16, 198.51.100.0/24]", false);
+        let c = MasqConfig {
+            non_masquerade_cidrs: vec!["192.168.0.0/16".parse().unwrap()],
+            masq_link_local: true, // the file's false wins
+            ip_masq_agent: Some(crate::config::IpMasqAgent::from_file("/f".into(), false, &file.unwrap())),
+            ..Default::default()
+        };
+        let d = desired_exclusions(&c);
+        assert_eq!(d[0], ("192.168.0.0/16".parse().unwrap(), ExclInfo { reason: abi::EXCL_NON_MASQ, index: 0 }));
+        assert_eq!(
+            d[1],
+            ("198.51.100.0/24".parse().unwrap(), ExclInfo { reason: abi::EXCL_NON_MASQ, index: FROM_IP_MASQ_AGENT | 1 })
+        );
+        assert_eq!(d[2].1, ExclInfo { reason: abi::EXCL_LINK_LOCAL, index: FROM_IP_MASQ_AGENT });
+        assert_eq!(d.len(), 4);
     }
 }

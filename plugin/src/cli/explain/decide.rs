@@ -15,6 +15,7 @@ use crate::{
         nat::{self as natmaps, Tuple},
     },
     error::{code, Error, Result},
+    node,
 };
 
 pub(super) const NSEC_PER_SEC: u64 = 1_000_000_000;
@@ -83,6 +84,9 @@ pub struct ExclRef {
     pub cidr: String,
     pub reason: String,
     pub index: u32,
+    /// "ip-masq-agent config FILE" when the CIDR came from ip-masq-agent's file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -314,14 +318,25 @@ impl<'a, L: Lookups> Ctx<'a, L> {
         self.step(format!("{src} belongs to pod {name} (natOutgoing true)"));
         if let Some((x, cidr)) = l.excl(dst)? {
             let ll = if self.pkt.is_v6() { "masqLinkLocalIPv6" } else { "masqLinkLocal" };
-            let (code, what) = match x.reason {
-                abi::EXCL_NATIVE_ROUTING => (Why::NativeRouting, format!("nativeRoutingCIDR {cidr}")),
-                abi::EXCL_NON_MASQ => (Why::NonMasquerade, format!("nonMasqueradeCIDRs {cidr}")),
-                abi::EXCL_LINK_LOCAL => (Why::LinkLocal, format!("link-local {cidr} ({ll} is false)")),
-                r => (Why::Excluded, format!("exclusion {cidr} (reason {r})")),
+            // An exclusion of ip-masq-agent's file (node::ipmasq): named with the file.
+            let ipm = node::ipmasq::is_from_ip_masq_agent(x.index).then(|| {
+                let file = l.ip_masq_agent_source().unwrap_or_else(|| "(file not recorded)".into());
+                format!("ip-masq-agent config {file}")
+            });
+            let (code, what) = match (x.reason, &ipm) {
+                (abi::EXCL_NATIVE_ROUTING, _) => (Why::NativeRouting, format!("nativeRoutingCIDR {cidr}")),
+                (abi::EXCL_NON_MASQ, Some(f)) => (Why::NonMasquerade, format!("nonMasqueradeCIDRs {cidr} (by {f})")),
+                (abi::EXCL_NON_MASQ, None) => (Why::NonMasquerade, format!("nonMasqueradeCIDRs {cidr}")),
+                (abi::EXCL_LINK_LOCAL, Some(f)) => (Why::LinkLocal, format!("link-local {cidr} ({ll} is false, by {f})")),
+                (abi::EXCL_LINK_LOCAL, None) => (Why::LinkLocal, format!("link-local {cidr} ({ll} is false)")),
+                (r, _) => (Why::Excluded, format!("exclusion {cidr} (reason {r})")),
             };
-            self.exclusion =
-                Some(ExclRef { cidr, reason: crate::cli::status::excl_reason(x.reason).to_string(), index: x.index });
+            self.exclusion = Some(ExclRef {
+                cidr,
+                reason: crate::cli::status::excl_reason(x.reason).to_string(),
+                index: x.index & !node::ipmasq::FROM_IP_MASQ_AGENT,
+                source: ipm,
+            });
             self.step(format!("destination {dst} is in {what}"));
             if info.egress != 0 {
                 self.step("egress policies not consulted: exclusions win");

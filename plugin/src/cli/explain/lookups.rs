@@ -23,7 +23,7 @@ use crate::{
     },
     cli::readers,
     error::{code, Context, Error, Result},
-    netlink, pod,
+    netlink, node, pod,
 };
 
 /// A rules4/rules6 hit.
@@ -80,6 +80,10 @@ pub trait Lookups {
     /// masq_pool (masqueradeAddress's pool), when the data plane has one.
     fn pool(&self) -> Result<Option<abi::MasqPool>> {
         Ok(None)
+    }
+    /// The ip-masq-agent file the node's marked exclusions came from (node::ipmasq).
+    fn ip_masq_agent_source(&self) -> Option<String> {
+        None
     }
     /// egress4 / egress6 lookup on {prefixlen 32 + address bits, set, daddr}: the
     /// first policy of the mask `set` that holds the destination.
@@ -231,6 +235,9 @@ impl MapLookups {
 }
 
 impl Lookups for MapLookups {
+    fn ip_masq_agent_source(&self) -> Option<String> {
+        node::ipmasq::source_file(&self.pins)
+    }
     fn pool(&self) -> Result<Option<abi::MasqPool>> {
         self.pool_slot(0)
     }
