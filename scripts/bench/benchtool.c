@@ -50,6 +50,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -352,9 +354,15 @@ static int tcp_serve(const char *port, int workers)
 {
 	int fd = listen_on(port), w;
 
-	for (w = 1; w < workers; w++)
-		if (fork() == 0)
+	for (w = 1; w < workers; w++) {
+		if (fork() == 0) {
+			/* A worker ends with the process its caller started and ends (by PID):
+			 * none is left behind holding the test's namespace. */
+			if (prctl(PR_SET_PDEATHSIG, SIGKILL) || getppid() == 1)
+				_exit(0);
 			break;
+		}
+	}
 	for (;;) {
 		char buf[64];
 		ssize_t n, got = 0;
