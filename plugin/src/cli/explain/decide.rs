@@ -502,6 +502,13 @@ pub fn explain<L: Lookups>(l: &L, pkt: &Packet, out: &OutIf) -> Result<Explanati
         cfg.port_min, cfg.port_max
     ));
     c.notes.push(
+        "a port held towards this remote endpoint is taken over when its pair expired (nat_reclaimed), when its TCP \
+         close completed, both FINs acknowledged (at once; if the remote closed first, only by a SYN past the old \
+         flow's sequence numbers) or a RST ended it (after 2 s quiet) (nat_finished_reused), or when the remote never \
+         answered it (after 2 s quiet: nat_unanswered_reused)"
+            .into(),
+    );
+    c.notes.push(
         "a port whose replies a host socket would receive (a listener, a bound UDP socket, a host connection to this \
          remote) is passed over (host_socket_ports_avoided)"
             .into(),
