@@ -1,5 +1,5 @@
 //! The operator CLI: status, nat list, apply, explain, metrics, install /
-//! uninstall / validate, and the DaemonSet's agent. Each command is a room of
+//! uninstall / validate, the DaemonSet's agent and its manifest. Each command is a room of
 //! its own; they read the node through `node`, `pod` and `bpf`, never through
 //! each other but for `readers` (the pinned maps as rows) and `status`.
 
@@ -7,6 +7,7 @@ pub mod agent;
 pub mod apply;
 pub mod explain;
 pub mod install;
+pub mod manifest;
 pub mod metrics;
 pub mod nat_list;
 pub mod readers;
@@ -66,6 +67,9 @@ pub enum Command {
     /// The DaemonSet's main process: install, apply, then keep chain and config in step; /metrics, /healthz
     #[command(long_about = agent::LONG_HELP)]
     Agent(agent::AgentArgs),
+    /// Print the Kubernetes objects (DaemonSet, ConfigMap, ...) that run the agent on every node
+    #[command(long_about = manifest::LONG_HELP)]
+    Manifest(Box<manifest::ManifestArgs>),
     /// Check a conflist or plugin config as the plugin would, touching nothing
     #[command(long_about = install::VALIDATE_LONG_HELP)]
     Validate {
@@ -112,6 +116,7 @@ pub fn main() -> i32 {
         Command::Uninstall(args) => install::uninstall(&args),
         Command::Validate { conf } => install::validate(&conf),
         Command::Agent(args) => agent::main(&args),
+        Command::Manifest(args) => manifest::main(&args),
     };
     match res {
         Ok(()) => 0,

@@ -1,0 +1,193 @@
+//! The objects of `ebpf-masq manifest` but the ConfigMaps: Namespace,
+//! DaemonSet, Service and ServiceMonitor, each with the comments that say why.
+
+use serde_json::{json, Map, Value};
+
+use crate::error::{code, Error, Result};
+
+use super::yaml::Doc;
+use super::{ManifestArgs, BPFFS, CONFIG_DIR, CONFIG_KEY, IP_MASQ_AGENT_DIR, IP_MASQ_AGENT_KEY, NAME_LABEL};
+
+pub(super) fn namespace(a: &ManifestArgs) -> Doc {
+    Doc::new(json!({
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": a.namespace,
+            "labels": {NAME_LABEL: a.name, "pod-security.kubernetes.io/enforce": "privileged"},
+        },
+    }))
+    .comment("metadata.labels.pod-security.kubernetes.io/enforce", "hostNetwork, hostPath and privileged containers")
+}
+
+
+pub(super) fn daemonset(a: &ManifestArgs, image: &str) -> Doc {
+    let port = a.metrics_port;
+    let mut command: Vec<String> = ["ebpf-masq", "agent", "--conf", &format!("{CONFIG_DIR}/{CONFIG_KEY}"),
+        "--cni-conf-dir", "/host/etc/cni/net.d", "--cni-bin-dir", "/host/opt/cni/bin",
+        "--metrics-listen", &format!("0.0.0.0:{port}")]
+    .map(String::from)
+    .into();
+    if a.ip_masq_agent_on() {
+        command.push("--ip-masq-agent".into());
+    }
+    if a.ip_masq_agent_all_reserved_ranges {
+        command.push("--ip-masq-agent-all-reserved-ranges".into());
+    }
+    let mut limits = Map::new();
+    if let Some(cpu) = &a.cpu_limit {
+        limits.insert("cpu".into(), json!(cpu));
+    }
+    limits.insert("memory".into(), json!(a.memory_limit));
+    let mut mounts = vec![
+        json!({"name": "cni-bin", "mountPath": "/host/opt/cni/bin"}),
+        json!({"name": "cni-conf", "mountPath": "/host/etc/cni/net.d"}),
+        json!({"name": "bpffs", "mountPath": BPFFS, "mountPropagation": "Bidirectional"}),
+        json!({"name": "config", "mountPath": CONFIG_DIR, "readOnly": true}),
+    ];
+    let mut volumes = vec![
+        json!({"name": "cni-bin", "hostPath": {"path": "/opt/cni/bin", "type": "DirectoryOrCreate"}}),
+        json!({"name": "cni-conf", "hostPath": {"path": "/etc/cni/net.d", "type": "DirectoryOrCreate"}}),
+        json!({"name": "bpffs", "hostPath": {"path": BPFFS, "type": "DirectoryOrCreate"}}),
+        json!({"name": "config", "configMap": {"name": format!("{}-config", a.name)}}),
+    ];
+    if a.ip_masq_agent_on() {
+        mounts.push(json!({"name": "ip-masq-agent", "mountPath": IP_MASQ_AGENT_DIR, "readOnly": true}));
+        volumes.push(json!({"name": "ip-masq-agent", "configMap": {
+            "name": a.ip_masq_agent_configmap, "optional": true,
+            "items": [{"key": IP_MASQ_AGENT_KEY, "path": "ip-masq-agent"}]}}));
+    }
+    let labels = json!({ NAME_LABEL: a.name });
+    let probe = |initial: u32, period: u32, failures: u32| {
+        json!({"httpGet": {"path": "/healthz", "port": "metrics"}, "initialDelaySeconds": initial,
+               "periodSeconds": period, "timeoutSeconds": 5, "failureThreshold": failures})
+    };
+    let value = json!({
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": a.name, "namespace": a.namespace, "labels": labels},
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
+            "template": {
+                "metadata": {
+                    "labels": labels,
+                    "annotations": {"prometheus.io/scrape": "true", "prometheus.io/port": port.to_string(),
+                                    "prometheus.io/path": "/metrics"},
+                },
+                "spec": {
+                    "serviceAccountName": a.name,
+                    "automountServiceAccountToken": false,
+                    "hostNetwork": true,
+                    "dnsPolicy": "ClusterFirstWithHostNet",
+                    "priorityClassName": "system-node-critical",
+                    "terminationGracePeriodSeconds": 5,
+                    "nodeSelector": {"kubernetes.io/os": "linux"},
+                    "tolerations": [{"operator": "Exists"}],
+                    "containers": [{
+                        "name": "ebpf-masq",
+                        "image": image,
+                        "imagePullPolicy": a.image_pull_policy,
+                        "command": command,
+                        "ports": [{"name": "metrics", "containerPort": port, "protocol": "TCP"}],
+                        "readinessProbe": probe(2, 10, 3),
+                        "livenessProbe": probe(30, 30, 10),
+                        "securityContext": {"privileged": true},
+                        "resources": {
+                            "requests": {"cpu": a.cpu_request, "memory": a.memory_request},
+                            "limits": limits,
+                        },
+                        "volumeMounts": mounts,
+                    }],
+                    "volumes": volumes,
+                },
+            },
+        },
+    });
+    let c = "spec.template.spec.containers";
+    let mut d = Doc::new(value)
+        .comment("spec.template.spec.tolerations.0",
+                 "Every node, whatever its taints (NotReady nodes included: pods there need masquerade too).")
+        .comment(&format!("{c}.0"),
+                 "One process: `ebpf-masq agent` installs the binary, chains ebpf-masq into the node's primary\n\
+                  conflist and applies the config (what an init container did before), then keeps them so:\n\
+                  it chains again when the main plugin's agent rewrites its conflist, applies ConfigMap\n\
+                  updates (an invalid one is refused and reported, never half-applied), removes registrations\n\
+                  of pods whose veth is gone, and serves /metrics and /healthz. SIGTERM leaves the data plane\n\
+                  and the chain in place: a rolling update interrupts no flow.")
+        .comment(&format!("{c}.0.readinessProbe"),
+                 "200 when the data plane and the chained entry are in place, 503 with the reason.")
+        .comment(&format!("{c}.0.livenessProbe"),
+                 "Restart only after minutes of trouble: until the main plugin has written its conflist the\n\
+                  agent waits (and says so on /healthz), which a restart would not speed up.")
+        .comment(&format!("{c}.0.securityContext.privileged"),
+                 "bpf(2), TCX links (or tc filters) on the node's interfaces, sysctls, Bidirectional mount \
+                  propagation.")
+        .comment(&format!("{c}.0.resources.limits.memory"),
+                 "The first apply creates the NAT maps, and BPF map memory is charged to this\n\
+                  container's cgroup: 2 x 128 MiB with natMaxEntries at its default (1048576).")
+        .comment(&format!("{c}.0.volumeMounts.3"),
+                 "The whole volume, never a subPath: kubelet updates it by swapping its ..data symlink,\n\
+                  which the agent watches.")
+        .comment("spec.template.spec.volumes.2.hostPath.path",
+                 "bpffs must be mounted there on the node (systemd does it); pins live under it.");
+    if a.ip_masq_agent_on() {
+        d = d
+            .comment(&format!("{c}.0.volumeMounts.4"),
+                     "ip-masq-agent's ConfigMap where ip-masq-agent and Cilium read it: the file\n\
+                      /etc/config/ip-masq-agent, the agent's --ip-masq-agent default (whole volume, as above).")
+            .comment("spec.template.spec.volumes.4",
+                     "A ConfigMap of this namespace (ConfigMap volumes are namespaced; ip-masq-agent's own is in\n\
+                      kube-system). Optional: with none, the agent applies ip-masq-agent's defaults, as it does.");
+    }
+    d
+}
+
+/// Labels of the Service, and what the ServiceMonitor selects.
+fn service_labels(a: &ManifestArgs) -> Value {
+    json!({NAME_LABEL: a.name, "app.kubernetes.io/component": "metrics"})
+}
+
+pub(super) fn service(a: &ManifestArgs) -> Doc {
+    Doc::new(json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": format!("{}-metrics", a.name), "namespace": a.namespace, "labels": service_labels(a)},
+        "spec": {
+            "clusterIP": "None",
+            "selector": {NAME_LABEL: a.name},
+            "ports": [{"name": "metrics", "port": a.metrics_port, "targetPort": "metrics", "protocol": "TCP"}],
+        },
+    }))
+    .comment("", "Every node's agent as an endpoint of the metrics port, for Prometheus's service discovery.")
+    .comment("spec.clusterIP", "Headless: each node is scraped on its own, never through a load-balanced address.")
+}
+
+pub(super) fn service_monitor(a: &ManifestArgs) -> Result<Doc> {
+    let mut labels = Map::new();
+    labels.insert(NAME_LABEL.into(), json!(a.name));
+    for kv in &a.service_monitor_label {
+        let (k, v) = kv.split_once('=').filter(|(k, _)| !k.is_empty()).ok_or_else(|| {
+            Error::new(code::INVALID_CONFIG, format!("--service-monitor-label {kv:?}: expected KEY=VALUE"))
+        })?;
+        labels.insert(k.into(), json!(v));
+    }
+    Ok(Doc::new(json!({
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": {"name": a.name, "namespace": a.namespace, "labels": labels},
+        "spec": {
+            "selector": {"matchLabels": service_labels(a)},
+            "endpoints": [{
+                "port": "metrics",
+                "path": "/metrics",
+                "relabelings": [{"action": "replace", "sourceLabels": ["__meta_kubernetes_pod_node_name"],
+                                 "targetLabel": "node"}],
+            }],
+        },
+    }))
+    .comment("", "For the Prometheus Operator (CRD monitoring.coreos.com/v1 ServiceMonitor): scrape the Service above.")
+    .comment("spec.endpoints.0.relabelings.0", "A `node` label on every series: the node's name, not only its address.")
+    .comment("metadata.labels",
+             "A Prometheus selects ServiceMonitors by label (its serviceMonitorSelector): --service-monitor-label."))
+}
