@@ -20,7 +20,7 @@
 #include <linux/bpf.h>   /* struct bpf_timer, struct bpf_sock_tuple, BPF_F_NO_PREALLOC */
 #include <stddef.h>      /* offsetof */
 
-#define MASQ_LAYOUT_VERSION 13
+#define MASQ_LAYOUT_VERSION 14
 
 /* ---- config (ARRAY, 1 entry): node-wide knobs written by the plugin ---- */
 struct masq_config {
@@ -446,6 +446,39 @@ struct nat_gc {
 	__u64 max_run_took_ns;     /* the longest run since the maps were created */
 	__u64 hosts;               /* 1: host pairs may exist, so the host's own packets look theirs up
 				    * (set by a new one; each cycle sets or clears it by what it found) */
+	__u64 hot;                 /* 1: nat_hot has held a record (its bits are kept up to date) */
+};
+
+/* ---- nat_hot (HASH, no preallocation, NAT_HOT_MAX entries): the ports towards one
+ * busy remote endpoint. Made by a new flow whose cheap tries (its preferred ports and
+ * NAT_PROBES random ones) all found their port held: from then on a port search towards
+ * that endpoint (protocol, node address, remote address and port) looks for its port
+ * in the bitmap instead of at random, so it finds a free or reusable port whenever one
+ * exists (nat_port_tmpl.h hot_probe). A bit per port of portRange (less
+ * nodePortRange), by offset: set = held by a pair that is open or half-closed (its
+ * close, or its removal by the sweep, clears it); clear = free, or held by a closing
+ * or never-answered pair that may be reusable, or not known yet. A hint: a clear bit
+ * costs a probe of the port (which sets it if the port turns out held), and the port
+ * is claimed through nat*_rev as always. Built by a full scan of the range (rev
+ * lookups) when made, and made again from the tables, at most once a second, when a
+ * search finds nothing (what the pairs removed by the plugin itself, a host socket
+ * gone or a pair turned reusable by time left set). Removed by the sweep once unused
+ * for NAT_HOT_IDLE_S seconds.
+ */
+#define NAT_HOT_MAX    1024
+#define NAT_HOT_WORDS  1024        /* 65,536 port offsets */
+#define NAT_HOT_IDLE_S 60
+struct nat_hot_key {
+	__u32 nat_addr[4];         /* the node address (IPv4: [0], the rest 0) */
+	__u32 remote[4];           /* the remote endpoint's address (IPv4: [0]) */
+	__be16 rport;              /* its port (ICMP: the echo id is the pair's port: 0 here) */
+	__u8 proto;
+	__u8 v6;                   /* 1: IPv6 addresses */
+};
+struct nat_hot {
+	__u64 scanned_ns;          /* bpf_ktime_get_ns() of the last full scan */
+	__u64 used_ns;             /* of the last search that used it */
+	__u64 held[NAT_HOT_WORDS]; /* bit (offset & 63) of word (offset >> 6): set = held */
 };
 
 /* ---- reserved_ports (ARRAY, RESERVED_PORTS_MAX entries), plugin-only: the port
@@ -599,6 +632,8 @@ enum masq_counter {
 	CNT_HOST_SOCKET_AVOIDED,   /* candidate ports a new pair skipped: a host socket would get its replies */
 	CNT_NAT_UNANSWERED_REUSED, /* TCP pairs never answered (the remote sent nothing) whose port a new
 				    * flow took over once they were quiet (a SYN lost, its client gone) */
+	CNT_NAT_HOT_SCANS,         /* full scans of the range towards a busy remote endpoint (nat_hot made or remade) */
+	CNT_NAT_HOT_FOUND,         /* new flows whose port the bitmap of a busy endpoint found */
 	CNT_MAX
 };
 
@@ -659,7 +694,9 @@ _Static_assert(sizeof(struct pod_meta) == 1408, "pod_meta size");
 _Static_assert(sizeof(struct host_port) == 4, "host_port size");
 _Static_assert(sizeof(struct nat4_key) == 16, "nat4_key size");
 _Static_assert(sizeof(struct nat4_entry) == 56, "nat4_entry size");
-_Static_assert(sizeof(struct nat_gc) == 120, "nat_gc size");
+_Static_assert(sizeof(struct nat_gc) == 128, "nat_gc size");
+_Static_assert(sizeof(struct nat_hot_key) == 36, "nat_hot_key size");
+_Static_assert(sizeof(struct nat_hot) == 16 + 8 * NAT_HOT_WORDS, "nat_hot size");
 _Static_assert(sizeof(struct port_range) == 4, "port_range size");
 _Static_assert(sizeof(struct pod_stats) == 24, "pod_stats size");
 _Static_assert(sizeof(struct veth_info) == 80, "veth_info size");

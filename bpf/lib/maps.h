@@ -309,6 +309,25 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } nat_gc SEC(".maps");
 
+/* The ports towards busy remote endpoints (masq_abi.h). Allocated as records are made. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, NAT_HOT_MAX);
+	__type(key, struct nat_hot_key);
+	__type(value, struct nat_hot);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} nat_hot SEC(".maps");
+
+/* A zeroed record: what a new nat_hot record is copied from (the stack is too small). Never written. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nat_hot);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} nat_hot_zero SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, RESERVED_PORTS_MAX);

@@ -10,6 +10,7 @@
 
 #include "maps.h"
 #include "nat_shard.h"
+#include "nat_hot.h"
 
 /*
  * A sweep cycle (every shard once) takes NAT_GC_MIN_NS, stretched by
@@ -126,6 +127,8 @@ static int nat_gc_run(void *map, __u32 *key, struct nat_gc *gc)
 		gc->cycles++;
 		pos = 0;
 		gc->pos = 0;
+		if (gc->hot)
+			bpf_for_each_map_elem(&nat_hot, nat_hot_expire, &w.now, 0);
 		if (!any)
 			return 0; /* nothing left to expire: idle until the next new pair */
 		steps = (gc->walk & NAT_GC_WALK6) ? 2 * n : n;

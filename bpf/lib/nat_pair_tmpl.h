@@ -62,6 +62,33 @@ static __noinline __u32 NAT_FN(fin_end_of)(struct __sk_buff *skb, const FLOW_T *
 }
 
 /*
+ * hot_release - the TCP pair (remote @r:@rport, node @n:@nport) ended (its close
+ * completed, or a RST) or was removed: its port's bit in the remote endpoint's
+ * bitmap (nat_hot), if it has one, is cleared, so the endpoint's next port
+ * search tries it. Callers ask only once a bitmap was ever made (nat_hot_on).
+ */
+static __noinline void NAT_FN(hot_release)(const ADDR_T *r, const ADDR_T *n, __be16 rport, __be16 nport,
+					   __u8 proto)
+{
+	struct nat_hot_key k = { .rport = rport, .proto = proto, .v6 = NAT_IS_V6 };
+	const struct masq_config *cfg;
+	struct nat_hot *h;
+	__u32 off;
+
+	if (!r || !n)
+		return;
+	__builtin_memcpy(k.nat_addr, n, sizeof(*n));
+	__builtin_memcpy(k.remote, r, sizeof(*r));
+	h = bpf_map_lookup_elem(&nat_hot, &k);
+	cfg = bpf_map_lookup_elem(&masq_config, &nat_zero_key);
+	if (!h || !cfg)
+		return;
+	off = nat_port_off(cfg, bpf_ntohs(nport));
+	if (off != NAT_OFF_NONE)
+		nat_hot_mark(h, off, 0);
+}
+
+/*
  * tcp_close_sync - the close's bookkeeping when @e, the half of the packet @f's
  * direction, and @o, the other half of its pair, are brought in step (the sync
  * functions below, after nat_touch said so): a FIN of @e's direction (nat_touch
@@ -69,14 +96,15 @@ static __noinline __u32 NAT_FN(fin_end_of)(struct __sk_buff *skb, const FLOW_T *
  * whose FIN was first; an ACK of @e's direction that reaches the other
  * direction's FIN (@o's fin_end) completes that FIN (NAT_C_ACKED_PEER). An ACK
  * short of it (earlier data, a duplicate) completes nothing. No lookup of its
- * own: the sync has found @o already.
+ * own: the sync has found @o already. True when the pair just ended (its close
+ * completed, or a RST): its port's bit in a busy endpoint's bitmap goes.
  */
-static __always_inline void NAT_FN(tcp_close_sync)(struct __sk_buff *skb, const FLOW_T *f, ENTRY_T *e, ENTRY_T *o)
+static __always_inline bool NAT_FN(tcp_close_sync)(struct __sk_buff *skb, const FLOW_T *f, ENTRY_T *e, ENTRY_T *o)
 {
 	__be32 ack;
 
 	if (f->proto != IPPROTO_TCP)
-		return;
+		return false;
 	if (e->flags & NAT_F_FIN) {
 		if (!(o->flags & NAT_F_FIN))
 			e->close |= NAT_C_FIN_FIRST;
@@ -84,8 +112,12 @@ static __always_inline void NAT_FN(tcp_close_sync)(struct __sk_buff *skb, const 
 	}
 	if ((f->tcp_flags & TCP_FLAG_ACK) && (o->flags & NAT_F_FIN) && !(e->close & NAT_C_ACKED_PEER) &&
 	    bpf_skb_load_bytes(skb, f->l4_off + 8, &ack, sizeof(ack)) == 0 &&
-	    (__s32)(bpf_ntohl(ack) - o->fin_end) >= 0)
+	    (__s32)(bpf_ntohl(ack) - o->fin_end) >= 0) {
 		e->close |= NAT_C_ACKED_PEER;
+		if ((o->close & NAT_C_ACKED_PEER) && (e->flags & NAT_F_FIN))
+			return true; /* the close completed just now */
+	}
+	return (e->flags | o->flags) & NAT_F_RST;
 }
 
 /*
@@ -177,8 +209,8 @@ static __noinline bool NAT_FN(snat_sync_rev)(struct __sk_buff *skb, const FLOW_T
 	rev->flags = nat_flags_synced(fwd->flags, rev->flags);
 	if (!(fwd->flags & NAT_F_TCP_CLOSING))
 		rev->close = 0; /* open again: the close starts over */
-	else
-		NAT_FN(tcp_close_sync)(skb, f, fwd, rev);
+	else if (NAT_FN(tcp_close_sync)(skb, f, fwd, rev) && nat_hot_on())
+		NAT_FN(hot_release)(&f->daddr, &fwd->addr, f->dport, fwd->port, f->proto);
 	if (fwd->flags & NAT_F_OPEN)
 		NAT_FN(open_refresh)(f, fwd, now);
 	return true;
@@ -212,8 +244,8 @@ static __noinline void NAT_FN(rnat_sync_fwd)(struct __sk_buff *skb, const FLOW_T
 		fwd->flags = nat_flags_synced(rev->flags, fwd->flags);
 		if (!(rev->flags & NAT_F_TCP_CLOSING))
 			fwd->close = 0;
-		else
-			NAT_FN(tcp_close_sync)(skb, f, rev, fwd);
+		else if (NAT_FN(tcp_close_sync)(skb, f, rev, fwd) && nat_hot_on())
+			NAT_FN(hot_release)(&f->saddr, &f->daddr, f->sport, f->dport, f->proto);
 	}
 }
 
@@ -242,8 +274,11 @@ static long NAT_FN(gc_pair)(void *map, const KEY_T *key, ENTRY_T *fwd, struct na
 	};
 	gen = fwd->created_ns;
 	rev = bpf_map_lookup_elem(&MAP_REV, &rk);
-	if (rev && rev->created_ns == gen)
+	if (rev && rev->created_ns == gen) {
 		bpf_map_delete_elem(&MAP_REV, &rk);
+		if (w->gc->hot)
+			NAT_FN(hot_release)(&rk.saddr, &rk.daddr, rk.sport, rk.dport, rk.proto);
+	}
 	/* A packet of the flow may have found its reverse half gone just now and
 	 * made a new pair under the same key: that one stays. */
 	cur = bpf_map_lookup_elem(map, &fk); /* @map: the shard being walked, the key's own */

@@ -10,16 +10,18 @@
 #include "maps.h"
 
 /*
- * Random ports tried for one new flow. Expected probes stay O(1) (1/(1-use)),
- * and with bpf_loop() the budget costs the verifier nothing: 128 misses a free
- * port with probability use^128 (1e-12 at 80 % of the range in use for one
- * remote endpoint, 1e-6 at 90 %).
+ * Random ports tried for one new flow towards an endpoint that is not busy (has
+ * no nat_hot bitmap). Expected probes stay O(1) (1/(1-use)); 32 misses a free port
+ * with probability use^32 (8e-4 at 80 % of the range in use towards one remote
+ * endpoint): then the endpoint is busy, and its ports are searched through a
+ * bitmap from then on (nat_hot.h, nat_port_tmpl.h hot_probe), which finds a free
+ * or reusable port whenever the range has one.
  */
-#define NAT_PROBES 128
+#define NAT_PROBES 32
 /*
- * Then up to NAT_SWEEP ports in sequence from a random start: a range of at most
- * this many ports is never reported full while a port is free. Bounded, because
- * every probe is a map operation on the packet's CPU.
+ * Only when no bitmap can be had (nat_hot holds NAT_HOT_MAX endpoints): up to
+ * NAT_SWEEP ports in sequence from a random start. Bounded, because every probe
+ * is a map operation on the packet's CPU.
  */
 #define NAT_SWEEP 1024
 /*
@@ -50,6 +52,14 @@
 #define EEXIST 17
 #endif
 #define NAT_NEW_OK (-1)       /* snat_new: the flow's pair exists */
+
+/* What trying one port found (nat_port_tmpl.h try_port). */
+enum {
+	TRY_SOFT = 0,   /* held, but by a pair that is closing or was never answered, or a host socket: not now */
+	TRY_CLAIMED,    /* claimed: stop */
+	TRY_FULL,       /* the table is full: stop, no port will help */
+	TRY_HELD,       /* held by a pair that is open or half-closed */
+};
 
 /*
  * nat_port_ok - may a new pair take @port (host order)? Inside portRange and

@@ -16,8 +16,10 @@ struct NAT_FN(probe) {
 			     * (with syn: no room on the stack for another field, and a new
 			     * pair's fin_end means nothing until its FIN sets it) */
 	struct __sk_buff *skb; /* for the host socket lookups (host_holds) */
+	struct nat_hot *hot;   /* the remote endpoint's bitmap, when it is busy (nat_hot) */
 	/* now: e.last_seen_ns (the stack has no room for a copy) */
-	__u32 start;        /* first port of the sequential sweep, as an offset in the range */
+	__u32 start;        /* first port of the sequential sweep, or the bitmap search's
+			     * next offset, as an offset in the range */
 	__u32 claimed;      /* 0, or 1 + the probe that claimed its port */
 	__u32 tried;        /* ports tried (the preferred slots left empty are not) */
 	/* 16-bit fields, and no config pointer (the callback looks it up): the IPv6
@@ -27,7 +29,10 @@ struct NAT_FN(probe) {
 	__u16 skip_len;     /* skipped ports inside portRange; 0: none */
 	__u8 full;          /* the reverse map holds natMaxEntries entries */
 	__u8 syn;           /* the new flow begins with a SYN (e.fin_end holds its number) */
-	__be16 want[NAT_PREFERRED]; /* ports tried first: the endpoint's binding, its own port; 0: none */
+	union {
+		__be16 want[NAT_PREFERRED]; /* ports tried first: the endpoint's binding, its own port; 0: none */
+		__u32 left;         /* then: the tries the bitmap search has left (hot_probe) */
+	};
 };
 
 /*
@@ -125,7 +130,8 @@ static __always_inline __u32 NAT_FN(tcp_reusable)(const struct NAT_FN(probe) *p,
  * counter: the forward half, which holds the pod's side of it, is checked too). The stale forward half goes, then
  * the claim is overwritten. Returns 1 (stop) once claimed.
  *
- * p->fk doubles as the stale pair's forward key for a moment. The forward half
+ * p->fk doubles as the stale pair's forward key for a moment (its own source comes
+ * back from p->e, the reverse half being made, which holds it). The forward half
  * under that key is the stale pair's own: a pod tuple gets a new pair only after
  * its old forward half is gone, and a reverse half whose pair lost its forward
  * half does not outlive it (gc_pair and flush remove the reverse half first;
@@ -133,7 +139,6 @@ static __always_inline __u32 NAT_FN(tcp_reusable)(const struct NAT_FN(probe) *p,
  */
 static __always_inline long NAT_FN(take_over)(struct NAT_FN(probe) *p, __u32 i, ENTRY_T *old, __u32 cnt)
 {
-	KEY_T mine = p->fk;
 	ENTRY_T *fwd;
 	long ret = 0;
 
@@ -149,29 +154,73 @@ static __always_inline long NAT_FN(take_over)(struct NAT_FN(probe) *p, __u32 i, 
 	}
 	NAT_FN(fwd_del)(&p->fk);
 	if (bpf_map_update_elem(&MAP_REV, &p->rk, &p->e, BPF_ANY) == 0) {
-		p->fk = mine;
+		p->fk.saddr = p->e.addr;
+		p->fk.sport = p->e.port;
 		ret = NAT_FN(claim_checked)(p, i);
 		if (ret)
 			count_add(cnt, 1);
 		return ret;
 	}
 out:
-	p->fk = mine;
+	/* The new flow's own source again: the reverse half being made holds it (no copy on the stack). */
+	p->fk.saddr = p->e.addr;
+	p->fk.sport = p->e.port;
 	return ret;
+}
+
+/* nat_off_port - the port (host order) at offset @off of the ports a pair may take. */
+static __always_inline __u32 NAT_FN(nat_off_port)(const struct NAT_FN(probe) *p,
+						  const struct masq_config *cfg, __u32 off)
+{
+	__u32 port = cfg->port_min + off;
+
+	if (p->skip_len && port >= p->skip_lo)
+		port += p->skip_len; /* over the skipped ports */
+	return port;
+}
+
+/*
+ * try_port - try to claim p->rk's port: free, or its pair expired (the stale
+ * forward half goes), or its TCP pair over or never answered (take_over).
+ */
+static __always_inline int NAT_FN(try_port)(struct NAT_FN(probe) *p, __u32 i, const struct masq_config *cfg)
+{
+	ENTRY_T *old;
+	long err;
+
+	p->tried++;
+	err = bpf_map_update_elem(&MAP_REV, &p->rk, &p->e, BPF_NOEXIST);
+	if (err == 0)
+		/* A host socket's port stays clear in a bitmap: nothing would clear it when the socket goes. */
+		return NAT_FN(claim_checked)(p, i) ? TRY_CLAIMED : TRY_SOFT;
+	if (err == -E2BIG) {
+		/* The port was free but the table is full: other ports will not help. */
+		p->full = 1;
+		return TRY_FULL;
+	}
+	old = bpf_map_lookup_elem(&MAP_REV, &p->rk);
+	if (!old)
+		return TRY_SOFT;
+	if (NAT_FN(nat_expired)(old, cfg, p->fk.proto, p->e.last_seen_ns))
+		return NAT_FN(take_over)(p, i, old, CNT_NAT_RECLAIMED) ? TRY_CLAIMED : TRY_SOFT;
+	/* Closing, or never answered: perhaps reusable (tcp_reusable decides, with the
+	 * forward half). An open pair that was answered is not: no second lookup. */
+	if (p->fk.proto == IPPROTO_TCP && ((old->flags & NAT_F_TCP_CLOSING) || !old->packets))
+		return NAT_FN(take_over)(p, i, old, 0) ? TRY_CLAIMED : TRY_SOFT;
+	return TRY_HELD;
 }
 
 /*
  * One probe: the preferred ports first (want[]), then random ports from the
- * range, then a sweep; claim the port if free, or if its pair expired (the stale
- * forward half goes). Returns 1 (stop) once claimed.
- * Run through bpf_loop() so the verifier checks it once, not once per probe.
+ * range, then (when the endpoint has no bitmap: nat_hot full) a sweep. Returns
+ * 1 (stop) once claimed. Run through bpf_loop() so the verifier checks it once,
+ * not once per probe.
  */
 static long NAT_FN(probe_port)(__u32 i, void *ctx)
 {
 	struct NAT_FN(probe) *p = ctx;
 	const struct masq_config *cfg = bpf_map_lookup_elem(&masq_config, &nat_zero_key);
-	ENTRY_T *old;
-	long err;
+	int r;
 
 	if (!cfg)
 		return 1;
@@ -186,31 +235,120 @@ static long NAT_FN(probe_port)(__u32 i, void *ctx)
 		/* Random probes first; then a sweep, so a nearly full range still finds its last ports. */
 		__u32 j = i - NAT_PREFERRED;
 		__u32 off = j < NAT_PROBES ? bpf_get_prandom_u32() : p->start + (j - NAT_PROBES);
-		__u32 port = cfg->port_min + off % p->range;
 
-		if (p->skip_len && port >= p->skip_lo)
-			port += p->skip_len; /* over the skipped ports */
-		p->rk.dport = bpf_htons(port);
+		p->rk.dport = bpf_htons(NAT_FN(nat_off_port)(p, cfg, off % p->range));
 	}
-	p->tried++;
-	err = bpf_map_update_elem(&MAP_REV, &p->rk, &p->e, BPF_NOEXIST);
-	if (err == 0)
-		return NAT_FN(claim_checked)(p, i);
-	if (err == -E2BIG) {
-		/* The port was free but the table is full: other ports will not help. */
-		p->full = 1;
+	r = NAT_FN(try_port)(p, i, cfg);
+	return r == TRY_CLAIMED || r == TRY_FULL;
+}
+
+/* The sweep's probes (after the random ones failed, with no bitmap to be had). */
+static long NAT_FN(probe_sweep)(__u32 i, void *ctx)
+{
+	return NAT_FN(probe_port)(NAT_PREFERRED + NAT_PROBES + i, ctx);
+}
+
+/*
+ * hot_get - the bitmap of the remote endpoint p->rk points at (nat_hot), made
+ * (zeroed: every port worth a probe, scanned_ns 0) when @make and it has none.
+ * NULL when it has none, or none can be made (nat_hot holds NAT_HOT_MAX). A call
+ * of its own: the key lives on a frame that is gone before the search runs.
+ */
+static __noinline struct nat_hot *NAT_FN(hot_get)(const KEY_T *rk, bool make)
+{
+	struct nat_hot_key k = { .rport = rk->sport, .proto = rk->proto, .v6 = NAT_IS_V6 };
+	const struct nat_hot *zero;
+	struct nat_hot *h;
+
+	__builtin_memcpy(k.nat_addr, &rk->daddr, sizeof(rk->daddr));
+	__builtin_memcpy(k.remote, &rk->saddr, sizeof(rk->saddr));
+	h = bpf_map_lookup_elem(&nat_hot, &k);
+	if (h || !make)
+		return h;
+	zero = bpf_map_lookup_elem(&nat_hot_zero, &nat_zero_key);
+	if (!zero || bpf_map_update_elem(&nat_hot, &k, zero, BPF_NOEXIST) == -E2BIG)
+		return NULL;
+	nat_hot_note();
+	return bpf_map_lookup_elem(&nat_hot, &k);
+}
+
+/*
+ * hot_maybe_reusable - may the TCP pair whose reverse half is @e be taken over
+ * now, as far as that half tells (tcp_reusable decides, with both)? A FIN each
+ * way (the last ACK may be on its way), or a RST or no answer and quiet for
+ * NAT_QUIET_NS. An open, half-closed, or just reset or unanswered pair: no.
+ */
+static __always_inline bool NAT_FN(hot_maybe_reusable)(const ENTRY_T *e, __u64 now)
+{
+	if ((e->flags & NAT_F_FIN) && (e->close & NAT_C_PEER_FIN))
+		return true;
+	return ((e->flags & NAT_F_RST) || !e->packets) && now >= e->last_seen_ns + NAT_QUIET_NS;
+}
+
+/*
+ * hot_scan_port - the full scan's visit to offset @i (bpf_loop): its bit made
+ * what the reverse map says: set when a pair holds the port and is neither
+ * expired nor (TCP) maybe reusable now (hot_maybe_reusable), clear otherwise.
+ * Lookups only.
+ */
+static long NAT_FN(hot_scan_port)(__u32 i, void *ctx)
+{
+	struct NAT_FN(probe) *p = ctx;
+	const struct masq_config *cfg = bpf_map_lookup_elem(&masq_config, &nat_zero_key);
+	ENTRY_T *e;
+
+	if (!cfg || !p->hot || i >= p->range)
 		return 1;
-	}
-	old = bpf_map_lookup_elem(&MAP_REV, &p->rk);
-	if (!old)
-		return 0;
-	if (NAT_FN(nat_expired)(old, cfg, p->fk.proto, p->e.last_seen_ns))
-		return NAT_FN(take_over)(p, i, old, CNT_NAT_RECLAIMED);
-	/* Closing, or never answered: perhaps reusable (tcp_reusable decides, with the
-	 * forward half). An open pair that was answered is not: no second lookup. */
-	if (p->fk.proto == IPPROTO_TCP && ((old->flags & NAT_F_TCP_CLOSING) || !old->packets))
-		return NAT_FN(take_over)(p, i, old, 0);
+	p->rk.dport = bpf_htons(NAT_FN(nat_off_port)(p, cfg, i));
+	e = bpf_map_lookup_elem(&MAP_REV, &p->rk);
+	nat_hot_mark(p->hot, i, e && !NAT_FN(nat_expired)(e, cfg, p->fk.proto, p->e.last_seen_ns) &&
+			 !(p->fk.proto == IPPROTO_TCP && NAT_FN(hot_maybe_reusable)(e, p->e.last_seen_ns)));
 	return 0;
+}
+
+/*
+ * hot_probe - one step of the bitmap search (bpf_loop): from offset p->start,
+ * the next clear bit of the range (a word with none is one step, skipped), and
+ * a try of its port. A port found held by an open pair gets its bit set; one
+ * that is closing or unanswered keeps it clear (it may be reusable soon, or for
+ * another SYN). Stops once claimed, or after NAT_HOT_PROBES tries.
+ */
+static long NAT_FN(hot_probe)(__u32 i, void *ctx)
+{
+	struct NAT_FN(probe) *p = ctx;
+	const struct masq_config *cfg = bpf_map_lookup_elem(&masq_config, &nat_zero_key);
+	/* p->start runs from the search's origin (p->left's upper half) once round the
+	 * range: each port is looked at once a search, however many it probes. */
+	__u32 pos = p->start, origin = p->left >> 16, off, next;
+	int r;
+
+	if (!cfg || !p->hot || !(p->left & 0xffff) || pos >= origin + p->range)
+		return 1;
+	off = pos >= p->range ? pos - p->range : pos;
+	next = nat_hot_next(p->hot, off, p->range);
+	if (next & NAT_HOT_SKIP) {
+		next &= ~NAT_HOT_SKIP;
+		p->start = pos + ((next < p->range ? next : p->range) - off);
+		return 0;
+	}
+	p->start = pos + (next - off) + 1;
+	p->left--;
+	p->rk.dport = bpf_htons(NAT_FN(nat_off_port)(p, cfg, next));
+	r = NAT_FN(try_port)(p, NAT_PREFERRED + NAT_PROBES + i, cfg);
+	if (r == TRY_CLAIMED || r == TRY_HELD) {
+		pos = p->start - 1; /* next, again (no register kept across the try) */
+		nat_hot_mark(p->hot, pos >= p->range ? pos - p->range : pos, 1);
+	}
+	return r == TRY_CLAIMED || r == TRY_FULL;
+}
+
+/* hot_search - one bitmap search from p->start, round the range once. */
+static __always_inline void NAT_FN(hot_search)(struct NAT_FN(probe) *p)
+{
+	if (p->start >= p->range)
+		p->start -= p->range;
+	p->left = NAT_HOT_PROBES | (p->start << 16);
+	bpf_loop(NAT_HOT_WORDS + 1 + NAT_HOT_PROBES, NAT_FN(hot_probe), p, 0);
 }
 
 /*
@@ -284,9 +422,8 @@ static __noinline void NAT_FN(permit_put)(const FLOW_T *f, const DEC_T *d, __be1
 __attribute__((noinline)) int NAT_FN(snat_new)(struct __sk_buff *skb, const FLOW_T *f, const DEC_T *d,
 					       __u64 now)
 {
-	__u32 zero = 0;
 	/* Looked up here (an array lookup the verifier inlines): a BPF call has five arguments. */
-	const struct masq_config *cfg = bpf_map_lookup_elem(&masq_config, &zero);
+	const struct masq_config *cfg = bpf_map_lookup_elem(&masq_config, &nat_zero_key);
 	struct NAT_FN(probe) p = {};
 	void *shard;
 	long err;
@@ -332,8 +469,41 @@ __attribute__((noinline)) int NAT_FN(snat_new)(struct __sk_buff *skb, const FLOW
 		p.syn = 1;
 	}
 	bound = NAT_FN(map_prefer)(f, cfg, d, p.want);
-	p.start = bpf_get_prandom_u32();
-	bpf_loop(NAT_PREFERRED + NAT_PROBES + (p.range < NAT_SWEEP ? p.range : NAT_SWEEP), NAT_FN(probe_port), &p, 0);
+	p.start = bpf_get_prandom_u32() % p.range;
+	if (nat_hot_on())
+		p.hot = NAT_FN(hot_get)(&p.rk, false);
+	/* A busy endpoint's port comes from its bitmap: no random tries. */
+	bpf_loop(NAT_PREFERRED + (p.hot ? 0 : NAT_PROBES), NAT_FN(probe_port), &p, 0);
+	if (!p.claimed && !p.full && !p.hot)
+		p.hot = NAT_FN(hot_get)(&p.rk, true); /* the cheap tries failed: the endpoint is busy */
+	if (!p.claimed && !p.full && p.hot) {
+		if (!p.hot->scanned_ns) {
+			bpf_loop(p.range, NAT_FN(hot_scan_port), &p, 0);
+			p.hot->scanned_ns = now;
+			count_add(CNT_NAT_HOT_SCANS, 1);
+		}
+		p.hot->used_ns = now;
+		NAT_FN(hot_search)(&p);
+		if (!p.claimed && !p.full && now > p.hot->scanned_ns + NAT_HOT_RESCAN_NS) {
+			/* Found nothing: the bits are made again from the tables (what the
+			 * plugin's own removals and time left set), and searched once more. */
+			p.hot->scanned_ns = now;
+			bpf_loop(p.range, NAT_FN(hot_scan_port), &p, 0);
+			count_add(CNT_NAT_HOT_SCANS, 1);
+			NAT_FN(hot_search)(&p);
+		}
+		if (p.claimed)
+			count_add(CNT_NAT_HOT_FOUND, 1);
+	} else if (!p.claimed && !p.full) {
+		/* No bitmap to be had (nat_hot is full): a sweep from a random start. */
+		bpf_loop(p.range < NAT_SWEEP ? p.range : NAT_SWEEP, NAT_FN(probe_sweep), &p, 0);
+	}
+	if (p.claimed && p.hot) {
+		__u32 off = nat_port_off(cfg, bpf_ntohs(p.rk.dport));
+
+		if (off != NAT_OFF_NONE)
+			nat_hot_mark(p.hot, off, 1);
+	}
 	if (p.tried)
 		count_add(CNT_PORT_PROBES, p.tried); /* per new flow: ~1/(1 - share of the range in use) */
 	if (p.full)

@@ -8,5 +8,6 @@ pub mod abi;
 pub mod loader;
 pub mod maps;
 pub mod nat;
+pub mod nat_hot;
 pub mod pins;
 pub mod sys;

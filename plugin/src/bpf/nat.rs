@@ -489,9 +489,12 @@ pub fn flush<F: Family>(pins: &Pins, addrs: &[IpAddr]) -> Result<usize> {
         .map(|(k, v)| (F::tuple(&k), F::entry(&v)))
         .filter(|(t, _)| mine.contains(&t.saddr))
         .collect();
+    let mut released = Vec::new();
     for (t, e) in doomed {
-        ignore_not_found(rev.remove(&F::key(&reverse_of(&t, &e)))).bpf_ctx(F::REV)?;
+        let r = reverse_of(&t, &e);
+        ignore_not_found(rev.remove(&F::key(&r))).bpf_ctx(F::REV)?;
         ignore_not_found(fwd.remove(&F::key(&t))).bpf_ctx(F::FWD)?;
+        released.push(r);
         n += 2;
     }
     // Reverse halves whose forward half is already gone (a pair mid-removal).
@@ -503,8 +506,17 @@ pub fn flush<F: Family>(pins: &Pins, addrs: &[IpAddr]) -> Result<usize> {
         .collect();
     for t in orphans {
         ignore_not_found(rev.remove(&F::key(&t))).bpf_ctx(F::REV)?;
+        released.push(t);
         n += 1;
     }
+    // Their ports' bits in busy endpoints' bitmaps, as the programs clear them.
+    let released: Vec<_> = released
+        .iter()
+        .map(|r| super::nat_hot::Released {
+            remote: r.saddr, rport: r.sport, nat: r.daddr, nport: r.dport, proto: r.proto,
+        })
+        .collect();
+    super::nat_hot::release(pins, &released)?;
     // The pod's mapping hints: a later pod given the address starts with none.
     let mut bind: HashMap<MapData, F::BindKey, F::Bind> = maps::open(pins, F::BIND)?;
     let hints: Vec<F::BindKey> =

@@ -224,7 +224,19 @@ fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder) -> fmt::Result {
         (
             "ebpf_masq_port_allocation_failures_total",
             "port_alloc_failures",
-            "New flows for which no free NAT port was found within the probe budget.",
+            "New flows refused for want of a port: every port towards their remote endpoint was held by an \
+             unfinished pair (as the endpoint's bitmap says; see docs/nat.md).",
+        ),
+        (
+            "ebpf_masq_port_busy_endpoint_scans_total",
+            "nat_hot_scans",
+            "Full scans of the port range towards a busy remote endpoint: its port bitmap made (its cheap tries \
+             failed) or made again (a search found nothing, at most once a second).",
+        ),
+        (
+            "ebpf_masq_port_busy_endpoint_found_total",
+            "nat_hot_found",
+            "New flows towards a busy remote endpoint whose port its bitmap found.",
         ),
         (
             "ebpf_masq_port_probes_total",
@@ -844,7 +856,7 @@ mod tests {
         let families: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("# TYPE ")).map(|l| l.split(' ').next().unwrap()).collect();
         assert_eq!(families.first(), Some(&"ebpf_masq_data_plane_loaded"));
         assert_eq!(families.last(), Some(&"ebpf_masq_pod_spoofed_packets_total"));
-        assert_eq!(families.len(), 43, "{families:?}");
+        assert_eq!(families.len(), 45, "{families:?}");
         assert!(!text.contains("# EOF") && !text.contains("# UNIT") && !text.contains("_total_total"), "{text}");
         // A zero float gauge is written "0.0" (it was "0"): the same value to every parser.
         let s = Snapshot { sweep: Sweep::default(), ..snapshot() };

@@ -9,7 +9,7 @@
 mod nat_tables;
 pub use nat_tables::*;
 
-pub const LAYOUT_VERSION: u32 = 13;
+pub const LAYOUT_VERSION: u32 = 14;
 
 // Map names (pinned by name under <pinPath>/v<LAYOUT_VERSION>/maps/).
 pub const MAP_CONFIG: &str = "masq_config";
@@ -54,15 +54,17 @@ pub const MAP_EGRESS4: &str = "egress4";
 pub const MAP_EGRESS6: &str = "egress6";
 pub const MAP_EGRESS_STATS: &str = "egress_stats";
 pub const MAP_EGRESS_POLICIES: &str = "egress_policies";
+pub const MAP_NAT_HOT: &str = "nat_hot";
+pub const MAP_NAT_HOT_ZERO: &str = "nat_hot_zero";
 
 /// Every map the objects define: a node is only loaded when all of them are pinned.
-pub const ALL_MAPS: [&str; 39] = [
+pub const ALL_MAPS: [&str; 41] = [
     MAP_CONFIG, MAP_PODS4, MAP_PODS6, MAP_UPLINKS, MAP_UPLINKS_DIRECT, MAP_EXCL4, MAP_EXCL6, MAP_RULES4,
     MAP_RULE_EXCEPT4, MAP_RULE_STATS, MAP_NAT4_FWD, MAP_NAT4_REV, MAP_VETHS, MAP_COUNTERS, MAP_DROPS,
     MAP_ATTACHMENTS, MAP_RULES6, MAP_RULE_EXCEPT6, MAP_NAT6_FWD, MAP_NAT6_REV, MAP_FRAG4, MAP_FRAG6, MAP_SVC4,
     MAP_SVC6, MAP_NAT_GC, MAP_RESERVED_PORTS, MAP_NAT4_BIND, MAP_NAT6_BIND, MAP_NAT4_OPEN,
     MAP_NAT6_OPEN, MAP_NAT4_PERMIT, MAP_NAT6_PERMIT, MAP_POD_META, MAP_MASQ_POOL,
-    MAP_HOST_PORTS, MAP_EGRESS4, MAP_EGRESS6, MAP_EGRESS_STATS, MAP_EGRESS_POLICIES,
+    MAP_HOST_PORTS, MAP_EGRESS4, MAP_EGRESS6, MAP_EGRESS_STATS, MAP_EGRESS_POLICIES, MAP_NAT_HOT, MAP_NAT_HOT_ZERO,
 ];
 
 pub const MAX_RULES: u32 = 256;
@@ -502,7 +504,9 @@ pub mod counter {
     pub const HOST_REMAPPED: u32 = 30;
     pub const HOST_SOCKET_AVOIDED: u32 = 31;
     pub const NAT_UNANSWERED_REUSED: u32 = 32;
-    pub const MAX: u32 = 33;
+    pub const NAT_HOT_SCANS: u32 = 33;
+    pub const NAT_HOT_FOUND: u32 = 34;
+    pub const MAX: u32 = 35;
     pub const NAMES: [&str; MAX as usize] = [
         "snat_packets_v4",
         "snat_bytes_v4",
@@ -537,6 +541,8 @@ pub mod counter {
         "host_flows_remapped",
         "host_socket_ports_avoided",
         "nat_unanswered_reused",
+        "nat_hot_scans",
+        "nat_hot_found",
     ];
 }
 
@@ -613,7 +619,9 @@ aya_pod! {
     Nat6Permit = 24,
     PodStats = 24,
     VethInfo = 80,
-    NatGc = 120,
+    NatGc = 128,
+    NatHotKey = 36,
+    NatHot = 8208,
     PortRange = 4,
     MasqPool = 1288,
     AttachmentKey = 88,

@@ -217,6 +217,36 @@ pub struct NatGc {
     pub max_run_took_ns: u64,
     /// 1: host pairs (NAT_F_HOST) may exist, so host packets look theirs up.
     pub hosts: u64,
+    /// 1: a busy-endpoint bitmap (nat_hot) was made, so the programs keep the bits.
+    pub hot: u64,
+}
+
+/// nat_hot: a busy remote endpoint's port bitmap (the programs' own; the plugin
+/// reads only how many there are). At most this many records.
+pub const NAT_HOT_MAX: u32 = 1024;
+/// Words of a record's bitmap (a bit per port offset of the range).
+pub const NAT_HOT_WORDS: u32 = 1024;
+/// A record no search used for this long goes with the sweep's next cycle end.
+pub const NAT_HOT_IDLE_S: u32 = 60;
+
+/// `struct nat_hot_key`: the busy endpoint (protocol, node address, remote address and port).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NatHotKey {
+    pub nat_addr: [u32; 4],
+    pub remote: [u32; 4],
+    pub rport: u16,
+    pub proto: u8,
+    pub v6: u8,
+}
+
+/// `struct nat_hot`: a busy endpoint's bitmap (bit set: the port offset is held).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NatHot {
+    pub scanned_ns: u64,
+    pub used_ns: u64,
+    pub held: [u64; NAT_HOT_WORDS as usize],
 }
 
 /// Per-word offsets of the shard hash (`nat_shard_keys` in bpf/lib/nat_shard.h, checked

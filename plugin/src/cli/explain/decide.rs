@@ -498,7 +498,8 @@ pub fn explain<L: Lookups>(l: &L, pkt: &Packet, out: &OutIf) -> Result<Explanati
         String::new()
     };
     tries.push(format!(
-        "a random port from {}-{}{skip} (128 random probes, then a sweep of up to 1024 ports; drops.no_port if none is free)",
+        "a random port from {}-{}{skip} (32 random probes; then, the remote endpoint being busy, its port bitmap, which \
+         finds a free or reusable port whenever the range has one; drops.no_port if none is)",
         cfg.port_min, cfg.port_max
     ));
     c.notes.push(
