@@ -418,12 +418,7 @@ fn ip_masq_agent_configmap(a: &ManifestArgs, file: &Path) -> Result<Doc> {
 
 /// An RFC 1123 label, as Kubernetes wants names of Namespaces and Services.
 fn check_dns_label(opt: &str, s: &str) -> Result<()> {
-    let ok = !s.is_empty()
-        && s.len() <= 63
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-');
-    if ok {
+    if crate::config::egress::is_dns_label(s) {
         Ok(())
     } else {
         Err(Error::new(

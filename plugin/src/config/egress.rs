@@ -262,14 +262,19 @@ pub fn egress_entries(policies: &[EgressPolicy], mask: u32) -> Vec<(IpNetwork, u
     out
 }
 
-/// A DNS label: 1-63 of `[a-z0-9-]`, starting and ending with a letter or digit.
-fn check_policy_name(key: &str, s: &str) -> Result<()> {
-    let ok = !s.is_empty()
+/// An RFC 1123 DNS label (as Kubernetes names Namespaces and Services): 1-63 of
+/// `[a-z0-9-]`, starting and ending with a letter or digit.
+pub fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
         && s.len() <= NAMESPACE_MAX
         && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
-        && !s.ends_with('-');
-    if ok {
+        && !s.ends_with('-')
+}
+
+/// A policy name is a DNS label.
+fn check_policy_name(key: &str, s: &str) -> Result<()> {
+    if is_dns_label(s) {
         Ok(())
     } else {
         Err(Error::config(
