@@ -27,6 +27,29 @@
  *   tcp-serve PORT WORKERS      WORKERS processes accept() on one socket; each
  *                               connection: read 16 bytes, answer them, read to
  *                               EOF, close() (the client closes first).
+ *   tcp-keep PORT               accept() forever and keep every connection open
+ *                               (never read, never closed) until killed; ends
+ *                               with its parent. On SIGTERM/SIGINT prints
+ *                               {"accepted":N,"errors":E,"processes":P,
+ *                               "unreported":U,"errno":{...}}: accept()
+ *                               failures (EMFILE...) are counted and survived.
+ *   tcp-hold DST PORT N CONCURRENCY
+ *                               a greedy client: up to N connections, at most
+ *                               CONCURRENCY non-blocking connects in flight
+ *                               (epoll), each given 3 s (then ETIMEDOUT). A
+ *                               connect() that finds no local port
+ *                               (EADDRNOTAVAIL) fails and the next is tried;
+ *                               1000 of those in a row end the attempts early
+ *                               ("skipped" counts the rest). When all are
+ *                               decided, prints {"ok":N,"fail":F,"skipped":S,
+ *                               "processes":P,"errno":{"110":F},"secs":T}
+ *                               (errno numbers as keys), holds the connections
+ *                               until stdin reaches EOF, then closes them with
+ *                               RST and exits 0.
+ *                               Both raise RLIMIT_NOFILE as far as they may
+ *                               (the hard limit takes CAP_SYS_RESOURCE) and
+ *                               spread the sockets over P processes when one
+ *                               may not hold them all.
  *   tcx-attach PROG DEV ingress|egress LINK
  *                               attach the program pinned at PROG to DEV's TCX
  *                               hook (in this netns) and pin the link at LINK
@@ -51,6 +74,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <poll.h>
+#include <sys/epoll.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -380,6 +405,364 @@ static int tcp_serve(const char *port, int workers)
 	return 0;
 }
 
+/*
+ * Raise RLIMIT_NOFILE towards want (soft and hard; fs.nr_open, host-wide, is
+ * left alone: its default 1048576 is room enough). Raising the hard limit takes
+ * CAP_SYS_RESOURCE; without it the soft limit goes up to the hard one. Returns
+ * the limit now in force: the callers spread their sockets over processes when
+ * it is short of want.
+ */
+static rlim_t files_up_to(rlim_t want)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl))
+		die("getrlimit");
+	if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= want)
+		return want;
+	rl.rlim_cur = want;
+	if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want)
+		rl.rlim_max = want;
+	if (!setrlimit(RLIMIT_NOFILE, &rl))
+		return want;
+	if (getrlimit(RLIMIT_NOFILE, &rl))
+		die("getrlimit");
+	rl.rlim_cur = rl.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &rl))
+		die("setrlimit RLIMIT_NOFILE");
+	return rl.rlim_cur;
+}
+
+/* {"<errno>":count,...} of the non-zero entries of by_errno[256]. */
+static void print_errnos(const unsigned long long *by_errno)
+{
+	int i, first = 1;
+
+	printf("{");
+	for (i = 0; i < 256; i++) {
+		if (by_errno[i]) {
+			printf("%s\"%d\":%llu", first ? "" : ",", i, by_errno[i]);
+			first = 0;
+		}
+	}
+	printf("}");
+}
+
+/* Read exactly len bytes (a struct a worker wrote); 0 at EOF (the worker died). */
+static int read_full(int fd, void *buf, size_t len)
+{
+	size_t got = 0;
+
+	while (got < len) {
+		ssize_t n = read(fd, (char *)buf + got, len - got);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return 0;
+		got += n;
+	}
+	return 1;
+}
+
+/* A forked worker ends with its parent (killed by PID): none is left behind
+ * holding the test's namespace and its connections. */
+static void die_with_parent(pid_t parent)
+{
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) || getppid() != parent)
+		_exit(0);
+}
+
+#define KEEP_MAX 200000 /* connections tcp-keep holds at most */
+
+/* One tcp-keep process's tally, sent to the first one through a pipe. */
+struct keep_tally {
+	unsigned long long accepted, errors, by_errno[256];
+};
+
+static volatile sig_atomic_t keep_stop;
+
+static void on_stop(int sig)
+{
+	(void)sig;
+	keep_stop = 1;
+}
+
+static int tcp_keep(const char *port)
+{
+	/* no SA_RESTART: a signal ends the blocking accept() with EINTR */
+	struct sigaction sa = { .sa_handler = on_stop };
+	struct keep_tally t = { 0 }, all = { 0 };
+	pid_t self = getpid(), *pids;
+	rlim_t files;
+	int fd, tallies[2], w, workers, i;
+
+	/* Ends with the process that started it, like tcp-serve's workers. */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) || getppid() == 1)
+		return 1;
+	/* Several processes accept on the socket when one may not hold KEEP_MAX. */
+	files = files_up_to(KEEP_MAX + 16);
+	workers = files >= KEEP_MAX + 16 ? 1 : (KEEP_MAX + files - 17) / (files - 16);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	fd = listen_on(port);
+	pids = calloc(workers, sizeof(*pids));
+	if (!pids || pipe(tallies))
+		die("pipe");
+	for (w = 1; w < workers; w++) {
+		pids[w] = fork();
+		if (pids[w] < 0)
+			die("fork");
+		if (pids[w] == 0) {
+			die_with_parent(self);
+			break;
+		}
+	}
+	while (!keep_stop) {
+		int c = accept(fd, NULL, NULL);
+
+		if (c >= 0) {
+			t.accepted++; /* held: never read, never closed */
+			continue;
+		}
+		if (errno == EINTR)
+			continue;
+		t.errors++;
+		t.by_errno[errno & 255]++;
+		/* EMFILE, ENFILE, ENOBUFS, ENOMEM leave the connection queued
+		 * (for another process): wait for room instead of spinning */
+		usleep(10000);
+	}
+	if (getpid() != self) {
+		if (write(tallies[1], &t, sizeof(t)) != sizeof(t))
+			_exit(1);
+		_exit(0);
+	}
+	close(tallies[1]);
+	for (w = 1; w < workers; w++)
+		kill(pids[w], SIGTERM); /* each reports and ends */
+	all = t;
+	for (w = 1; w < workers; w++) {
+		struct pollfd pfd = { .fd = tallies[0], .events = POLLIN };
+
+		/* 2 s: a worker the signal caught just before accept() sleeps on */
+		if (poll(&pfd, 1, 2000) != 1 || !read_full(tallies[0], &t, sizeof(t)))
+			break;
+		all.accepted += t.accepted;
+		all.errors += t.errors;
+		for (i = 0; i < 256; i++)
+			all.by_errno[i] += t.by_errno[i];
+	}
+	for (i = 1; i < workers; i++)
+		kill(pids[i], SIGKILL); /* not reaped yet: the PIDs are still theirs */
+	while (wait(NULL) > 0)
+		;
+	printf("{\"accepted\":%llu,\"errors\":%llu,\"processes\":%d,\"unreported\":%d,\"errno\":", all.accepted,
+	       all.errors, workers, workers - w);
+	print_errnos(all.by_errno);
+	printf("}\n");
+	return 0;
+}
+
+#define HOLD_TIMEOUT_S 3.0
+#define HOLD_MAX_NOPORT 1000 /* EADDRNOTAVAIL in a row that end the attempts */
+
+struct hold_slot {
+	int fd; /* -1: free */
+	double deadline;
+};
+
+/* One tcp-hold worker's tally, sent to the parent through a pipe. */
+struct hold_tally {
+	unsigned long long ok, fail, started, by_errno[256];
+};
+
+static void hold_fail(struct hold_tally *t, int err)
+{
+	t->fail++;
+	t->by_errno[err & 255]++;
+}
+
+/*
+ * Up to n connections to sa, at most concurrency connects in flight, each given
+ * HOLD_TIMEOUT_S. The established ones stay open (out of the epoll set).
+ */
+static void hold_open(const struct sockaddr_in *sa, long n, int concurrency, struct hold_tally *t)
+{
+	struct linger abort_close = { .l_onoff = 1, .l_linger = 0 };
+	struct epoll_event evs[256];
+	struct hold_slot *slots = calloc(concurrency, sizeof(*slots));
+	int *free_slots = calloc(concurrency, sizeof(*free_slots));
+	int nfree = concurrency, inflight = 0, noport_run = 0, ep, i;
+
+	if (!slots || !free_slots)
+		die("calloc");
+	for (i = 0; i < concurrency; i++) {
+		slots[i].fd = -1;
+		free_slots[i] = concurrency - 1 - i;
+	}
+	ep = epoll_create1(EPOLL_CLOEXEC);
+	if (ep < 0)
+		die("epoll_create1");
+	while (inflight > 0 || ((long)t->started < n && noport_run < HOLD_MAX_NOPORT)) {
+		double now, first = 0;
+		int k;
+
+		/* Start attempts up to concurrency in flight. */
+		while (nfree > 0 && (long)t->started < n && noport_run < HOLD_MAX_NOPORT) {
+			struct epoll_event ev = { .events = EPOLLOUT };
+			int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), s;
+
+			t->started++;
+			if (fd < 0) {
+				hold_fail(t, errno);
+				continue;
+			}
+			/*
+			 * Every close (a timeout, the end) resets: no orphaned
+			 * FIN_WAIT sockets (tcp_max_orphans is host-wide), no
+			 * TIME_WAIT, and the NAT may free the port at once.
+			 */
+			setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort_close, sizeof(abort_close));
+			if (connect(fd, (const struct sockaddr *)sa, sizeof(*sa)) == 0) {
+				t->ok++; /* held */
+				noport_run = 0;
+				continue;
+			}
+			/* EADDRNOTAVAIL: no local port left towards sa */
+			noport_run = errno == EADDRNOTAVAIL ? noport_run + 1 : 0;
+			if (errno != EINPROGRESS) {
+				hold_fail(t, errno);
+				close(fd);
+				continue;
+			}
+			s = free_slots[--nfree];
+			ev.data.u32 = s;
+			if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev))
+				die("epoll_ctl");
+			slots[s].fd = fd;
+			slots[s].deadline = now_s() + HOLD_TIMEOUT_S;
+			inflight++;
+		}
+		if (!inflight)
+			continue;
+
+		/* Wait for connects to be decided, at most until the first deadline. */
+		for (i = 0; i < concurrency; i++)
+			if (slots[i].fd >= 0 && (!first || slots[i].deadline < first))
+				first = slots[i].deadline;
+		now = now_s();
+		k = epoll_wait(ep, evs, sizeof(evs) / sizeof(evs[0]), first > now ? (int)((first - now) * 1e3) + 1 : 0);
+		if (k < 0 && errno != EINTR)
+			die("epoll_wait");
+		for (i = 0; i < k; i++) {
+			struct hold_slot *sl = &slots[evs[i].data.u32];
+			socklen_t len = sizeof(int);
+			int err = 0;
+
+			if (getsockopt(sl->fd, SOL_SOCKET, SO_ERROR, &err, &len))
+				err = errno;
+			if (!err) {
+				t->ok++; /* held: out of the epoll set, kept open */
+				epoll_ctl(ep, EPOLL_CTL_DEL, sl->fd, NULL);
+			} else {
+				hold_fail(t, err);
+				close(sl->fd);
+			}
+			sl->fd = -1;
+			free_slots[nfree++] = evs[i].data.u32;
+			inflight--;
+		}
+
+		/* Connects past their time: failed (a lost SYN, a dropped one). */
+		now = now_s();
+		for (i = 0; i < concurrency; i++) {
+			if (slots[i].fd >= 0 && slots[i].deadline <= now) {
+				hold_fail(t, ETIMEDOUT);
+				close(slots[i].fd);
+				slots[i].fd = -1;
+				free_slots[nfree++] = i;
+				inflight--;
+			}
+		}
+	}
+	close(ep);
+	free(slots);
+	free(free_slots);
+}
+
+static int tcp_hold(const char *dst, const char *port, long n, int concurrency)
+{
+	struct sockaddr_in sa = addr_of(dst, port);
+	struct hold_tally t, all = { 0 };
+	pid_t self = getpid(), *pids;
+	rlim_t files;
+	double t0 = now_s();
+	int tallies[2], release[2], workers, w, i;
+	char buf[256];
+	ssize_t r;
+
+	if (n < 1 || n > 1000000 || concurrency < 1 || concurrency > 65536 || concurrency > n) {
+		fprintf(stderr, "benchtool: N must be 1..1000000, CONCURRENCY 1..min(N, 65536)\n");
+		return 2;
+	}
+	/*
+	 * The workers (one when the file limit allows) open the connections:
+	 * each takes N/workers of them, CONCURRENCY/workers in flight.
+	 */
+	files = files_up_to(n + concurrency + 64);
+	for (workers = 1; workers < concurrency; workers++)
+		if ((rlim_t)((n + workers - 1) / workers + (concurrency + workers - 1) / workers + 64) <= files)
+			break;
+	pids = calloc(workers, sizeof(*pids));
+	if (!pids || pipe(tallies) || pipe(release))
+		die("pipe");
+	for (w = 0; w < workers; w++) {
+		pids[w] = fork();
+		if (pids[w] < 0)
+			die("fork");
+		if (pids[w] == 0) {
+			memset(&t, 0, sizeof(t));
+			die_with_parent(self);
+			close(tallies[0]);
+			close(release[1]);
+			hold_open(&sa, n / workers + (w < n % workers), concurrency / workers + (w < concurrency % workers),
+				  &t);
+			if (write(tallies[1], &t, sizeof(t)) != sizeof(t))
+				_exit(1);
+			/* hold until the parent lets go (or dies) */
+			while (read(release[0], buf, sizeof(buf)) < 0 && errno == EINTR)
+				;
+			_exit(0);
+		}
+	}
+	close(tallies[1]);
+	close(release[0]);
+	for (w = 0; w < workers; w++) {
+		if (!read_full(tallies[0], &t, sizeof(t)))
+			die("a worker died");
+		all.ok += t.ok;
+		all.fail += t.fail;
+		all.started += t.started;
+		for (i = 0; i < 256; i++)
+			all.by_errno[i] += t.by_errno[i];
+	}
+	printf("{\"ok\":%llu,\"fail\":%llu,\"skipped\":%llu,\"processes\":%d,\"errno\":", all.ok, all.fail,
+	       n - all.started, workers);
+	print_errnos(all.by_errno);
+	printf(",\"secs\":%.6f}\n", now_s() - t0);
+	fflush(stdout);
+
+	/* Hold every established connection until stdin reaches EOF. */
+	while ((r = read(0, buf, sizeof(buf))) != 0)
+		if (r < 0 && errno != EINTR)
+			break;
+	close(release[1]); /* the workers close their sockets (RST) and end */
+	while (wait(NULL) > 0)
+		;
+	return 0;
+}
+
 /* bpf(2) by hand: the machine's libbpf predates TCX. */
 static int tcx_attach(const char *prog_pin, const char *dev, const char *hook, const char *link_pin)
 {
@@ -425,11 +808,16 @@ int main(int argc, char **argv)
 		return tcp_churn(argv[2], argv[3], atof(argv[4]), atoi(argv[5]));
 	if (argc == 4 && !strcmp(argv[1], "tcp-serve"))
 		return tcp_serve(argv[2], atoi(argv[3]));
+	if (argc == 3 && !strcmp(argv[1], "tcp-keep"))
+		return tcp_keep(argv[2]);
+	if (argc == 6 && !strcmp(argv[1], "tcp-hold"))
+		return tcp_hold(argv[2], argv[3], atol(argv[4]), atoi(argv[5]));
 	if (argc == 6 && !strcmp(argv[1], "tcx-attach"))
 		return tcx_attach(argv[2], argv[3], argv[4], argv[5]);
 	fprintf(stderr, "usage: benchtool udp-send DST PORT SECS LEN | udp-sink PORT |\n"
 			"                 tcp-cps DST PORT SECS | tcp-accept PORT |\n"
 			"                 tcp-churn DST PORT SECS WORKERS | tcp-serve PORT WORKERS |\n"
+			"                 tcp-keep PORT | tcp-hold DST PORT N CONCURRENCY |\n"
 			"                 tcx-attach PROG DEV ingress|egress LINK\n");
 	return 2;
 }
