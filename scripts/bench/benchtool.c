@@ -76,12 +76,17 @@
 #include <signal.h>
 #include <poll.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#ifndef IP_LOCAL_PORT_RANGE
+#define IP_LOCAL_PORT_RANGE 51 /* Linux 6.3; glibc's headers predate it */
+#endif
 
 #define BATCH 64
 #define MAX_LEN 9000
@@ -577,6 +582,17 @@ struct hold_tally {
 	unsigned long long ok, fail, started, by_errno[256];
 };
 
+/*
+ * What tcp-hold's workers share (a MAP_SHARED page): each attempt is claimed
+ * when it starts, so all CONCURRENCY stay in flight until the last one starts
+ * (a fixed N/workers each would leave the slowest worker's 3 s timeouts
+ * trickling out at its own CONCURRENCY/workers).
+ */
+struct hold_shared {
+	long claimed; /* may pass N: the claims past it start nothing */
+	int noport_run; /* EADDRNOTAVAIL in a row, any worker's */
+};
+
 static void hold_fail(struct hold_tally *t, int err)
 {
 	t->fail++;
@@ -584,16 +600,19 @@ static void hold_fail(struct hold_tally *t, int err)
 }
 
 /*
- * Up to n connections to sa, at most concurrency connects in flight, each given
- * HOLD_TIMEOUT_S. The established ones stay open (out of the epoll set).
+ * Connections to sa while attempts of the n are left to claim in sh and this
+ * worker holds fewer than cap, at most concurrency connects in flight, each
+ * given HOLD_TIMEOUT_S. The established ones stay open (out of the epoll set).
  */
-static void hold_open(const struct sockaddr_in *sa, long n, int concurrency, struct hold_tally *t)
+static void hold_open(const struct sockaddr_in *sa, struct hold_shared *sh, long n, long cap, int concurrency,
+		      struct hold_tally *t)
 {
 	struct linger abort_close = { .l_onoff = 1, .l_linger = 0 };
+	unsigned int any_range = 65535u << 16 | 1; /* high << 16 | low */
 	struct epoll_event evs[256];
 	struct hold_slot *slots = calloc(concurrency, sizeof(*slots));
 	int *free_slots = calloc(concurrency, sizeof(*free_slots));
-	int nfree = concurrency, inflight = 0, noport_run = 0, ep, i;
+	int nfree = concurrency, inflight = 0, done = 0, ep, i;
 
 	if (!slots || !free_slots)
 		die("calloc");
@@ -604,16 +623,26 @@ static void hold_open(const struct sockaddr_in *sa, long n, int concurrency, str
 	ep = epoll_create1(EPOLL_CLOEXEC);
 	if (ep < 0)
 		die("epoll_create1");
-	while (inflight > 0 || ((long)t->started < n && noport_run < HOLD_MAX_NOPORT)) {
+	while (inflight > 0 || !done) {
 		double now, first = 0;
 		int k;
 
 		/* Start attempts up to concurrency in flight. */
-		while (nfree > 0 && (long)t->started < n && noport_run < HOLD_MAX_NOPORT) {
+		while (!done && nfree > 0) {
 			struct epoll_event ev = { .events = EPOLLOUT };
-			int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), s;
+			int fd, s;
 
+			if ((long)t->ok + inflight >= cap) {
+				done = !inflight; /* full: the other workers take the rest */
+				break;
+			}
+			if (__atomic_load_n(&sh->noport_run, __ATOMIC_RELAXED) >= HOLD_MAX_NOPORT ||
+			    __atomic_fetch_add(&sh->claimed, 1, __ATOMIC_RELAXED) >= n) {
+				done = 1;
+				break;
+			}
 			t->started++;
+			fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 			if (fd < 0) {
 				hold_fail(t, errno);
 				continue;
@@ -624,13 +653,24 @@ static void hold_open(const struct sockaddr_in *sa, long n, int concurrency, str
 			 * TIME_WAIT, and the NAT may free the port at once.
 			 */
 			setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort_close, sizeof(abort_close));
+			/*
+			 * Any per-socket range (here the widest, cut to the
+			 * namespace's) makes connect() search its ports one by
+			 * one: without it, once the even ports are taken every
+			 * connect() walks all of them first, and 64k
+			 * connections cost over a minute of system time.
+			 */
+			setsockopt(fd, IPPROTO_IP, IP_LOCAL_PORT_RANGE, &any_range, sizeof(any_range));
 			if (connect(fd, (const struct sockaddr *)sa, sizeof(*sa)) == 0) {
 				t->ok++; /* held */
-				noport_run = 0;
+				__atomic_store_n(&sh->noport_run, 0, __ATOMIC_RELAXED);
 				continue;
 			}
 			/* EADDRNOTAVAIL: no local port left towards sa */
-			noport_run = errno == EADDRNOTAVAIL ? noport_run + 1 : 0;
+			if (errno == EADDRNOTAVAIL)
+				__atomic_fetch_add(&sh->noport_run, 1, __ATOMIC_RELAXED);
+			else
+				__atomic_store_n(&sh->noport_run, 0, __ATOMIC_RELAXED);
 			if (errno != EINPROGRESS) {
 				hold_fail(t, errno);
 				close(fd);
@@ -695,8 +735,9 @@ static int tcp_hold(const char *dst, const char *port, long n, int concurrency)
 {
 	struct sockaddr_in sa = addr_of(dst, port);
 	struct hold_tally t, all = { 0 };
+	struct hold_shared *shared;
 	pid_t self = getpid(), *pids;
-	rlim_t files;
+	long files, cap;
 	double t0 = now_s();
 	int tallies[2], release[2], workers, w, i;
 	char buf[256];
@@ -707,13 +748,17 @@ static int tcp_hold(const char *dst, const char *port, long n, int concurrency)
 		return 2;
 	}
 	/*
-	 * The workers (one when the file limit allows) open the connections:
-	 * each takes N/workers of them, CONCURRENCY/workers in flight.
+	 * Workers (one when the file limit allows) open the connections, each
+	 * with CONCURRENCY/workers in flight and at most cap held.
 	 */
 	files = files_up_to(n + concurrency + 64);
 	for (workers = 1; workers < concurrency; workers++)
-		if ((rlim_t)((n + workers - 1) / workers + (concurrency + workers - 1) / workers + 64) <= files)
+		if (workers * (files - (concurrency + workers - 1) / workers - 64) >= n)
 			break;
+	cap = files - (concurrency + workers - 1) / workers - 64;
+	shared = mmap(NULL, sizeof(*shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (shared == MAP_FAILED)
+		die("mmap");
 	pids = calloc(workers, sizeof(*pids));
 	if (!pids || pipe(tallies) || pipe(release))
 		die("pipe");
@@ -726,8 +771,7 @@ static int tcp_hold(const char *dst, const char *port, long n, int concurrency)
 			die_with_parent(self);
 			close(tallies[0]);
 			close(release[1]);
-			hold_open(&sa, n / workers + (w < n % workers), concurrency / workers + (w < concurrency % workers),
-				  &t);
+			hold_open(&sa, shared, n, cap > 1 ? cap : 1, concurrency / workers + (w < concurrency % workers), &t);
 			if (write(tallies[1], &t, sizeof(t)) != sizeof(t))
 				_exit(1);
 			/* hold until the parent lets go (or dies) */
