@@ -42,10 +42,12 @@
  *                               1000 of those in a row end the attempts early
  *                               ("skipped" counts the rest). When all are
  *                               decided, prints {"ok":N,"fail":F,"skipped":S,
- *                               "processes":P,"errno":{"110":F},"secs":T}
- *                               (errno numbers as keys), holds the connections
- *                               until stdin reaches EOF, then closes them with
- *                               RST and exits 0.
+ *                               "processes":P,"errno":{"110":F},
+ *                               "last_ok_secs":L,"secs":T} (errno numbers as
+ *                               keys; L: when the last connection was
+ *                               established), holds the connections until
+ *                               stdin reaches EOF, then closes them with RST
+ *                               and exits 0.
  *                               Both raise RLIMIT_NOFILE as far as they may
  *                               (the hard limit takes CAP_SYS_RESOURCE) and
  *                               spread the sockets over P processes when one
@@ -580,7 +582,14 @@ struct hold_slot {
 /* One tcp-hold worker's tally, sent to the parent through a pipe. */
 struct hold_tally {
 	unsigned long long ok, fail, started, by_errno[256];
+	double last_ok; /* when the last connection was established (now_s()) */
 };
+
+static void hold_ok(struct hold_tally *t)
+{
+	t->ok++;
+	t->last_ok = now_s();
+}
 
 /*
  * What tcp-hold's workers share (a MAP_SHARED page): each attempt is claimed
@@ -662,7 +671,7 @@ static void hold_open(const struct sockaddr_in *sa, struct hold_shared *sh, long
 			 */
 			setsockopt(fd, IPPROTO_IP, IP_LOCAL_PORT_RANGE, &any_range, sizeof(any_range));
 			if (connect(fd, (const struct sockaddr *)sa, sizeof(*sa)) == 0) {
-				t->ok++; /* held */
+				hold_ok(t); /* held */
 				__atomic_store_n(&sh->noport_run, 0, __ATOMIC_RELAXED);
 				continue;
 			}
@@ -703,7 +712,7 @@ static void hold_open(const struct sockaddr_in *sa, struct hold_shared *sh, long
 			if (getsockopt(sl->fd, SOL_SOCKET, SO_ERROR, &err, &len))
 				err = errno;
 			if (!err) {
-				t->ok++; /* held: out of the epoll set, kept open */
+				hold_ok(t); /* held: out of the epoll set, kept open */
 				epoll_ctl(ep, EPOLL_CTL_DEL, sl->fd, NULL);
 			} else {
 				hold_fail(t, err);
@@ -788,13 +797,15 @@ static int tcp_hold(const char *dst, const char *port, long n, int concurrency)
 		all.ok += t.ok;
 		all.fail += t.fail;
 		all.started += t.started;
+		if (t.last_ok > all.last_ok)
+			all.last_ok = t.last_ok;
 		for (i = 0; i < 256; i++)
 			all.by_errno[i] += t.by_errno[i];
 	}
 	printf("{\"ok\":%llu,\"fail\":%llu,\"skipped\":%llu,\"processes\":%d,\"errno\":", all.ok, all.fail,
 	       n - all.started, workers);
 	print_errnos(all.by_errno);
-	printf(",\"secs\":%.6f}\n", now_s() - t0);
+	printf(",\"last_ok_secs\":%.6f,\"secs\":%.6f}\n", all.ok ? all.last_ok - t0 : 0, now_s() - t0);
 	fflush(stdout);
 
 	/* Hold every established connection until stdin reaches EOF. */
