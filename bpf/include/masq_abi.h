@@ -20,7 +20,7 @@
 #include <linux/bpf.h>   /* struct bpf_timer, struct bpf_sock_tuple, BPF_F_NO_PREALLOC */
 #include <stddef.h>      /* offsetof */
 
-#define MASQ_LAYOUT_VERSION 14
+#define MASQ_LAYOUT_VERSION 15
 
 /* ---- config (ARRAY, 1 entry): node-wide knobs written by the plugin ---- */
 struct masq_config {
@@ -464,10 +464,20 @@ struct nat_gc {
  * search finds nothing (what the pairs removed by the plugin itself, a host socket
  * gone or a pair turned reusable by time left set). Removed by the sweep once unused
  * for NAT_HOT_IDLE_S seconds.
+ *
+ * Fair shares (RFC 6888 REQ-4): the record also counts, per source (a pod address,
+ * the node's own, a rule-matched tunnel client), the ports whose bits are set on its
+ * behalf (the scan tallies them; a bit set or cleared moves its source's count). While
+ * some but fewer than range / NAT_SHARE_RESERVE of the endpoint's ports are free, a source
+ * holding at least range / (sources holding ports + 1) of them is refused
+ * (DROP_OVER_SHARE): the last ports go to sources holding less, and one newcomer always
+ * finds room. Counts are hints as the bits are (made again by each scan).
  */
 #define NAT_HOT_MAX    1024
 #define NAT_HOT_WORDS  1024        /* 65,536 port offsets */
 #define NAT_HOT_IDLE_S 60
+#define NAT_HOT_SLOTS  64          /* sources counted per busy endpoint (open addressing) */
+#define NAT_SHARE_RESERVE 16       /* "short": fewer than range / 16 ports free */
 struct nat_hot_key {
 	__u32 nat_addr[4];         /* the node address (IPv4: [0], the rest 0) */
 	__u32 remote[4];           /* the remote endpoint's address (IPv4: [0]) */
@@ -475,10 +485,30 @@ struct nat_hot_key {
 	__u8 proto;
 	__u8 v6;                   /* 1: IPv6 addresses */
 };
+struct nat_hot_src {
+	__u32 id;                  /* the source: its address folded to 32 bits (nat_src_id); 0: free */
+	__u32 held;                /* set bits on its behalf */
+};
 struct nat_hot {
 	__u64 scanned_ns;          /* bpf_ktime_get_ns() of the last full scan */
 	__u64 used_ns;             /* of the last search that used it */
-	__u64 held[NAT_HOT_WORDS]; /* bit (offset & 63) of word (offset >> 6): set = held */
+	__u32 held;                /* set bits (ports held) */
+	__u32 pad;
+	struct nat_hot_src src[NAT_HOT_SLOTS];
+	__u64 bits[NAT_HOT_WORDS]; /* bit (offset & 63) of word (offset >> 6): set = held */
+};
+
+/* ---- refusals (LRU_HASH, REFUSALS_MAX entries): new flows refused per source address
+ * (a pod's, the node's, a tunnel client's), for status, metrics and explain per pod.
+ * Counted by the programs; a pod's DEL removes its addresses' entries. */
+#define REFUSALS_MAX 4096
+struct refusal_key {
+	__u32 addr[4];             /* IPv4: [0], the rest 0 */
+	__u32 v6;                  /* 1: IPv6 */
+};
+struct refusals {
+	__u64 no_port;             /* DROP_NO_PORT: no port free towards the remote endpoint */
+	__u64 over_share;          /* DROP_OVER_SHARE: over its share of a busy endpoint's ports */
 };
 
 /* ---- reserved_ports (ARRAY, RESERVED_PORTS_MAX entries), plugin-only: the port
@@ -648,6 +678,7 @@ enum masq_drop_reason {
 	DROP_UNSUPPORTED_PROTO,    /* protocol we cannot masquerade (not TCP/UDP/ICMP echo) */
 	DROP_FRAG_NO_STATE,        /* later fragment seen before its first: ports unknown */
 	DROP_NAT_FULL,             /* uplink: NAT table (the flow's shard) full: new flow refused */
+	DROP_OVER_SHARE,           /* uplink: the source holds over its share of a busy endpoint's ports */
 	DROP_MAX
 };
 
@@ -696,7 +727,9 @@ _Static_assert(sizeof(struct nat4_key) == 16, "nat4_key size");
 _Static_assert(sizeof(struct nat4_entry) == 56, "nat4_entry size");
 _Static_assert(sizeof(struct nat_gc) == 128, "nat_gc size");
 _Static_assert(sizeof(struct nat_hot_key) == 36, "nat_hot_key size");
-_Static_assert(sizeof(struct nat_hot) == 16 + 8 * NAT_HOT_WORDS, "nat_hot size");
+_Static_assert(sizeof(struct nat_hot) == 24 + 8 * NAT_HOT_SLOTS + 8 * NAT_HOT_WORDS, "nat_hot size");
+_Static_assert(sizeof(struct refusal_key) == 20, "refusal_key size");
+_Static_assert(sizeof(struct refusals) == 16, "refusals size");
 _Static_assert(sizeof(struct port_range) == 4, "port_range size");
 _Static_assert(sizeof(struct pod_stats) == 24, "pod_stats size");
 _Static_assert(sizeof(struct veth_info) == 80, "veth_info size");

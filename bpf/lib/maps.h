@@ -328,6 +328,15 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } nat_hot_zero SEC(".maps");
 
+/* New flows refused per source address (masq_abi.h refusals). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, REFUSALS_MAX);
+	__type(key, struct refusal_key);
+	__type(value, struct refusals);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} refusals SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, RESERVED_PORTS_MAX);

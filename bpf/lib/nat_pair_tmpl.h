@@ -51,6 +51,21 @@ static __always_inline bool NAT_FN(nat_expired)(const ENTRY_T *e, const struct m
 	return now - seen > nat_timeout_ns(cfg, proto, e->flags);
 }
 
+/*
+ * src_id - source @a (a pod's address, the node's, a tunnel client's) folded to
+ * the 32 bits a busy endpoint's share counts key (masq_abi.h nat_hot); never 0.
+ * IPv6: the words XORed (pods of one node differ in the low ones).
+ */
+static __always_inline __u32 NAT_FN(src_id)(const ADDR_T *a)
+{
+	const __u32 *w = (const __u32 *)a;
+	__u32 id = w[0];
+
+	if (sizeof(*a) == 16)
+		id ^= w[1] ^ w[2] ^ w[3];
+	return id ? id : 1;
+}
+
 /* Where the FIN of @f ends (the ack number that acknowledges it); a call of its own: no header copy on the caller's stack. */
 static __noinline __u32 NAT_FN(fin_end_of)(struct __sk_buff *skb, const FLOW_T *f)
 {
@@ -62,15 +77,17 @@ static __noinline __u32 NAT_FN(fin_end_of)(struct __sk_buff *skb, const FLOW_T *
 }
 
 /*
- * hot_release - the TCP pair (remote @r:@rport, node @n:@nport) ended (its close
- * completed, or a RST) or was removed: its port's bit in the remote endpoint's
- * bitmap (nat_hot), if it has one, is cleared, so the endpoint's next port
- * search tries it. Callers ask only once a bitmap was ever made (nat_hot_on).
+ * hot_release - the TCP pair (remote @r, node @n; @ports: the remote port << 16 |
+ * the node port, network order each) of source @id ended (its close completed, or
+ * a RST) or was removed: its port's bit in the remote endpoint's bitmap
+ * (nat_hot), if it has one, is cleared (and the source holds one port fewer
+ * there), so the endpoint's next port search tries it. Callers ask only once a
+ * bitmap was ever made (nat_hot_on).
  */
-static __noinline void NAT_FN(hot_release)(const ADDR_T *r, const ADDR_T *n, __be16 rport, __be16 nport,
-					   __u8 proto)
+static __noinline void NAT_FN(hot_release)(const ADDR_T *r, const ADDR_T *n, __u32 ports, __u8 proto, __u32 id)
 {
-	struct nat_hot_key k = { .rport = rport, .proto = proto, .v6 = NAT_IS_V6 };
+	struct nat_hot_key k = { .rport = (__be16)(ports >> 16), .proto = proto, .v6 = NAT_IS_V6 };
+	__be16 nport = (__be16)ports;
 	const struct masq_config *cfg;
 	struct nat_hot *h;
 	__u32 off;
@@ -85,7 +102,7 @@ static __noinline void NAT_FN(hot_release)(const ADDR_T *r, const ADDR_T *n, __b
 		return;
 	off = nat_port_off(cfg, bpf_ntohs(nport));
 	if (off != NAT_OFF_NONE)
-		nat_hot_mark(h, off, 0);
+		nat_hot_mark(h, off, NAT_HOT_CLEAR, id);
 }
 
 /*
@@ -210,7 +227,8 @@ static __noinline bool NAT_FN(snat_sync_rev)(struct __sk_buff *skb, const FLOW_T
 	if (!(fwd->flags & NAT_F_TCP_CLOSING))
 		rev->close = 0; /* open again: the close starts over */
 	else if (NAT_FN(tcp_close_sync)(skb, f, fwd, rev) && nat_hot_on())
-		NAT_FN(hot_release)(&f->daddr, &fwd->addr, f->dport, fwd->port, f->proto);
+		NAT_FN(hot_release)(&f->daddr, &fwd->addr, (__u32)f->dport << 16 | fwd->port, f->proto,
+				    NAT_FN(src_id)(&f->saddr));
 	if (fwd->flags & NAT_F_OPEN)
 		NAT_FN(open_refresh)(f, fwd, now);
 	return true;
@@ -245,7 +263,8 @@ static __noinline void NAT_FN(rnat_sync_fwd)(struct __sk_buff *skb, const FLOW_T
 		if (!(rev->flags & NAT_F_TCP_CLOSING))
 			fwd->close = 0;
 		else if (NAT_FN(tcp_close_sync)(skb, f, rev, fwd) && nat_hot_on())
-			NAT_FN(hot_release)(&f->saddr, &f->daddr, f->sport, f->dport, f->proto);
+			NAT_FN(hot_release)(&f->saddr, &f->daddr, (__u32)f->sport << 16 | f->dport, f->proto,
+					    NAT_FN(src_id)(&rev->addr));
 	}
 }
 
@@ -277,7 +296,8 @@ static long NAT_FN(gc_pair)(void *map, const KEY_T *key, ENTRY_T *fwd, struct na
 	if (rev && rev->created_ns == gen) {
 		bpf_map_delete_elem(&MAP_REV, &rk);
 		if (w->gc->hot)
-			NAT_FN(hot_release)(&rk.saddr, &rk.daddr, rk.sport, rk.dport, rk.proto);
+			NAT_FN(hot_release)(&rk.saddr, &rk.daddr, (__u32)rk.sport << 16 | rk.dport, rk.proto,
+					    NAT_FN(src_id)(&fk.saddr));
 	}
 	/* A packet of the flow may have found its reverse half gone just now and
 	 * made a new pair under the same key: that one stays. */

@@ -152,6 +152,13 @@ static __always_inline long NAT_FN(take_over)(struct NAT_FN(probe) *p, __u32 i, 
 		if (!cnt)
 			goto out;
 	}
+	if (p->hot) { /* the stale pair's source holds this port no more (snat_new sets it for ours) */
+		const struct masq_config *cfg = bpf_map_lookup_elem(&masq_config, &nat_zero_key);
+
+		if (cfg)
+			nat_hot_mark(p->hot, nat_port_off(cfg, bpf_ntohs(p->rk.dport)), NAT_HOT_CLEAR,
+				     NAT_FN(src_id)(&old->addr));
+	}
 	NAT_FN(fwd_del)(&p->fk);
 	if (bpf_map_update_elem(&MAP_REV, &p->rk, &p->e, BPF_ANY) == 0) {
 		p->fk.saddr = p->e.addr;
@@ -207,6 +214,9 @@ static __always_inline int NAT_FN(try_port)(struct NAT_FN(probe) *p, __u32 i, co
 	 * forward half). An open pair that was answered is not: no second lookup. */
 	if (p->fk.proto == IPPROTO_TCP && ((old->flags & NAT_F_TCP_CLOSING) || !old->packets))
 		return NAT_FN(take_over)(p, i, old, 0) ? TRY_CLAIMED : TRY_SOFT;
+	if (p->hot) /* a busy endpoint's bitmap: this port is held, by @old's source */
+		nat_hot_mark(p->hot, nat_port_off(cfg, bpf_ntohs(p->rk.dport)), NAT_HOT_SET,
+			     NAT_FN(src_id)(&old->addr));
 	return TRY_HELD;
 }
 
@@ -276,20 +286,23 @@ static __noinline struct nat_hot *NAT_FN(hot_get)(const KEY_T *rk, bool make)
  * hot_maybe_reusable - may the TCP pair whose reverse half is @e be taken over
  * now, as far as that half tells (tcp_reusable decides, with both)? A FIN each
  * way (the last ACK may be on its way), or a RST or no answer and quiet for
- * NAT_QUIET_NS. An open, half-closed, or just reset or unanswered pair: no.
+ * NAT_QUIET_NS (a RST may show on the other half only: closing and quiet is
+ * enough here). An open pair, or one closing, reset or unanswered just now: no.
  */
 static __always_inline bool NAT_FN(hot_maybe_reusable)(const ENTRY_T *e, __u64 now)
 {
 	if ((e->flags & NAT_F_FIN) && (e->close & NAT_C_PEER_FIN))
 		return true;
-	return ((e->flags & NAT_F_RST) || !e->packets) && now >= e->last_seen_ns + NAT_QUIET_NS;
+	/* Closing and quiet: a RST may be on the other half only (the pod's RST
+	 * reaches this half as "closing"): tcp_reusable reads both. */
+	return ((e->flags & (NAT_F_RST | NAT_F_TCP_CLOSING)) || !e->packets) && now >= e->last_seen_ns + NAT_QUIET_NS;
 }
 
 /*
- * hot_scan_port - the full scan's visit to offset @i (bpf_loop): its bit made
- * what the reverse map says: set when a pair holds the port and is neither
- * expired nor (TCP) maybe reusable now (hot_maybe_reusable), clear otherwise.
- * Lookups only.
+ * hot_scan_port - the full scan's visit to offset @i (bpf_loop), after
+ * nat_hot_reset cleared every bit and count: its bit set, and counted for the
+ * pair's source, when a pair holds the port and is neither expired nor (TCP)
+ * maybe reusable now (hot_maybe_reusable). Lookups only.
  */
 static long NAT_FN(hot_scan_port)(__u32 i, void *ctx)
 {
@@ -301,17 +314,19 @@ static long NAT_FN(hot_scan_port)(__u32 i, void *ctx)
 		return 1;
 	p->rk.dport = bpf_htons(NAT_FN(nat_off_port)(p, cfg, i));
 	e = bpf_map_lookup_elem(&MAP_REV, &p->rk);
-	nat_hot_mark(p->hot, i, e && !NAT_FN(nat_expired)(e, cfg, p->fk.proto, p->e.last_seen_ns) &&
-			 !(p->fk.proto == IPPROTO_TCP && NAT_FN(hot_maybe_reusable)(e, p->e.last_seen_ns)));
+	if (e && !NAT_FN(nat_expired)(e, cfg, p->fk.proto, p->e.last_seen_ns) &&
+	    !(p->fk.proto == IPPROTO_TCP && NAT_FN(hot_maybe_reusable)(e, p->e.last_seen_ns)))
+		nat_hot_mark(p->hot, i, NAT_HOT_SET, NAT_FN(src_id)(&e->addr));
 	return 0;
 }
 
 /*
  * hot_probe - one step of the bitmap search (bpf_loop): from offset p->start,
  * the next clear bit of the range (a word with none is one step, skipped), and
- * a try of its port. A port found held by an open pair gets its bit set; one
- * that is closing or unanswered keeps it clear (it may be reusable soon, or for
- * another SYN). Stops once claimed, or after NAT_HOT_PROBES tries.
+ * a try of its port. A port found held by an open pair gets its bit set
+ * (try_port); one that is closing or unanswered keeps it clear (it may be
+ * reusable soon, or for another SYN). Stops once claimed, or after NAT_HOT_PROBES
+ * tries.
  */
 static long NAT_FN(hot_probe)(__u32 i, void *ctx)
 {
@@ -334,12 +349,51 @@ static long NAT_FN(hot_probe)(__u32 i, void *ctx)
 	p->start = pos + (next - off) + 1;
 	p->left--;
 	p->rk.dport = bpf_htons(NAT_FN(nat_off_port)(p, cfg, next));
+	/* A port found held gets its bit (try_port); the one claimed too (snat_new). */
 	r = NAT_FN(try_port)(p, NAT_PREFERRED + NAT_PROBES + i, cfg);
-	if (r == TRY_CLAIMED || r == TRY_HELD) {
-		pos = p->start - 1; /* next, again (no register kept across the try) */
-		nat_hot_mark(p->hot, pos >= p->range ? pos - p->range : pos, 1);
-	}
 	return r == TRY_CLAIMED || r == TRY_FULL;
+}
+
+/*
+ * busy_sample - one look (bpf_loop) at a random port towards p->rk's endpoint:
+ * held (any pair, whatever its state) counts one in p->start and goes on; free
+ * stops the sampling. A lookup, never a claim.
+ */
+static long NAT_FN(busy_sample)(__u32 i, void *ctx)
+{
+	struct NAT_FN(probe) *p = ctx;
+	const struct masq_config *cfg = bpf_map_lookup_elem(&masq_config, &nat_zero_key);
+
+	if (!cfg || !p->range)
+		return 1;
+	p->rk.dport = bpf_htons(NAT_FN(nat_off_port)(p, cfg, bpf_get_prandom_u32() % p->range));
+	if (!bpf_map_lookup_elem(&MAP_REV, &p->rk))
+		return 1;
+	p->start++;
+	return 0;
+}
+
+/*
+ * over_share - nat_hot_over_share for source @src: a call of its own, so the
+ * source's id is made on a frame of its own (snat_new's is on the deepest chain).
+ */
+static __noinline int NAT_FN(over_share)(struct nat_hot *h, const ADDR_T *src, __u32 range, __u64 now)
+{
+	return src ? nat_hot_over_share(h, NAT_FN(src_id)(src), range, now) : 0;
+}
+
+/*
+ * hot_ready - the endpoint's bitmap, scanned if it never was: its bits and its
+ * sources' counts made from the reverse map (nat_hot_reset, hot_scan_port).
+ */
+static __always_inline void NAT_FN(hot_ready)(struct NAT_FN(probe) *p, __u64 now)
+{
+	if (!p->hot || p->hot->scanned_ns)
+		return;
+	nat_hot_reset(p->hot);
+	bpf_loop(p->range, NAT_FN(hot_scan_port), p, 0);
+	p->hot->scanned_ns = now;
+	count_add(CNT_NAT_HOT_SCANS, 1);
 }
 
 /* hot_search - one bitmap search from p->start, round the range once. */
@@ -410,10 +464,42 @@ static __noinline void NAT_FN(permit_put)(const FLOW_T *f, const DEC_T *d, __be1
 }
 
 /*
+ * refused - count a new flow from @a refused, per source address (refusals):
+ * over its share of a busy endpoint's ports (@over_share), or no port free.
+ */
+static __noinline void NAT_FN(refused)(const ADDR_T *a, int over_share)
+{
+	struct refusal_key k = { .v6 = NAT_IS_V6 };
+	struct refusals one = {}, *r;
+
+	if (!a)
+		return;
+	__builtin_memcpy(k.addr, a, sizeof(*a));
+	r = bpf_map_lookup_elem(&refusals, &k);
+	if (!r) {
+		if (over_share)
+			one.over_share = 1;
+		else
+			one.no_port = 1;
+		if (bpf_map_update_elem(&refusals, &k, &one, BPF_NOEXIST) == 0)
+			return;
+		r = bpf_map_lookup_elem(&refusals, &k);
+		if (!r)
+			return;
+	}
+	if (over_share)
+		__sync_fetch_and_add(&r->over_share, 1);
+	else
+		__sync_fetch_and_add(&r->no_port, 1);
+}
+
+/*
  * snat_new - claim a port for a new flow from @f with decision @d and insert
  * both halves. Returns NAT_NEW_OK (the pair exists: made now, or by another CPU
  * meanwhile) or a drop reason: DROP_NO_PORT when no port was free within the
- * probe budget (also counted as CNT_ALLOC_FAIL), DROP_NAT_FULL when the table
+ * probe budget (also counted as CNT_ALLOC_FAIL), DROP_OVER_SHARE when the
+ * remote endpoint is busy and the flow's source holds over its share of its
+ * ports (masq_abi.h nat_hot; both counted per source in refusals), DROP_NAT_FULL when the table
  * holds natMaxEntries pairs, DROP_NAT_INSERT when the forward half could not
  * be inserted for another reason. A global function: the verifier checks it,
  * and its port search, once, whoever calls it (the uplink's pod and host
@@ -469,18 +555,33 @@ __attribute__((noinline)) int NAT_FN(snat_new)(struct __sk_buff *skb, const FLOW
 		p.syn = 1;
 	}
 	bound = NAT_FN(map_prefer)(f, cfg, d, p.want);
-	p.start = bpf_get_prandom_u32() % p.range;
 	if (nat_hot_on())
 		p.hot = NAT_FN(hot_get)(&p.rk, false);
+	if (!p.hot) {
+		/* Is the endpoint busy (its ports mostly held), though this flow's own
+		 * port may be free (port preservation would never look further)?
+		 * NAT_BUSY_SAMPLES random ports all held: make its bitmap, so its
+		 * shares count (one lookup a new flow while ports are mostly free). */
+		p.start = 0;
+		bpf_loop(NAT_BUSY_SAMPLES, NAT_FN(busy_sample), &p, 0);
+		if (p.start >= NAT_BUSY_SAMPLES)
+			p.hot = NAT_FN(hot_get)(&p.rk, true);
+	}
+	p.start = bpf_get_prandom_u32() % p.range;
+	if (p.hot) {
+		NAT_FN(hot_ready)(&p, now);
+		if (NAT_FN(over_share)(p.hot, &f->saddr, p.range, now))
+			goto over_share;
+	}
 	/* A busy endpoint's port comes from its bitmap: no random tries. */
 	bpf_loop(NAT_PREFERRED + (p.hot ? 0 : NAT_PROBES), NAT_FN(probe_port), &p, 0);
 	if (!p.claimed && !p.full && !p.hot)
 		p.hot = NAT_FN(hot_get)(&p.rk, true); /* the cheap tries failed: the endpoint is busy */
 	if (!p.claimed && !p.full && p.hot) {
 		if (!p.hot->scanned_ns) {
-			bpf_loop(p.range, NAT_FN(hot_scan_port), &p, 0);
-			p.hot->scanned_ns = now;
-			count_add(CNT_NAT_HOT_SCANS, 1);
+			NAT_FN(hot_ready)(&p, now);
+			if (NAT_FN(over_share)(p.hot, &f->saddr, p.range, now))
+				goto over_share;
 		}
 		p.hot->used_ns = now;
 		NAT_FN(hot_search)(&p);
@@ -488,8 +589,11 @@ __attribute__((noinline)) int NAT_FN(snat_new)(struct __sk_buff *skb, const FLOW
 			/* Found nothing: the bits are made again from the tables (what the
 			 * plugin's own removals and time left set), and searched once more. */
 			p.hot->scanned_ns = now;
+			nat_hot_reset(p.hot);
 			bpf_loop(p.range, NAT_FN(hot_scan_port), &p, 0);
 			count_add(CNT_NAT_HOT_SCANS, 1);
+			if (NAT_FN(over_share)(p.hot, &f->saddr, p.range, now))
+				goto over_share;
 			NAT_FN(hot_search)(&p);
 		}
 		if (p.claimed)
@@ -501,8 +605,7 @@ __attribute__((noinline)) int NAT_FN(snat_new)(struct __sk_buff *skb, const FLOW
 	if (p.claimed && p.hot) {
 		__u32 off = nat_port_off(cfg, bpf_ntohs(p.rk.dport));
 
-		if (off != NAT_OFF_NONE)
-			nat_hot_mark(p.hot, off, 1);
+		nat_hot_mark(p.hot, off, NAT_HOT_SET, NAT_FN(src_id)(&f->saddr));
 	}
 	if (p.tried)
 		count_add(CNT_PORT_PROBES, p.tried); /* per new flow: ~1/(1 - share of the range in use) */
@@ -510,6 +613,7 @@ __attribute__((noinline)) int NAT_FN(snat_new)(struct __sk_buff *skb, const FLOW
 		return DROP_NAT_FULL;
 	if (!p.claimed) {
 		count_add(CNT_ALLOC_FAIL, 1);
+		NAT_FN(refused)(&f->saddr, 0);
 		return DROP_NO_PORT;
 	}
 
@@ -549,6 +653,11 @@ __attribute__((noinline)) int NAT_FN(snat_new)(struct __sk_buff *skb, const FLOW
 	egress_flow(d->policy);
 	nat_gc_ensure(NAT_IS_V6, d->nat_flags & NAT_F_HOST);
 	return NAT_NEW_OK;
+over_share:
+	if (p.tried)
+		count_add(CNT_PORT_PROBES, p.tried);
+	NAT_FN(refused)(&f->saddr, 1);
+	return DROP_OVER_SHARE;
 }
 
 /*

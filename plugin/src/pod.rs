@@ -384,9 +384,12 @@ pub fn unregister(pins: &Pins, key: &AttachmentKey) -> Result<bool> {
     }
 }
 
-/// Delete both halves of every NAT pair (both families) that belongs to one of `addrs`.
+/// Delete both halves of every NAT pair (both families) that belongs to one of
+/// `addrs`, and forget their refusals (a later pod given an address starts with none).
 pub fn flush_nat(pins: &Pins, addrs: &[IpAddr]) -> Result<usize> {
-    Ok(nat::flush::<nat::V4>(pins, addrs)? + nat::flush::<nat::V6>(pins, addrs)?)
+    let n = nat::flush::<nat::V4>(pins, addrs)? + nat::flush::<nat::V6>(pins, addrs)?;
+    crate::bpf::refusals::forget(pins, addrs)?;
+    Ok(n)
 }
 
 /// Every attachment record on the node.

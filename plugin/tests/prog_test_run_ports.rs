@@ -13,6 +13,8 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
 use ebpf_masq::bpf::abi::counter;
+use ebpf_masq::bpf::nat_hot::{self, Released};
+use ebpf_masq::bpf::refusals;
 use support::{harness::*, packet::*, packet6::*};
 
 const MASQ: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
@@ -126,31 +128,98 @@ fn a_busy_endpoint_gives_its_last_free_port_and_refuses_only_when_none_is_left()
 
 #[test]
 fn ipv6_every_port_of_a_wide_range_is_handed_out_then_refusals_cost_nothing() {
-    // Made by the program itself this time: 2,048 answered flows towards one remote
-    // endpoint take all 2,048 ports of the range, none refused on the way (the old
-    // search missed the last ports about half the time: 128 random tries and a
-    // 1,024-port sweep); the 2,049th is refused.
+    // Made by the program itself this time: answered flows towards one remote endpoint
+    // take every port of a 2,048-port range, none refused for want of a port on the
+    // way (the old search missed the last ports about half the time: 128 random tries
+    // and a 1,024-port sweep). One source alone is held to 2,048 - 2,048/16 + 1
+    // ports (fair shares: the last sixteenth is kept for sources holding less); a
+    // second source takes the rest; then a flow is refused only for want of a port.
     let dp = Dataplane::new();
     let a = |s: &str| s.parse::<Ipv6Addr>().unwrap();
-    let (masq, pod, remote) = (a("2001:db8:ffff::1"), a("fd00:10:1::5"), a("2001:db8:100::10"));
+    let (masq, pod, pod2, remote) =
+        (a("2001:db8:ffff::1"), a("fd00:10:1::5"), a("fd00:10:1::7"), a("2001:db8:100::10"));
     dp.add_uplink6(LO, Some(MASQ), masq);
     dp.add_pod6(pod, 7, true);
+    dp.add_pod6(pod2, 8, true);
     dp.set_config(20000, 22047, 3600);
     let mut got = std::collections::BTreeSet::new();
-    for i in 0..2048u16 {
-        let s = summary6(&dp.egress(&tcp6(pod, remote, 30000 + i, 443, SYN)).passed());
+    let mut take = |src: Ipv6Addr, i: u16| -> bool {
+        let run = dp.egress(&tcp6(src, remote, 30000 + i, 443, SYN));
+        if run.ret == TC_ACT_SHOT {
+            return false;
+        }
+        let s = summary6(&run.passed());
         assert_eq!(s.src, masq);
         assert!((20000..=22047).contains(&s.sport), "port {} outside portRange", s.sport);
         assert!(got.insert(s.sport), "port {} handed out twice", s.sport);
         dp.ingress(&tcp6(remote, masq, 443, s.sport, SYN | ACK)).passed();
-    }
-    assert_eq!(dp.drops(drop::NO_PORT), 0);
+        true
+    };
+    let first = (0..2048u16).take_while(|&i| take(pod, i)).count();
+    assert_eq!(first, 2048 - 2048 / 16 + 1, "one source alone stops short of the last sixteenth");
+    assert_eq!((dp.drops(drop::OVER_SHARE), dp.drops(drop::NO_PORT)), (1, 0));
+    let second = (0..2048u16).take_while(|&i| take(pod2, i)).count();
+    assert_eq!(first + second, 2048, "every port handed out");
+    assert_eq!((dp.drops(drop::OVER_SHARE), dp.drops(drop::NO_PORT)), (1, 1));
     assert!(dp.counter(counter::NAT_HOT_SCANS) >= 1);
     let probes = dp.counter(counter::PORT_PROBES);
     dp.egress(&tcp6(pod, remote, 40000, 443, SYN)).dropped();
-    assert_eq!(dp.drops(drop::NO_PORT), 1);
+    assert_eq!(dp.drops(drop::NO_PORT), 2, "none free: for want of a port, whoever asks");
     // The pod's own port 40000 is outside the range and it has no binding there: no
     // preferred try either; the bitmap has no clear bit (a rescan, if a second passed,
     // finds the same): not one probe.
     assert_eq!(dp.counter(counter::PORT_PROBES) - probes, 0, "a refusal probes nothing");
+    // Counted per source, for status, metrics and explain.
+    let r = |x: Ipv6Addr| refusals::of(&dp.pins, &[x.into()]).unwrap();
+    assert_eq!((r(pod).over_share, r(pod).no_port, r(pod2).over_share, r(pod2).no_port), (1, 1, 0, 1));
+}
+
+/// RFC 6888 REQ-4 (a NAT limits the ports one subscriber holds): a greedy pod that
+/// holds most of the ports towards one remote endpoint is refused once they run
+/// short, while its neighbour's new flows to the same endpoint all get a port; the
+/// greedy pod gets ports again once it holds less.
+#[test]
+fn a_greedy_source_is_refused_its_last_ports_while_a_neighbour_gets_them() {
+    let dp = node(); // 4,096 ports: short below 256 free
+    // The greedy pod holds every port (open, answered pairs): its next flow is refused
+    // for want of a port, and the endpoint gets its bitmap (a full scan counts who holds what).
+    let now = monotonic_ns();
+    for i in 0..4096u16 {
+        put_open_pair(&dp, i, now);
+    }
+    dp.egress(&tcp(POD, REMOTE, 40000, 443, SYN)).dropped();
+    assert_eq!((dp.drops(drop::NO_PORT), dp.counter(counter::NAT_HOT_SCANS)), (1, 1));
+    // 200 of its pairs end (removed as a DEL removes them): 200 ports free, fewer than
+    // a sixteenth. It holds more than its share (4,096 / 2): refused while short.
+    let give_back = |range: std::ops::Range<u16>| {
+        let released: Vec<Released> = range
+            .map(|i| {
+                let fk = nat_key(POD, REMOTE, POD_PORT0 + i, 443, TCP);
+                dp.del_rev(&reverse_key(&fk, MASQ, LO_PORT + i));
+                dp.del_fwd(&fk);
+                Released {
+                    remote: REMOTE.into(), rport: 443, nat: MASQ.into(), nport: LO_PORT + i, proto: TCP,
+                    source: POD.into(),
+                }
+            })
+            .collect();
+        nat_hot::release(&dp.pins, &released).unwrap();
+    };
+    give_back(3896..4096);
+    dp.egress(&tcp(POD, REMOTE, 40001, 443, SYN)).dropped();
+    assert_eq!(dp.drops(drop::OVER_SHARE), 1);
+    // The neighbour's 150 new flows all get a port (its share: 4,096 / 3).
+    for i in 0..150u16 {
+        let out = dp.egress(&tcp(POD2, REMOTE, 41000 + i, 443, SYN)).passed();
+        assert!((LO_PORT..=HI_PORT).contains(&summary(&out).sport));
+    }
+    dp.egress(&tcp(POD, REMOTE, 40002, 443, SYN)).dropped();
+    assert_eq!((dp.drops(drop::OVER_SHARE), dp.drops(drop::NO_PORT)), (2, 1));
+    // Most of the greedy pod's pairs end: the ports are no longer short, it gets one at once.
+    give_back(0..3000);
+    dp.egress(&tcp(POD, REMOTE, 40003, 443, SYN)).passed();
+    let r = |x: Ipv4Addr| refusals::of(&dp.pins, &[x.into()]).unwrap();
+    assert_eq!((r(POD).over_share, r(POD).no_port, r(POD2).over_share, r(POD2).no_port), (2, 1, 0, 0));
+    refusals::forget(&dp.pins, &[POD.into()]).unwrap();
+    assert_eq!(r(POD).over_share, 0, "a DEL forgets the pod's refusals");
 }

@@ -10,4 +10,5 @@ pub mod maps;
 pub mod nat;
 pub mod nat_hot;
 pub mod pins;
+pub mod refusals;
 pub mod sys;

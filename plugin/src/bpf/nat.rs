@@ -494,26 +494,26 @@ pub fn flush<F: Family>(pins: &Pins, addrs: &[IpAddr]) -> Result<usize> {
         let r = reverse_of(&t, &e);
         ignore_not_found(rev.remove(&F::key(&r))).bpf_ctx(F::REV)?;
         ignore_not_found(fwd.remove(&F::key(&t))).bpf_ctx(F::FWD)?;
-        released.push(r);
+        released.push((r, t.saddr));
         n += 2;
     }
     // Reverse halves whose forward half is already gone (a pair mid-removal).
-    let orphans: Vec<Tuple> = rev
+    let orphans: Vec<(Tuple, IpAddr)> = rev
         .iter()
         .filter_map(|r| r.ok())
-        .filter(|(_, v)| mine.contains(&F::entry(v).addr))
-        .map(|(k, _)| F::tuple(&k))
+        .map(|(k, v)| (F::tuple(&k), F::entry(&v).addr))
+        .filter(|(_, pod)| mine.contains(pod))
         .collect();
-    for t in orphans {
+    for (t, pod) in orphans {
         ignore_not_found(rev.remove(&F::key(&t))).bpf_ctx(F::REV)?;
-        released.push(t);
+        released.push((t, pod));
         n += 1;
     }
     // Their ports' bits in busy endpoints' bitmaps, as the programs clear them.
     let released: Vec<_> = released
         .iter()
-        .map(|r| super::nat_hot::Released {
-            remote: r.saddr, rport: r.sport, nat: r.daddr, nport: r.dport, proto: r.proto,
+        .map(|(r, pod)| super::nat_hot::Released {
+            remote: r.saddr, rport: r.sport, nat: r.daddr, nport: r.dport, proto: r.proto, source: *pod,
         })
         .collect();
     super::nat_hot::release(pins, &released)?;

@@ -425,6 +425,17 @@ fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder) -> fmt::Result {
             s.pods.iter().map(|p| (vec![("container_id", p.container_id.as_str()), ("ifname", p.ifname.as_str())], get(p))),
         )?;
     }
+    counters(
+        enc,
+        "ebpf_masq_pod_port_refusals_total",
+        "New flows from each pod refused: no_port = no port free towards the remote endpoint, \
+         over_share = over the pod's share of a busy endpoint's ports (RFC 6888 REQ-4).",
+        s.pods.iter().flat_map(|p| {
+            let who = [("container_id", p.container_id.as_str()), ("ifname", p.ifname.as_str())];
+            [("no_port", p.refused_no_port), ("over_share", p.refused_over_share)]
+                .map(|(why, n)| (vec![who[0], who[1], ("reason", why)], n))
+        }),
+    )?;
     Ok(())
 }
 
@@ -713,6 +724,8 @@ mod tests {
             packets: 5,
             bytes: 500,
             spoofed: 1,
+            refused_no_port: 2,
+            refused_over_share: 3,
             k8s_namespace: String::new(),
             k8s_name: String::new(),
             annotations: serde_json::json!({}),
@@ -785,6 +798,7 @@ mod tests {
             ("ebpf_masq_pod_packets_total", "counter"),
             ("ebpf_masq_pod_bytes_total", "counter"),
             ("ebpf_masq_pod_spoofed_packets_total", "counter"),
+            ("ebpf_masq_pod_port_refusals_total", "counter"),
             ("ebpf_masq_egress_policy_packets_total", "counter"),
             ("ebpf_masq_egress_policy_bytes_total", "counter"),
             ("ebpf_masq_egress_policy_flows_total", "counter"),
@@ -817,6 +831,9 @@ mod tests {
         assert_eq!(value(&series, "ebpf_masq_rule_bytes_total", &r), 1000.0);
         let p = [("container_id", "we\"ird\\id\nx"), ("ifname", "eth0")];
         assert_eq!(value(&series, "ebpf_masq_pod_spoofed_packets_total", &p), 1.0);
+        let why = |r| [p[0], p[1], ("reason", r)];
+        assert_eq!(value(&series, "ebpf_masq_pod_port_refusals_total", &why("no_port")), 2.0);
+        assert_eq!(value(&series, "ebpf_masq_pod_port_refusals_total", &why("over_share")), 3.0);
         assert_eq!(series.iter().filter(|(n, _, _)| n == "ebpf_masq_drops_total").count(), abi::drop_reason::NAMES.len());
         let partner = [("policy", "partner")];
         assert_eq!(value(&series, "ebpf_masq_egress_policy_packets_total", &partner), 40.0);
@@ -855,8 +872,8 @@ mod tests {
         // Families in the order they always came, and nothing OpenMetrics-only.
         let families: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("# TYPE ")).map(|l| l.split(' ').next().unwrap()).collect();
         assert_eq!(families.first(), Some(&"ebpf_masq_data_plane_loaded"));
-        assert_eq!(families.last(), Some(&"ebpf_masq_pod_spoofed_packets_total"));
-        assert_eq!(families.len(), 45, "{families:?}");
+        assert_eq!(families.last(), Some(&"ebpf_masq_pod_port_refusals_total"));
+        assert_eq!(families.len(), 46, "{families:?}");
         assert!(!text.contains("# EOF") && !text.contains("# UNIT") && !text.contains("_total_total"), "{text}");
         // A zero float gauge is written "0.0" (it was "0"): the same value to every parser.
         let s = Snapshot { sweep: Sweep::default(), ..snapshot() };

@@ -137,6 +137,10 @@ pub struct PodRow {
     pub packets: u64,
     pub bytes: u64,
     pub spoofed: u64,
+    /// New flows from the pod's addresses refused: no port free towards the remote
+    /// endpoint, and over the pod's share of a busy endpoint's ports (`refusals`).
+    pub refused_no_port: u64,
+    pub refused_over_share: u64,
     /// Kubernetes namespace and name (CNI_ARGS), "" when the runtime gave none.
     pub k8s_namespace: String,
     pub k8s_name: String,
@@ -186,6 +190,7 @@ pub fn pods(pins: &Pins) -> Result<Vec<PodRow>> {
         let sum =
             |f: fn(&PodStats) -> u64| st.as_ref().map(|s| s.iter().map(|v| f(&v.stats)).sum::<u64>()).unwrap_or(0);
         let addresses = pod::addrs_of(&info);
+        let refused = crate::bpf::refusals::of(pins, &addresses)?;
         out.push(PodRow {
             egress: addresses.iter().fold(0, |m, a| m | mask_of(a)),
             container_id: pod::cstr(&k.container_id),
@@ -197,6 +202,8 @@ pub fn pods(pins: &Pins) -> Result<Vec<PodRow>> {
             packets: sum(|s| s.packets),
             bytes: sum(|s| s.bytes),
             spoofed: sum(|s| s.spoofed),
+            refused_no_port: refused.no_port,
+            refused_over_share: refused.over_share,
             k8s_namespace,
             k8s_name,
             annotations,
@@ -476,6 +483,8 @@ mod tests {
             packets: 0,
             bytes: 0,
             spoofed: 0,
+            refused_no_port: 0,
+            refused_over_share: 0,
             k8s_namespace: ns.into(),
             k8s_name: name.into(),
             annotations: serde_json::json!({}),

@@ -203,6 +203,7 @@ pub fn collect(pins: &Pins) -> Result<Value> {
                 "packets": p.packets,
                 "bytes": p.bytes,
                 "spoofed_dropped": p.spoofed,
+                "port_refusals": {"no_port": p.refused_no_port, "over_share": p.refused_over_share},
                 "k8s_namespace": p.k8s_namespace,
                 "k8s_name": p.k8s_name,
                 "annotations": p.annotations,
@@ -339,6 +340,10 @@ pub fn run(pins: &Pins, json_out: bool) -> Result<()> {
         if let Some(e) = p["egress_policies"].as_array().filter(|e| !e.is_empty()) {
             let list: Vec<&str> = e.iter().filter_map(|x| x.as_str()).collect();
             ann.push_str(&format!(" egressPolicies {}", list.join(",")));
+        }
+        let r = &p["port_refusals"];
+        if r["no_port"].as_u64().unwrap_or(0) + r["over_share"].as_u64().unwrap_or(0) > 0 {
+            ann.push_str(&format!(" refused no-port {} over-share {}", r["no_port"], r["over_share"]));
         }
         println!(
             "  {who}{} {} veth {} {} natOutgoing={} attached={}{} packets {} spoofed-dropped {}{ann}",

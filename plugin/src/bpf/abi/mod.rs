@@ -9,7 +9,7 @@
 mod nat_tables;
 pub use nat_tables::*;
 
-pub const LAYOUT_VERSION: u32 = 14;
+pub const LAYOUT_VERSION: u32 = 15;
 
 // Map names (pinned by name under <pinPath>/v<LAYOUT_VERSION>/maps/).
 pub const MAP_CONFIG: &str = "masq_config";
@@ -56,15 +56,17 @@ pub const MAP_EGRESS_STATS: &str = "egress_stats";
 pub const MAP_EGRESS_POLICIES: &str = "egress_policies";
 pub const MAP_NAT_HOT: &str = "nat_hot";
 pub const MAP_NAT_HOT_ZERO: &str = "nat_hot_zero";
+pub const MAP_REFUSALS: &str = "refusals";
 
 /// Every map the objects define: a node is only loaded when all of them are pinned.
-pub const ALL_MAPS: [&str; 41] = [
+pub const ALL_MAPS: [&str; 42] = [
     MAP_CONFIG, MAP_PODS4, MAP_PODS6, MAP_UPLINKS, MAP_UPLINKS_DIRECT, MAP_EXCL4, MAP_EXCL6, MAP_RULES4,
     MAP_RULE_EXCEPT4, MAP_RULE_STATS, MAP_NAT4_FWD, MAP_NAT4_REV, MAP_VETHS, MAP_COUNTERS, MAP_DROPS,
     MAP_ATTACHMENTS, MAP_RULES6, MAP_RULE_EXCEPT6, MAP_NAT6_FWD, MAP_NAT6_REV, MAP_FRAG4, MAP_FRAG6, MAP_SVC4,
     MAP_SVC6, MAP_NAT_GC, MAP_RESERVED_PORTS, MAP_NAT4_BIND, MAP_NAT6_BIND, MAP_NAT4_OPEN,
     MAP_NAT6_OPEN, MAP_NAT4_PERMIT, MAP_NAT6_PERMIT, MAP_POD_META, MAP_MASQ_POOL,
     MAP_HOST_PORTS, MAP_EGRESS4, MAP_EGRESS6, MAP_EGRESS_STATS, MAP_EGRESS_POLICIES, MAP_NAT_HOT, MAP_NAT_HOT_ZERO,
+    MAP_REFUSALS,
 ];
 
 pub const MAX_RULES: u32 = 256;
@@ -557,7 +559,8 @@ pub mod drop_reason {
     pub const UNSUPPORTED_PROTO: u32 = 6;
     pub const FRAG_NO_STATE: u32 = 7;
     pub const NAT_FULL: u32 = 8;
-    pub const MAX: u32 = 9;
+    pub const OVER_SHARE: u32 = 9;
+    pub const MAX: u32 = 10;
     pub const NAMES: [&str; MAX as usize] = [
         "spoofed_source",
         "no_port",
@@ -568,6 +571,7 @@ pub mod drop_reason {
         "unsupported_protocol",
         "fragment_without_state",
         "nat_table_full",
+        "over_share",
     ];
 }
 
@@ -621,7 +625,10 @@ aya_pod! {
     VethInfo = 80,
     NatGc = 128,
     NatHotKey = 36,
-    NatHot = 8208,
+    NatHotSrc = 8,
+    NatHot = 8728,
+    RefusalKey = 20,
+    Refusals = 16,
     PortRange = 4,
     MasqPool = 1288,
     AttachmentKey = 88,

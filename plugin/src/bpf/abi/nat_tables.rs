@@ -228,6 +228,10 @@ pub const NAT_HOT_MAX: u32 = 1024;
 pub const NAT_HOT_WORDS: u32 = 1024;
 /// A record no search used for this long goes with the sweep's next cycle end.
 pub const NAT_HOT_IDLE_S: u32 = 60;
+/// Sources whose held ports a record counts (fair shares).
+pub const NAT_HOT_SLOTS: u32 = 64;
+/// An endpoint is short of ports when fewer than range / this many are free.
+pub const NAT_SHARE_RESERVE: u32 = 16;
 
 /// `struct nat_hot_key`: the busy endpoint (protocol, node address, remote address and port).
 #[repr(C)]
@@ -240,13 +244,58 @@ pub struct NatHotKey {
     pub v6: u8,
 }
 
-/// `struct nat_hot`: a busy endpoint's bitmap (bit set: the port offset is held).
+/// `struct nat_hot_src`: one source's count of the ports it holds towards a busy endpoint.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NatHotSrc {
+    /// The source's address folded to 32 bits ([`src_id`]); 0: a free slot.
+    pub id: u32,
+    pub held: u32,
+}
+
+/// `struct nat_hot`: a busy endpoint's bitmap (bit set: the port offset is held)
+/// and the ports each source holds there (fair shares).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NatHot {
     pub scanned_ns: u64,
     pub used_ns: u64,
-    pub held: [u64; NAT_HOT_WORDS as usize],
+    /// Set bits.
+    pub held: u32,
+    pub pad: u32,
+    pub src: [NatHotSrc; NAT_HOT_SLOTS as usize],
+    pub bits: [u64; NAT_HOT_WORDS as usize],
+}
+
+/// A source address as a busy endpoint's counts key it (bpf/lib/nat_pair_tmpl.h
+/// `src_id`): the native-endian words of the address XORed; never 0.
+pub fn src_id(a: std::net::IpAddr) -> u32 {
+    let id = match a {
+        std::net::IpAddr::V4(a) => u32::from_ne_bytes(a.octets()),
+        std::net::IpAddr::V6(a) => {
+            a.octets().chunks(4).fold(0, |id, c| id ^ u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+        }
+    };
+    if id == 0 { 1 } else { id }
+}
+
+/// refusals: new flows refused per source address (the programs count them).
+pub const REFUSALS_MAX: u32 = 4096;
+
+/// `struct refusal_key`: a source address (IPv4 in `addr[0]`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RefusalKey {
+    pub addr: [u32; 4],
+    pub v6: u32,
+}
+
+/// `struct refusals`: a source's refused new flows, by reason.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Refusals {
+    pub no_port: u64,
+    pub over_share: u64,
 }
 
 /// Per-word offsets of the shard hash (`nat_shard_keys` in bpf/lib/nat_shard.h, checked

@@ -515,6 +515,14 @@ pub fn explain<L: Lookups>(l: &L, pkt: &Packet, out: &OutIf) -> Result<Explanati
             .into(),
     );
     c.notes.push(format!("a new NAT pair is made; its port is the first free of: {}", tries.join("; then ")));
+    let r = l.refusals(src)?;
+    c.notes.push(format!(
+        "fair shares (RFC 6888 REQ-4): while some but fewer than 1/16 of the ports towards this remote endpoint are \
+         free, a source holding at least range / (sources holding ports there + 1) of them is refused \
+         (drops.over_share); {src} was refused {} new flows so far for want of a port (no_port) and {} over its share \
+         (over_share)",
+        r.no_port, r.over_share
+    ));
     Ok(c.finish(Verdict::Masquerade, code, reason, Some((nat, None))))
 }
 

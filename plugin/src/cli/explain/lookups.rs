@@ -102,6 +102,10 @@ pub trait Lookups {
     fn egress_policies(&self) -> Result<Vec<readers::PolicyDesc>> {
         Ok(Vec::new())
     }
+    /// refusals: the new flows from `src` refused so far (no port, over its share).
+    fn refusals(&self, _src: IpAddr) -> Result<abi::Refusals> {
+        Ok(abi::Refusals::default())
+    }
 }
 
 
@@ -235,6 +239,9 @@ impl MapLookups {
 }
 
 impl Lookups for MapLookups {
+    fn refusals(&self, src: IpAddr) -> Result<abi::Refusals> {
+        crate::bpf::refusals::of(&self.pins, &[src])
+    }
     fn ip_masq_agent_source(&self) -> Option<String> {
         node::ipmasq::source_file(&self.pins)
     }

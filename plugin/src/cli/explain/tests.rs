@@ -41,6 +41,8 @@ struct Fake {
     policies: Vec<EgressPolicy>,
     /// The policy byte of forward halves (the rest: 0).
     fwd_policy: Vec<(Tuple, u8)>,
+    /// refusals per source address.
+    refused: Vec<(IpAddr, abi::Refusals)>,
 }
 
 fn addr_bytes(a: &IpAddr) -> Vec<u8> {
@@ -77,6 +79,9 @@ fn info_of(p: &EgressPolicy) -> abi::EgressPolicyInfo {
 }
 
 impl Lookups for Fake {
+    fn refusals(&self, src: IpAddr) -> Result<abi::Refusals> {
+        Ok(self.refused.iter().find(|(a, _)| *a == src).map(|(_, r)| *r).unwrap_or_default())
+    }
     fn nat_fwd_policy(&self, t: &Tuple) -> Result<u8> {
         Ok(self.fwd_policy.iter().find(|(x, _)| x == t).map(|(_, p)| *p).unwrap_or(0))
     }
@@ -269,6 +274,11 @@ fn new_flow_note_names_the_ports_tried_in_order() {
     };
     let n = note(&f, &p);
     assert!(n.contains("its own port 20000 (port preservation") && !n.contains("already has"), "{n}");
+    // Its refusals so far, and the fair-share rule that may refuse it.
+    f.refused.push((ip(POD), abi::Refusals { no_port: 2, over_share: 7 }));
+    let shares = run(&f, &p, ETH0).notes.into_iter().find(|n| n.contains("fair shares")).expect("a fair-share note");
+    assert!(shares.contains(&format!("{POD} was refused 2 new flows so far for want of a port (no_port) and 7 over its share")), "{shares}");
+    f.refused.clear();
     assert!(n.find("own port 20000").unwrap() < n.find("a random port from 1024-29999").unwrap(), "{n}");
     // The endpoint's mapping comes first; one towards another address is not used.
     f.binds.push(((ip(POD), 20000, 17), (ip("10.0.0.5"), 4242)));
