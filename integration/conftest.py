@@ -59,3 +59,11 @@ def masq_pod(topo, plugin):
         net = topo.masq_network(plugin, **keys)
         return net, net.add(topo.pod_ns(name))
     return make
+
+
+@pytest.fixture
+def benchtool(tmp_path):
+    """scripts/bench/benchtool.c built for this test (the load tools of the churn and fair-share tests)."""
+    path = tmp_path / "benchtool"
+    netlab.sh(["gcc", "-O2", "-Wall", "-o", path, netlab.REPO / "scripts/bench/benchtool.c"])
+    return path

@@ -28,7 +28,7 @@ import subprocess
 import pytest
 
 import netlab
-from netlab import REPO, Topo, sh
+from netlab import Topo
 
 EXT, NODE_IP = Topo.EXT, Topo.NODE_EXT
 SECONDS = float(os.environ.get("EBPF_MASQ_OPEN_CHURN_SECONDS", "60"))
@@ -39,13 +39,6 @@ WHY = ("TcpRetransSegs", "TcpExtTCPSynRetrans", "TcpExtTCPChallengeACK", "TcpExt
        "TcpExtPAWSEstab", "TcpExtTW", "TcpExtTWRecycled", "TcpExtTCPTimeWaitOverflow",
        "TcpExtListenOverflows", "TcpExtListenDrops", "TcpExtTCPAbortOnSyn", "TcpOutRsts",
        "TcpExtTCPBacklogDrop", "TcpExtTCPReqQFullDrop")
-
-
-@pytest.fixture
-def benchtool(tmp_path):
-    path = tmp_path / "benchtool"
-    sh(["gcc", "-O2", "-Wall", "-o", path, REPO / "scripts/bench/benchtool.c"])
-    return path
 
 
 def nstat(ns):

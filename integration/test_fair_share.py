@@ -40,7 +40,7 @@ import time
 import pytest
 
 import netlab
-from netlab import REPO, Topo, sh
+from netlab import Topo
 
 EXT, NODE_IP = Topo.EXT, Topo.NODE_EXT
 PORT = 5410
@@ -53,13 +53,6 @@ NEIGHBOUR_N, NEIGHBOUR_INFLIGHT = 200, 32
 # TCP counters (nstat names) that tell whether the server or the SYNs were a bottleneck.
 WHY = ("TcpActiveOpens", "TcpPassiveOpens", "TcpExtTCPSynRetrans", "TcpExtListenOverflows",
        "TcpExtListenDrops", "TcpExtSyncookiesSent", "TcpExtTCPReqQFullDoCookies", "TcpExtTCPReqQFullDrop")
-
-
-@pytest.fixture
-def benchtool(tmp_path):
-    path = tmp_path / "benchtool"
-    sh(["gcc", "-O2", "-Wall", "-o", path, REPO / "scripts/bench/benchtool.c"])
-    return path
 
 
 def nstat(ns):
