@@ -445,7 +445,11 @@ def test_every_free_port_is_usable(topo, masq_pod, plugin):
         if e["proto"] == "udp" and e["pod_addr"] == pod.ip:
             per[e["remote_port"]] = per.get(e["remote_port"], 0) + 1
     print(f"64 flows to each of 10 endpoints over 64 ports: pairs per endpoint {per}, drops {nonzero(d)}")
-    assert d["no_port"] == 0 and all(per.get(p) == 64 for p in endpoints), (per, nonzero(d))
+    # One source alone may be held to 64 - 64/16 + 1 = 61 ports an endpoint (fair shares, RFC 6888
+    # REQ-4: the last sixteenth is kept for a newcomer once the endpoint is busy, docs/nat.md); never
+    # refused for want of a port while one is free.
+    assert d["no_port"] == 0 and all(61 <= per.get(p, 0) <= 64 for p in endpoints), (per, nonzero(d))
+    assert sum(per.values()) + d["over_share"] == 64 * len(endpoints), (per, nonzero(d))
 
 
 SEND = r"""
