@@ -34,21 +34,9 @@ use crate::error::Result;
 
 /// The nat_hot key of a removed pair's endpoint (remote, node address, protocol).
 pub fn key_of(rev: &Released) -> NatHotKey {
-    fn words(a: &IpAddr) -> [u32; 4] {
-        let mut w = [0u32; 4];
-        match a {
-            IpAddr::V4(a) => w[0] = u32::from_ne_bytes(a.octets()),
-            IpAddr::V6(a) => {
-                for (i, c) in a.octets().chunks(4).enumerate() {
-                    w[i] = u32::from_ne_bytes([c[0], c[1], c[2], c[3]]);
-                }
-            }
-        }
-        w
-    }
     NatHotKey {
-        nat_addr: words(&rev.nat),
-        remote: words(&rev.remote),
+        nat_addr: abi::addr_words(rev.nat),
+        remote: abi::addr_words(rev.remote),
         rport: u16::from_ne_bytes(rev.rport.to_be_bytes()),
         proto: rev.proto,
         v6: u8::from(rev.remote.is_ipv6()),

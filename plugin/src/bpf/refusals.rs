@@ -17,17 +17,7 @@ use crate::error::{Context, Result};
 
 /// The key the programs count `a` under (bpf/lib/nat_port_tmpl.h `refused`).
 pub fn key_of(a: IpAddr) -> RefusalKey {
-    let mut k = RefusalKey::default();
-    match a {
-        IpAddr::V4(a) => k.addr[0] = u32::from_ne_bytes(a.octets()),
-        IpAddr::V6(a) => {
-            for (i, c) in a.octets().chunks(4).enumerate() {
-                k.addr[i] = u32::from_ne_bytes([c[0], c[1], c[2], c[3]]);
-            }
-            k.v6 = 1;
-        }
-    }
-    k
+    RefusalKey { addr: abi::addr_words(a), v6: u32::from(a.is_ipv6()) }
 }
 
 fn open(pins: &Pins) -> Result<Option<HashMap<MapData, RefusalKey, Refusals>>> {

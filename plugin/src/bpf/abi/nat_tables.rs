@@ -270,13 +270,23 @@ pub struct NatHot {
 /// A source address as a busy endpoint's counts key it (bpf/lib/nat_pair_tmpl.h
 /// `src_id`): the native-endian words of the address XORed; never 0.
 pub fn src_id(a: std::net::IpAddr) -> u32 {
-    let id = match a {
-        std::net::IpAddr::V4(a) => u32::from_ne_bytes(a.octets()),
-        std::net::IpAddr::V6(a) => {
-            a.octets().chunks(4).fold(0, |id, c| id ^ u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
-        }
-    };
+    let id = addr_words(a).iter().fold(0, |id, w| id ^ w); // IPv4: words 1-3 are 0
     if id == 0 { 1 } else { id }
+}
+
+/// An address as the programs' `__u32 addr[4]` fields hold it (native-endian
+/// words of its bytes; IPv4 in word 0, the rest 0): nat_hot_key, refusal_key.
+pub fn addr_words(a: std::net::IpAddr) -> [u32; 4] {
+    let mut w = [0u32; 4];
+    match a {
+        std::net::IpAddr::V4(a) => w[0] = u32::from_ne_bytes(a.octets()),
+        std::net::IpAddr::V6(a) => {
+            for (i, c) in a.octets().chunks(4).enumerate() {
+                w[i] = u32::from_ne_bytes([c[0], c[1], c[2], c[3]]);
+            }
+        }
+    }
+    w
 }
 
 /// refusals: new flows refused per source address (the programs count them).
