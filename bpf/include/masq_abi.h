@@ -20,7 +20,7 @@
 #include <linux/bpf.h>   /* struct bpf_timer, struct bpf_sock_tuple, BPF_F_NO_PREALLOC */
 #include <stddef.h>      /* offsetof */
 
-#define MASQ_LAYOUT_VERSION 15
+#define MASQ_LAYOUT_VERSION 16
 
 /* ---- config (ARRAY, 1 entry): node-wide knobs written by the plugin ---- */
 struct masq_config {
@@ -74,9 +74,13 @@ struct pod_l2 {
 
 /* ---- pods4 (HASH, key __be32) / pods6 (HASH, key struct in6 16 bytes) ---- */
 #define POD_F_NAT_OUTGOING 0x1
+/* pod_info.flags and attachment_info.flags, bits 16-31: the pod's port limit (podPortLimit,
+ * or a lower ebpf-masq.io/port-limit), the most ports it may hold towards one remote
+ * endpoint (port_counts); 0: none */
+#define PORT_LIMIT_SHIFT 16
 struct pod_info {
 	__u32 ifindex;             /* host-side veth in the node netns */
-	__u32 flags;               /* POD_F_* */
+	__u32 flags;               /* POD_F_*, the NAT_FILTER_* bits, the port limit (PORT_LIMIT_SHIFT) */
 	struct pod_l2 l2;
 	__u32 egress;              /* the egressPolicies that select the pod: bit i = policy i (0: none) */
 };
@@ -509,6 +513,24 @@ struct refusal_key {
 struct refusals {
 	__u64 no_port;             /* DROP_NO_PORT: no port free towards the remote endpoint */
 	__u64 over_share;          /* DROP_OVER_SHARE: over its share of a busy endpoint's ports */
+	__u64 over_limit;          /* DROP_OVER_LIMIT: at its port limit towards the endpoint */
+};
+
+/* ---- port_counts (LRU_HASH, PORT_COUNTS_MAX entries): for pods with a port limit only,
+ * an upper bound of the ports a pod holds towards one remote endpoint: one more at each
+ * port it claims there, set to the exact count (the endpoint's nat_hot record) each time
+ * the bound reaches the limit. The bound below the limit: the pod is under it, no record
+ * needed; at the limit: the record decides (made and scanned if the endpoint has none),
+ * and a pod holding its limit is refused (DROP_OVER_LIMIT). A pod's DEL removes its
+ * entries. */
+#define PORT_COUNTS_MAX 65536
+struct port_count_key {
+	__u32 src[4];              /* the pod's address (IPv4: [0], the rest 0) */
+	__u32 nat_addr[4];         /* the node address */
+	__u32 remote[4];           /* the remote endpoint's address */
+	__be16 rport;              /* its port (ICMP: 0) */
+	__u8 proto;
+	__u8 v6;
 };
 
 /* ---- reserved_ports (ARRAY, RESERVED_PORTS_MAX entries), plugin-only: the port
@@ -583,10 +605,10 @@ struct attachment_key {
 	char ifname[ATT_IFNAME_LEN];
 };
 #define ATT_F_NAT_OUTGOING 0x1
-/* and the pod's NAT_FILTER_* bits */
+/* and the pod's NAT_FILTER_* bits, and its port limit (PORT_LIMIT_SHIFT) */
 struct attachment_info {
 	__u32 veth_ifindex;
-	__u32 flags;               /* ATT_F_* */
+	__u32 flags;               /* ATT_F_*, the NAT_FILTER_* bits, the port limit (PORT_LIMIT_SHIFT) */
 	__u32 n_v4;
 	__u32 n_v6;
 	__be32 v4[ATT_MAX_ADDRS];
@@ -679,6 +701,7 @@ enum masq_drop_reason {
 	DROP_FRAG_NO_STATE,        /* later fragment seen before its first: ports unknown */
 	DROP_NAT_FULL,             /* uplink: NAT table (the flow's shard) full: new flow refused */
 	DROP_OVER_SHARE,           /* uplink: the source holds over its share of a busy endpoint's ports */
+	DROP_OVER_LIMIT,           /* uplink: the pod holds its port limit towards the remote endpoint */
 	DROP_MAX
 };
 
@@ -729,7 +752,8 @@ _Static_assert(sizeof(struct nat_gc) == 128, "nat_gc size");
 _Static_assert(sizeof(struct nat_hot_key) == 36, "nat_hot_key size");
 _Static_assert(sizeof(struct nat_hot) == 24 + 8 * NAT_HOT_SLOTS + 8 * NAT_HOT_WORDS, "nat_hot size");
 _Static_assert(sizeof(struct refusal_key) == 20, "refusal_key size");
-_Static_assert(sizeof(struct refusals) == 16, "refusals size");
+_Static_assert(sizeof(struct refusals) == 24, "refusals size");
+_Static_assert(sizeof(struct port_count_key) == 52, "port_count_key size");
 _Static_assert(sizeof(struct port_range) == 4, "port_range size");
 _Static_assert(sizeof(struct pod_stats) == 24, "pod_stats size");
 _Static_assert(sizeof(struct veth_info) == 80, "veth_info size");

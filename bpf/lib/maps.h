@@ -337,6 +337,15 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } refusals SEC(".maps");
 
+/* Upper bounds of the ports pods with a port limit hold per remote endpoint (masq_abi.h port_counts). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, PORT_COUNTS_MAX);
+	__type(key, struct port_count_key);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} port_counts SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, RESERVED_PORTS_MAX);

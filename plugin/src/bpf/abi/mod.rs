@@ -9,7 +9,7 @@
 mod nat_tables;
 pub use nat_tables::*;
 
-pub const LAYOUT_VERSION: u32 = 15;
+pub const LAYOUT_VERSION: u32 = 16;
 
 // Map names (pinned by name under <pinPath>/v<LAYOUT_VERSION>/maps/).
 pub const MAP_CONFIG: &str = "masq_config";
@@ -57,16 +57,17 @@ pub const MAP_EGRESS_POLICIES: &str = "egress_policies";
 pub const MAP_NAT_HOT: &str = "nat_hot";
 pub const MAP_NAT_HOT_ZERO: &str = "nat_hot_zero";
 pub const MAP_REFUSALS: &str = "refusals";
+pub const MAP_PORT_COUNTS: &str = "port_counts";
 
 /// Every map the objects define: a node is only loaded when all of them are pinned.
-pub const ALL_MAPS: [&str; 42] = [
+pub const ALL_MAPS: [&str; 43] = [
     MAP_CONFIG, MAP_PODS4, MAP_PODS6, MAP_UPLINKS, MAP_UPLINKS_DIRECT, MAP_EXCL4, MAP_EXCL6, MAP_RULES4,
     MAP_RULE_EXCEPT4, MAP_RULE_STATS, MAP_NAT4_FWD, MAP_NAT4_REV, MAP_VETHS, MAP_COUNTERS, MAP_DROPS,
     MAP_ATTACHMENTS, MAP_RULES6, MAP_RULE_EXCEPT6, MAP_NAT6_FWD, MAP_NAT6_REV, MAP_FRAG4, MAP_FRAG6, MAP_SVC4,
     MAP_SVC6, MAP_NAT_GC, MAP_RESERVED_PORTS, MAP_NAT4_BIND, MAP_NAT6_BIND, MAP_NAT4_OPEN,
     MAP_NAT6_OPEN, MAP_NAT4_PERMIT, MAP_NAT6_PERMIT, MAP_POD_META, MAP_MASQ_POOL,
     MAP_HOST_PORTS, MAP_EGRESS4, MAP_EGRESS6, MAP_EGRESS_STATS, MAP_EGRESS_POLICIES, MAP_NAT_HOT, MAP_NAT_HOT_ZERO,
-    MAP_REFUSALS,
+    MAP_REFUSALS, MAP_PORT_COUNTS,
 ];
 
 pub const MAX_RULES: u32 = 256;
@@ -115,6 +116,8 @@ pub const NAT_FILTER_EI: u32 = 0x4;
 pub const NAT_FILTER_MASK: u32 = NAT_FILTER_AD | NAT_FILTER_EI;
 
 pub const POD_F_NAT_OUTGOING: u32 = 0x1;
+/// `pod_info.flags` and `attachment_info.flags` bits 16-31: the pod's port limit (0: none).
+pub const PORT_LIMIT_SHIFT: u32 = 16;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PodInfo {
@@ -560,7 +563,8 @@ pub mod drop_reason {
     pub const FRAG_NO_STATE: u32 = 7;
     pub const NAT_FULL: u32 = 8;
     pub const OVER_SHARE: u32 = 9;
-    pub const MAX: u32 = 10;
+    pub const OVER_LIMIT: u32 = 10;
+    pub const MAX: u32 = 11;
     pub const NAMES: [&str; MAX as usize] = [
         "spoofed_source",
         "no_port",
@@ -572,6 +576,7 @@ pub mod drop_reason {
         "fragment_without_state",
         "nat_table_full",
         "over_share",
+        "over_limit",
     ];
 }
 
@@ -628,7 +633,8 @@ aya_pod! {
     NatHotSrc = 8,
     NatHot = 8728,
     RefusalKey = 20,
-    Refusals = 16,
+    Refusals = 24,
+    PortCountKey = 52,
     PortRange = 4,
     MasqPool = 1288,
     AttachmentKey = 88,

@@ -306,6 +306,22 @@ pub struct RefusalKey {
 pub struct Refusals {
     pub no_port: u64,
     pub over_share: u64,
+    pub over_limit: u64,
+}
+
+/// port_counts: upper bounds of the ports pods with a port limit hold per remote endpoint.
+pub const PORT_COUNTS_MAX: u32 = 65_536;
+
+/// `struct port_count_key`: a pod address and a remote endpoint (addresses as `addr_words`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortCountKey {
+    pub src: [u32; 4],
+    pub nat_addr: [u32; 4],
+    pub remote: [u32; 4],
+    pub rport: u16,
+    pub proto: u8,
+    pub v6: u8,
 }
 
 /// Per-word offsets of the shard hash (`nat_shard_keys` in bpf/lib/nat_shard.h, checked

@@ -36,7 +36,7 @@ fn mirrored() -> Vec<(&'static str, u64)> {
         EXCL_LINK_LOCAL, MAX_RULES, RULE_F_TO_ADDRESS, NAT_SHARDS_MAX, NAT_SHARD_ENTRIES, NAT_MAP_FLAGS,
         NAT_F_TCP_CLOSING, NAT_F_BY_RULE, NAT_F_FAST, NAT_F_INBOUND, NAT_F_FIN, NAT_F_RST, NAT_F_OPEN, NAT_F_HOST,
         NAT_C_FIN_FIRST, NAT_C_PEER_FIN, NAT_C_ACKED_PEER,
-        NAT_HOT_MAX, NAT_HOT_WORDS, NAT_HOT_IDLE_S, NAT_HOT_SLOTS, NAT_SHARE_RESERVE, REFUSALS_MAX, NAT_GC_ARMED, NAT_GC_NEW4, NAT_GC_NEW6, NAT_GC_NEW_HOST, NAT_GC_WALK6, RESERVED_PORTS_MAX, VETH_F_ADDR4,
+        NAT_HOT_MAX, NAT_HOT_WORDS, NAT_HOT_IDLE_S, NAT_HOT_SLOTS, NAT_SHARE_RESERVE, REFUSALS_MAX, PORT_COUNTS_MAX, PORT_LIMIT_SHIFT, NAT_GC_ARMED, NAT_GC_NEW4, NAT_GC_NEW6, NAT_GC_NEW_HOST, NAT_GC_WALK6, RESERVED_PORTS_MAX, VETH_F_ADDR4,
         VETH_F_ADDR6, ATT_ID_LEN, ATT_IFNAME_LEN, ATT_MAX_ADDRS, ATT_F_NAT_OUTGOING, POD_META_NS_LEN,
         POD_META_NAME_LEN, POD_META_ANN_LEN, POD_HOST_PORTS_MAX, HOST_PORTS_MAX, EGRESS_POLICIES_MAX,
         EGRESS_ENTRIES_MAX, EGRESS_F_NO_NAT, EGRESS_NAME_LEN, EGRESS_SPEC_LEN,
@@ -51,7 +51,7 @@ fn mirrored() -> Vec<(&'static str, u64)> {
     ]);
     v.extend(prefixed!["DROP_", drop_reason:
         SPOOFED_SOURCE, NO_PORT, NAT_INSERT, FRAGMENT, MALFORMED, CSUM, UNSUPPORTED_PROTO, FRAG_NO_STATE,
-        NAT_FULL, OVER_SHARE, MAX,
+        NAT_FULL, OVER_SHARE, OVER_LIMIT, MAX,
     ]);
     v
 }
@@ -250,7 +250,8 @@ fn mirrors() -> Vec<Mirror> {
         mirror!("nat_hot_src" = NatHotSrc { id, held }),
         mirror!("nat_hot" = NatHot { scanned_ns, used_ns, held, pad, src, bits }),
         mirror!("refusal_key" = RefusalKey { addr, v6 }),
-        mirror!("refusals" = Refusals { no_port, over_share }),
+        mirror!("refusals" = Refusals { no_port, over_share, over_limit }),
+        mirror!("port_count_key" = PortCountKey { src, nat_addr, remote, rport, proto, v6 }),
         mirror!("port_range" = PortRange { lo, hi }),
         mirror!("frag4_key" = Frag4Key { saddr, daddr, id, proto, pad }),
         mirror!("frag6_key" = Frag6Key { saddr, daddr, id, proto, pad }),

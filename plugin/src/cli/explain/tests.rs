@@ -275,7 +275,7 @@ fn new_flow_note_names_the_ports_tried_in_order() {
     let n = note(&f, &p);
     assert!(n.contains("its own port 20000 (port preservation") && !n.contains("already has"), "{n}");
     // Its refusals so far, and the fair-share rule that may refuse it.
-    f.refused.push((ip(POD), abi::Refusals { no_port: 2, over_share: 7 }));
+    f.refused.push((ip(POD), abi::Refusals { no_port: 2, over_share: 7, over_limit: 0 }));
     let shares = run(&f, &p, ETH0).notes.into_iter().find(|n| n.contains("fair shares")).expect("a fair-share note");
     assert!(shares.contains(&format!("{POD} was refused 2 new flows so far for want of a port (no_port) and 7 over its share")), "{shares}");
     f.refused.clear();
