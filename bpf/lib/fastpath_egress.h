@@ -207,7 +207,8 @@ static __noinline int fp_egress_v4(struct __sk_buff *skb, const struct masq_conf
 		if (!fwd) {
 			/* No port, or no room: the normal path would search again and
 			 * find the same (one search a new flow). Anything else: it decides. */
-			if (reason == DROP_NO_PORT || reason == DROP_NAT_FULL || reason == DROP_OVER_SHARE)
+			if (reason == DROP_NO_PORT || reason == DROP_NAT_FULL || reason == DROP_OVER_SHARE ||
+			    reason == DROP_OVER_LIMIT)
 				return drop_with(reason);
 			goto fallback;
 		}
@@ -315,7 +316,8 @@ static __noinline struct nat6_entry *fp_new_flow_v6(struct __sk_buff *skb, const
 	d.nat_flags = NAT_F_FAST;
 	fwd = snat_create_v6(skb, f, &d, now, reason);
 	if (!fwd) {
-		if (*reason != DROP_NO_PORT && *reason != DROP_NAT_FULL && *reason != DROP_OVER_SHARE)
+		if (*reason != DROP_NO_PORT && *reason != DROP_NAT_FULL && *reason != DROP_OVER_SHARE &&
+		    *reason != DROP_OVER_LIMIT)
 			*reason = 0;
 	} else if (nat_touch_v6(skb, fwd, f, now)) {
 		snat_sync_rev_v6(skb, f, fwd, now);

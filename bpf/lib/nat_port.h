@@ -72,4 +72,9 @@ static __always_inline bool nat_port_ok(const struct masq_config *cfg, __u16 por
 	       !(cfg->skip_max && port >= cfg->skip_min && port <= cfg->skip_max);
 }
 
+/* nat_port_tmpl.h refused's @why: the refusals field a refused new flow counts in */
+#define REFUSED_NO_PORT    0
+#define REFUSED_OVER_SHARE 1
+#define REFUSED_OVER_LIMIT 2
+
 #endif /* MASQ_NAT_PORT_H */

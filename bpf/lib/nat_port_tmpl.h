@@ -465,9 +465,10 @@ static __noinline void NAT_FN(permit_put)(const FLOW_T *f, const DEC_T *d, __be1
 
 /*
  * refused - count a new flow from @a refused, per source address (refusals):
- * over its share of a busy endpoint's ports (@over_share), or no port free.
+ * no port free (REFUSED_NO_PORT), over its share of a busy endpoint's ports
+ * (REFUSED_OVER_SHARE), or at its pod's port limit (REFUSED_OVER_LIMIT).
  */
-static __noinline void NAT_FN(refused)(const ADDR_T *a, int over_share)
+static __noinline void NAT_FN(refused)(const ADDR_T *a, int why)
 {
 	struct refusal_key k = { .v6 = NAT_IS_V6 };
 	struct refusals one = {}, *r;
@@ -477,8 +478,10 @@ static __noinline void NAT_FN(refused)(const ADDR_T *a, int over_share)
 	__builtin_memcpy(k.addr, a, sizeof(*a));
 	r = bpf_map_lookup_elem(&refusals, &k);
 	if (!r) {
-		if (over_share)
+		if (why == REFUSED_OVER_SHARE)
 			one.over_share = 1;
+		else if (why == REFUSED_OVER_LIMIT)
+			one.over_limit = 1;
 		else
 			one.no_port = 1;
 		if (bpf_map_update_elem(&refusals, &k, &one, BPF_NOEXIST) == 0)
@@ -487,10 +490,97 @@ static __noinline void NAT_FN(refused)(const ADDR_T *a, int over_share)
 		if (!r)
 			return;
 	}
-	if (over_share)
+	if (why == REFUSED_OVER_SHARE)
 		__sync_fetch_and_add(&r->over_share, 1);
+	else if (why == REFUSED_OVER_LIMIT)
+		__sync_fetch_and_add(&r->over_limit, 1);
 	else
 		__sync_fetch_and_add(&r->no_port, 1);
+}
+
+/* count_key - @p's new flow's port_counts key: its pod and its remote endpoint. */
+static __always_inline void NAT_FN(count_key)(const struct NAT_FN(probe) *p, struct port_count_key *k)
+{
+	__builtin_memcpy(k->src, &p->fk.saddr, sizeof(ADDR_T));
+	__builtin_memcpy(k->nat_addr, &p->rk.daddr, sizeof(ADDR_T));
+	__builtin_memcpy(k->remote, &p->rk.saddr, sizeof(ADDR_T));
+	k->rport = p->rk.sport;
+	k->proto = p->rk.proto;
+	k->v6 = NAT_IS_V6;
+}
+
+/*
+ * limit_reached - has @p's pod, whose port limit is @limit, its bound towards the
+ * flow's remote endpoint at the limit (masq_abi.h port_counts)? No (the usual
+ * answer): it holds fewer, one lookup. Yes: the endpoint's record tells
+ * (limit_exact). Leaves only, here and in limit_exact: the IPv6 fast path's
+ * call chain leaves no stack for a frame that calls on.
+ */
+static __noinline int NAT_FN(limit_reached)(const struct NAT_FN(probe) *p, __u32 limit)
+{
+	struct port_count_key k = {};
+	__u32 *c;
+
+	if (!p || !limit || limit >= p->range)
+		return 0;
+	NAT_FN(count_key)(p, &k);
+	c = bpf_map_lookup_elem(&port_counts, &k);
+	return c && *c >= limit;
+}
+
+/*
+ * limit_exact - does @p's pod hold @limit ports towards the flow's remote endpoint,
+ * as its scanned record p->hot counts them? Its bound is set to that count. No
+ * slot of its own in the record: it holds none there (or the record counts over
+ * NAT_HOT_SLOTS sources: not enforced this time).
+ */
+static __noinline int NAT_FN(limit_exact)(struct NAT_FN(probe) *p, __u32 limit, __u64 now)
+{
+	struct port_count_key k = {};
+	struct nat_hot_src *s;
+	__u32 *c, held;
+
+	if (!p || !p->hot)
+		return 0;
+	if (now > p->hot->used_ns + NSEC_PER_SEC)
+		p->hot->used_ns = now; /* in use: the sweep keeps it */
+	s = hot_slot(p->hot, NAT_FN(src_id)(&p->fk.saddr), false);
+	held = s ? s->held : 0;
+	NAT_FN(count_key)(p, &k);
+	c = bpf_map_lookup_elem(&port_counts, &k);
+	if (c)
+		*c = held;
+	return held >= limit;
+}
+
+/*
+ * limit_count - @p's pod (with a port limit) claimed a port towards the flow's
+ * endpoint: its bound there grows by one; a first bound starts from the
+ * endpoint's record when it has one (its count already has this port).
+ */
+static __noinline void NAT_FN(limit_count)(struct NAT_FN(probe) *p)
+{
+	struct port_count_key k = {};
+	struct nat_hot_src *s;
+	__u32 *c, one = 1;
+
+	if (!p)
+		return;
+	NAT_FN(count_key)(p, &k);
+	c = bpf_map_lookup_elem(&port_counts, &k);
+	if (!c) {
+		if (p->hot) {
+			s = hot_slot(p->hot, NAT_FN(src_id)(&p->fk.saddr), false);
+			if (s && s->held)
+				one = s->held;
+		}
+		if (bpf_map_update_elem(&port_counts, &k, &one, BPF_NOEXIST) == 0)
+			return;
+		c = bpf_map_lookup_elem(&port_counts, &k);
+		if (!c)
+			return;
+	}
+	__sync_fetch_and_add(c, 1);
 }
 
 /*
@@ -499,7 +589,9 @@ static __noinline void NAT_FN(refused)(const ADDR_T *a, int over_share)
  * meanwhile) or a drop reason: DROP_NO_PORT when no port was free within the
  * probe budget (also counted as CNT_ALLOC_FAIL), DROP_OVER_SHARE when the
  * remote endpoint is busy and the flow's source holds over its share of its
- * ports (masq_abi.h nat_hot; both counted per source in refusals), DROP_NAT_FULL when the table
+ * ports (masq_abi.h nat_hot), DROP_OVER_LIMIT when the source is a pod holding its
+ * port limit towards the remote endpoint (port_counts; the three counted per source in
+ * refusals), DROP_NAT_FULL when the table
  * holds natMaxEntries pairs, DROP_NAT_INSERT when the forward half could not
  * be inserted for another reason. A global function: the verifier checks it,
  * and its port search, once, whoever calls it (the uplink's pod and host
@@ -567,6 +659,15 @@ __attribute__((noinline)) int NAT_FN(snat_new)(struct __sk_buff *skb, const FLOW
 		if (p.start >= NAT_BUSY_SAMPLES)
 			p.hot = NAT_FN(hot_get)(&p.rk, true);
 	}
+	if (d->port_limit && NAT_FN(limit_reached)(&p, d->port_limit)) {
+		/* At the pod's limit as far as its bound tells: the endpoint's record
+		 * counts exactly (made and scanned if it has none; the search uses it too). */
+		if (!p.hot)
+			p.hot = NAT_FN(hot_get)(&p.rk, true);
+		NAT_FN(hot_ready)(&p, now);
+		if (NAT_FN(limit_exact)(&p, d->port_limit, now))
+			goto over_limit;
+	}
 	p.start = bpf_get_prandom_u32() % p.range;
 	if (p.hot) {
 		NAT_FN(hot_ready)(&p, now);
@@ -607,13 +708,15 @@ __attribute__((noinline)) int NAT_FN(snat_new)(struct __sk_buff *skb, const FLOW
 
 		nat_hot_mark(p.hot, off, NAT_HOT_SET, NAT_FN(src_id)(&f->saddr));
 	}
+	if (p.claimed && d->port_limit)
+		NAT_FN(limit_count)(&p);
 	if (p.tried)
 		count_add(CNT_PORT_PROBES, p.tried); /* per new flow: ~1/(1 - share of the range in use) */
 	if (p.full)
 		return DROP_NAT_FULL;
 	if (!p.claimed) {
 		count_add(CNT_ALLOC_FAIL, 1);
-		NAT_FN(refused)(&f->saddr, 0);
+		NAT_FN(refused)(&f->saddr, REFUSED_NO_PORT);
 		return DROP_NO_PORT;
 	}
 
@@ -656,8 +759,11 @@ __attribute__((noinline)) int NAT_FN(snat_new)(struct __sk_buff *skb, const FLOW
 over_share:
 	if (p.tried)
 		count_add(CNT_PORT_PROBES, p.tried);
-	NAT_FN(refused)(&f->saddr, 1);
+	NAT_FN(refused)(&f->saddr, REFUSED_OVER_SHARE);
 	return DROP_OVER_SHARE;
+over_limit:
+	NAT_FN(refused)(&f->saddr, REFUSED_OVER_LIMIT);
+	return DROP_OVER_LIMIT;
 }
 
 /*

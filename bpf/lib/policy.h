@@ -35,7 +35,8 @@ struct masq_decision4 {
 	__be32 nat_addr;
 	__u32 nat_flags;    /* extra NAT_F_* for a new pair (NAT_F_FAST), set by the caller */
 	__u32 filter;       /* NAT_FILTER_* of the pod or rule (natFiltering) */
-	__u32 policy;       /* 0, or 1 + the egress policy whose address nat_addr is */
+	__u16 policy;       /* 0, or 1 + the egress policy whose address nat_addr is */
+	__u16 port_limit;   /* the pod's port limit (PORT_LIMIT_SHIFT); 0: none */
 	__u32 pad;
 };
 
@@ -45,7 +46,8 @@ struct masq_decision6 {
 	__u32 ifindex;
 	__u32 nat_flags;
 	__u32 filter;
-	__u32 policy;
+	__u16 policy;       /* 16 bits each: the IPv6 fast path's call chain fills the */
+	__u16 port_limit;   /* 512-byte stack to within a few bytes */
 	struct in6_addr nat_addr;
 };
 
@@ -248,6 +250,7 @@ static __always_inline void masq_decide_v4(__u32 ifindex, const struct uplink_in
 		return;
 	d->verdict = VERDICT_POD;
 	d->filter = pod->flags & NAT_FILTER_MASK;
+	d->port_limit = pod->flags >> PORT_LIMIT_SHIFT;
 }
 
 static __always_inline bool rule_excepts_v6(__u32 rule_id, const struct in6_addr *daddr)
@@ -309,6 +312,7 @@ static __always_inline void masq_decide_v6(__u32 ifindex, const struct uplink_in
 		return;
 	d->verdict = VERDICT_POD;
 	d->filter = pod->flags & NAT_FILTER_MASK;
+	d->port_limit = pod->flags >> PORT_LIMIT_SHIFT;
 }
 
 #endif /* MASQ_POLICY_H */

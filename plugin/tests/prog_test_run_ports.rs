@@ -223,3 +223,70 @@ fn a_greedy_source_is_refused_its_last_ports_while_a_neighbour_gets_them() {
     refusals::forget(&dp.pins, &[POD.into()]).unwrap();
     assert_eq!(r(POD).over_share, 0, "a DEL forgets the pod's refusals");
 }
+
+/// RFC 6888 REQ-4's configurable limit (podPortLimit, ebpf-masq.io/port-limit): a pod
+/// with a port limit holds at most that many ports towards one remote endpoint, wherever
+/// the endpoint's ports stand (here almost all free); its flows elsewhere, and its
+/// neighbour's, are not touched; a pair it ends gives one back. Exact at the limit:
+/// the endpoint's record is made and scanned only when the pod's bound reaches it.
+#[test]
+fn a_pod_at_its_port_limit_is_refused_there_and_only_there() {
+    const LIMITED: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 9);
+    const OTHER: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 20);
+    let dp = node(); // 4,096 ports
+    dp.add_pod_limited(LIMITED.into(), 9, 100);
+    let open = |src: Ipv4Addr, dst: Ipv4Addr, sport: u16| -> Option<u16> {
+        let run = dp.egress(&tcp(src, dst, sport, 443, SYN));
+        if run.ret == TC_ACT_SHOT {
+            return None;
+        }
+        let s = summary(&run.passed());
+        assert_eq!(s.src, MASQ);
+        dp.ingress(&tcp(dst, MASQ, 443, s.sport, SYN | ACK)).passed();
+        Some(s.sport)
+    };
+    let got = (0..150u16).take_while(|&i| open(LIMITED, REMOTE, 40000 + i).is_some()).count();
+    assert_eq!(got, 100, "the limit, exactly");
+    assert_eq!((dp.drops(drop::OVER_LIMIT), dp.drops(drop::NO_PORT), dp.drops(drop::OVER_SHARE)), (1, 0, 0));
+    assert_eq!(dp.counter(counter::NAT_HOT_SCANS), 1, "the record is made at the limit, once");
+    assert!(open(LIMITED, REMOTE, 40200).is_none(), "still at it");
+    // Another remote endpoint is another count: 100 more there, then refused too.
+    let other = (0..150u16).take_while(|&i| open(LIMITED, OTHER, 41000 + i).is_some()).count();
+    assert_eq!(other, 100);
+    // The neighbour (no limit) is not touched towards the same endpoint.
+    for i in 0..150u16 {
+        assert!(open(POD2, REMOTE, 42000 + i).is_some(), "neighbour refused");
+    }
+    assert_eq!(dp.drops(drop::OVER_LIMIT), 3);
+    // The pod resets 10 of its connections to REMOTE: 10 ports back, exactly.
+    for i in 0..10u16 {
+        dp.egress(&tcp(LIMITED, REMOTE, 40000 + i, 443, RST | ACK)).passed();
+    }
+    let again = (0..50u16).take_while(|&i| open(LIMITED, REMOTE, 43000 + i).is_some()).count();
+    assert_eq!(again, 10, "a pair ended gives its port back to the limit");
+    assert_eq!(dp.drops(drop::OVER_LIMIT), 4);
+    let r = refusals::of(&dp.pins, &[LIMITED.into()]).unwrap();
+    assert_eq!((r.over_limit, r.over_share, r.no_port), (4, 0, 0));
+    let r2 = refusals::of(&dp.pins, &[POD2.into()]).unwrap();
+    assert_eq!(r2.over_limit, 0);
+}
+
+/// The same limit for an IPv6 pod (its own template instance), over UDP: flows
+/// (pod port, remote endpoint) hold a port each; at the limit the next is refused.
+#[test]
+fn ipv6_a_pod_at_its_port_limit_is_refused() {
+    let dp = Dataplane::new();
+    let a = |s: &str| s.parse::<Ipv6Addr>().unwrap();
+    let (masq, pod, remote) = (a("2001:db8:ffff::1"), a("fd00:10:1::9"), a("2001:db8:100::10"));
+    dp.add_uplink6(LO, Some(MASQ), masq);
+    dp.add_pod_limited(pod.into(), 9, 40);
+    dp.set_config(20000, 22047, 3600);
+    let got = (0..100u16)
+        .take_while(|&i| dp.egress(&udp6(pod, remote, 30000 + i, 53)).ret != TC_ACT_SHOT)
+        .count();
+    assert_eq!(got, 40);
+    assert_eq!((dp.drops(drop::OVER_LIMIT), dp.drops(drop::NO_PORT)), (1, 0));
+    // TCP to the same address and port is another endpoint (the protocol is part of it).
+    assert!(dp.egress(&tcp6(pod, remote, 31000, 53, SYN)).ret != TC_ACT_SHOT);
+    assert_eq!(refusals::of(&dp.pins, &[pod.into()]).unwrap().over_limit, 1);
+}

@@ -243,6 +243,23 @@ impl Dataplane {
         self.veth_add_addr(ifindex, pod, addr.into());
     }
 
+    /// A pod (nat_outgoing) of either family whose port limit is `limit` (0: none), as ADD writes it.
+    pub fn add_pod_limited(&self, addr: std::net::IpAddr, ifindex: u32, limit: u16) {
+        let flags = abi::POD_F_NAT_OUTGOING | u32::from(limit) << abi::PORT_LIMIT_SHIFT;
+        let pod = PodInfo { ifindex, flags, ..Default::default() };
+        match addr {
+            std::net::IpAddr::V4(a) => {
+                let mut pods: HashMap<MapData, [u8; 4], PodInfo> = self.map(abi::MAP_PODS4);
+                pods.insert(a.octets(), pod, 0).unwrap();
+            }
+            std::net::IpAddr::V6(a) => {
+                let mut pods: HashMap<MapData, [u8; 16], PodInfo> = self.map(abi::MAP_PODS6);
+                pods.insert(a.octets(), pod, 0).unwrap();
+            }
+        }
+        self.veth_add_addr(ifindex, pod, addr);
+    }
+
     /// The veths entry of `ifindex` gains `addr` if its family's slot is free. The
     /// harness may put "pods" with different facts behind one veth (ADD never does):
     /// an address goes in only with the facts the entry already has, so every address
