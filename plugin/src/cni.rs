@@ -229,6 +229,13 @@ fn parse_mac(s: &str) -> Option<[u8; 6]> {
     parts.next().is_none().then_some(out)
 }
 
+/// The pod's port limit in `PodInfo` terms (0: none): podPortLimit, or the
+/// pod's ebpf-masq.io/port-limit annotation when it lowers it.
+fn port_limit_of(conf: &NetConf) -> Result<u16> {
+    let annotation = conf.pod_annotations.get(config::PORT_LIMIT_ANNOTATION).map(String::as_str);
+    Ok(config::effective_port_limit(conf.masq.pod_port_limit, annotation)?.unwrap_or(0))
+}
+
 fn cmd_add(env: &CniEnv, conf: &NetConf, pins: &Pins) -> Result<serde_json::Value> {
     env.require_ids()?;
     env.require("CNI_NETNS", &env.netns)?;
@@ -242,6 +249,9 @@ fn cmd_add(env: &CniEnv, conf: &NetConf, pins: &Pins) -> Result<serde_json::Valu
     // one, never widen): a refused annotation fails the ADD before anything is done.
     let annotation = conf.pod_annotations.get(crate::config::EGRESS_POLICY_ANNOTATION).map(String::as_str);
     let egress = node::egress::mask_of(&conf.masq, &who.namespace, &who.name, annotation)?;
+    // The port limit: the network's, or the pod's annotation when lower (a higher
+    // or malformed one fails the ADD here too).
+    let port_limit = port_limit_of(conf)?;
     let veth = find_host_veth(env, &prev)?;
     // Resolve the uplinks before anything is created, so a bad interface name
     // (or a policy address the node does not own) leaves no trace.
@@ -261,6 +271,7 @@ fn cmd_add(env: &CniEnv, conf: &NetConf, pins: &Pins) -> Result<serde_json::Valu
             &conf.host_ports.iter().map(|&(port, proto)| abi::HostPort { port, proto, pad: 0 }).collect::<Vec<_>>(),
         ),
         egress,
+        port_limit,
     };
     pod::register(pins, &key, &reg)?;
     Ok(raw)
@@ -295,6 +306,15 @@ fn cmd_check(env: &CniEnv, conf: &NetConf, pins: &Pins) -> Result<()> {
     }
     if (info.flags & abi::ATT_F_NAT_OUTGOING != 0) != conf.masq.nat_outgoing {
         return Err(Error::state("natOutgoing differs from the registration"));
+    }
+    let port_limit = port_limit_of(conf)?;
+    if pod::port_limit_of(info.flags) != port_limit {
+        return Err(Error::state(format!(
+            "the port limit podPortLimit and {} give ({}) differs from the registration's ({})",
+            config::PORT_LIMIT_ANNOTATION,
+            pod::port_limit_text(port_limit),
+            pod::port_limit_text(pod::port_limit_of(info.flags))
+        )));
     }
     if let Some(problem) = pod::data_plane_problem(pins, info)? {
         return Err(Error::state(problem));

@@ -62,6 +62,30 @@ pub struct Registration {
     /// The egressPolicies that select it (bit i = policy i), in its pods4/pods6
     /// entries; node reconcile re-evaluates it for every pod when the policies change.
     pub egress: u32,
+    /// The most ports the pod may hold towards one remote endpoint on one node
+    /// address (podPortLimit, or a lower ebpf-masq.io/port-limit); 0: none. In the
+    /// flags of its attachment record, pods4/pods6 entries and veths entry.
+    pub port_limit: u16,
+}
+
+/// A port limit as its bits of `PodInfo.flags` and `AttachmentInfo.flags` (0: none).
+pub fn port_limit_flags(limit: u16) -> u32 {
+    u32::from(limit) << abi::PORT_LIMIT_SHIFT
+}
+
+/// The port limit `PodInfo.flags` or `AttachmentInfo.flags` hold (0: none; older
+/// layouts have 0 there).
+pub fn port_limit_of(flags: u32) -> u16 {
+    (flags >> abi::PORT_LIMIT_SHIFT) as u16
+}
+
+/// A port limit as status and CHECK name it.
+pub fn port_limit_text(limit: u16) -> String {
+    if limit == 0 {
+        "none".into()
+    } else {
+        limit.to_string()
+    }
 }
 
 /// The `pod_meta` record of a pod: namespace and name (from CNI_ARGS) and its
@@ -134,6 +158,7 @@ impl Registration {
             info.flags |= abi::ATT_F_NAT_OUTGOING;
         }
         info.flags |= self.nat_filtering & abi::NAT_FILTER_MASK;
+        info.flags |= port_limit_flags(self.port_limit);
         for a in &self.addrs {
             match a {
                 IpAddr::V4(v4) => {
@@ -159,6 +184,12 @@ impl Registration {
         info.veth_name[..len].copy_from_slice(&n[..len]);
         info.created_ns = monotonic_ns();
         Ok(info)
+    }
+
+    /// The `PodInfo.flags` of the pod's pods4/pods6 entries and veths entry.
+    fn pod_flags(&self) -> u32 {
+        let nat_outgoing = if self.nat_outgoing { abi::POD_F_NAT_OUTGOING } else { 0 };
+        nat_outgoing | (self.nat_filtering & abi::NAT_FILTER_MASK) | port_limit_flags(self.port_limit)
     }
 }
 
@@ -188,8 +219,7 @@ pub fn register(pins: &Pins, key: &AttachmentKey, reg: &Registration) -> Result<
         if reg.meta.host_ports[0].port != 0 {
             sync_host_ports(pins)?;
         }
-        let flags = if reg.nat_outgoing { abi::POD_F_NAT_OUTGOING } else { 0 } | (reg.nat_filtering & abi::NAT_FILTER_MASK);
-        let pod = PodInfo { ifindex: reg.veth_ifindex, flags, l2: reg.l2, egress: reg.egress };
+        let pod = PodInfo { ifindex: reg.veth_ifindex, flags: reg.pod_flags(), l2: reg.l2, egress: reg.egress };
         // The addresses first, then the veth's entry: an address a veths entry
         // holds is always one pods4/pods6 gives to that veth (the veth program
         // trusts the entry without asking them).
@@ -225,6 +255,7 @@ pub fn register(pins: &Pins, key: &AttachmentKey, reg: &Registration) -> Result<
 /// A registered pod's egress policy mask (`PodInfo.egress`) becomes `mask` in its
 /// pods4/pods6 entries (those still its veth's) and its veth's entry. True when
 /// anything changed. New flows follow it; established pairs keep their address.
+/// The entries' flags (natOutgoing, natFiltering, the port limit) are kept.
 pub fn set_egress(pins: &Pins, info: &AttachmentInfo, mask: u32) -> Result<bool> {
     let mut p4: HashMap<MapData, [u8; 4], PodInfo> = maps::open(pins, abi::MAP_PODS4)?;
     let mut p6: HashMap<MapData, [u8; 16], PodInfo> = maps::open(pins, abi::MAP_PODS6)?;
@@ -254,16 +285,24 @@ pub fn set_egress(pins: &Pins, info: &AttachmentInfo, mask: u32) -> Result<bool>
 
 /// What CHECK asks of the data plane for a registered pod: each of its addresses
 /// is still its veth's in pods4/pods6 (not gone, not handed to another pod since),
-/// and the veth has its `veths` entry. The first problem, or None.
+/// the veth has its `veths` entry, and they all hold the registration's port
+/// limit. The first problem, or None.
 pub fn data_plane_problem(pins: &Pins, info: &AttachmentInfo) -> Result<Option<String>> {
     let p4: HashMap<MapData, [u8; 4], PodInfo> = maps::open(pins, abi::MAP_PODS4)?;
     let p6: HashMap<MapData, [u8; 16], PodInfo> = maps::open(pins, abi::MAP_PODS6)?;
+    let limit = port_limit_of(info.flags);
+    let other_limit = |what: String, have: u16| {
+        format!("{what} holds port limit {}, the registration {}", port_limit_text(have), port_limit_text(limit))
+    };
     for a in addrs_of(info) {
         let entry = match a {
             IpAddr::V4(v4) => p4.get(&v4.octets(), 0),
             IpAddr::V6(v6) => p6.get(&v6.octets(), 0),
         };
         match entry {
+            Ok(p) if p.ifindex == info.veth_ifindex && port_limit_of(p.flags) != limit => {
+                return Ok(Some(other_limit(format!("the pods entry of address {a}"), port_limit_of(p.flags))))
+            }
             Ok(p) if p.ifindex == info.veth_ifindex => {}
             Ok(p) => return Ok(Some(format!("address {a} is registered to another veth (ifindex {})", p.ifindex))),
             Err(e) if maps::is_key_not_found(&e) => return Ok(Some(format!("address {a} is not registered"))),
@@ -272,7 +311,9 @@ pub fn data_plane_problem(pins: &Pins, info: &AttachmentInfo) -> Result<Option<S
     }
     let veths: PerCpuHashMap<MapData, u32, VethInfo> = maps::open(pins, abi::MAP_VETHS)?;
     match veths.get(&info.veth_ifindex, 0) {
-        Ok(_) => Ok(None),
+        Ok(v) => Ok(v.iter().map(|x| port_limit_of(x.pod.flags)).find(|&have| have != limit).map(|have| {
+            other_limit(format!("the veths entry of ifindex {}", info.veth_ifindex), have)
+        })),
         Err(e) if maps::is_key_not_found(&e) => {
             Ok(Some(format!("veth ifindex {} has no veths entry", info.veth_ifindex)))
         }
@@ -385,10 +426,12 @@ pub fn unregister(pins: &Pins, key: &AttachmentKey) -> Result<bool> {
 }
 
 /// Delete both halves of every NAT pair (both families) that belongs to one of
-/// `addrs`, and forget their refusals (a later pod given an address starts with none).
+/// `addrs`, and forget their refusals and port counts (a later pod given an
+/// address starts with none).
 pub fn flush_nat(pins: &Pins, addrs: &[IpAddr]) -> Result<usize> {
     let n = nat::flush::<nat::V4>(pins, addrs)? + nat::flush::<nat::V6>(pins, addrs)?;
     crate::bpf::refusals::forget(pins, addrs)?;
+    crate::bpf::port_counts::forget(pins, addrs)?;
     Ok(n)
 }
 
@@ -426,6 +469,7 @@ mod tests {
             l2: PodL2::default(),
             meta: PodMeta::default(),
             egress: 0,
+            port_limit: 0,
         };
         assert_eq!(reg.to_info().unwrap_err().code, 7);
         let ok = Registration { addrs: vec!["10.0.0.1".parse().unwrap(), "fd00::1".parse().unwrap()], ..reg };
@@ -446,5 +490,46 @@ mod tests {
         let long = meta_of(&"n".repeat(63), &"p".repeat(253), &Default::default());
         assert_eq!(meta_fields(&long).1.len(), 253);
         assert_eq!(long.k8s_namespace[63], 0);
+    }
+
+    fn reg(port_limit: u16, nat_filtering: u32) -> Registration {
+        Registration {
+            veth_ifindex: 7,
+            veth_name: "veth1".into(),
+            addrs: vec!["10.0.0.1".parse().unwrap()],
+            nat_outgoing: true,
+            nat_filtering,
+            l2: PodL2::default(),
+            meta: PodMeta::default(),
+            egress: 0,
+            port_limit,
+        }
+    }
+
+    #[test]
+    fn the_limit_packs_into_bits_16_to_31_and_back() {
+        for limit in [0u16, 1, 64, 0x1234, u16::MAX] {
+            let f = port_limit_flags(limit);
+            assert_eq!(f & 0xffff, 0, "{limit}: the low bits are the flags'");
+            assert_eq!(port_limit_of(f), limit);
+            assert_eq!(port_limit_of(f | abi::POD_F_NAT_OUTGOING | abi::NAT_FILTER_MASK), limit);
+        }
+        assert_eq!(port_limit_flags(1), 1 << abi::PORT_LIMIT_SHIFT);
+        assert_eq!(port_limit_of(abi::POD_F_NAT_OUTGOING | abi::NAT_FILTER_EI), 0, "an older layout's flags: no limit");
+    }
+
+    #[test]
+    fn every_flags_word_of_a_registration_holds_its_limit() {
+        let r = reg(200, abi::NAT_FILTER_AD);
+        let info = r.to_info().unwrap();
+        assert_eq!(port_limit_of(info.flags), 200);
+        assert_eq!(info.flags & abi::NAT_FILTER_MASK, abi::NAT_FILTER_AD, "natFiltering unharmed by the high bits");
+        assert_ne!(info.flags & abi::ATT_F_NAT_OUTGOING, 0);
+        let f = r.pod_flags();
+        assert_eq!((port_limit_of(f), f & abi::NAT_FILTER_MASK, f & abi::POD_F_NAT_OUTGOING), (200, abi::NAT_FILTER_AD, abi::POD_F_NAT_OUTGOING));
+        // Stray high bits of nat_filtering never reach the limit's.
+        assert_eq!(port_limit_of(reg(0, u32::MAX).pod_flags()), 0);
+        assert_eq!(port_limit_of(reg(0, u32::MAX).to_info().unwrap().flags), 0);
+        assert_eq!((port_limit_text(0), port_limit_text(64)), ("none".to_string(), "64".to_string()));
     }
 }

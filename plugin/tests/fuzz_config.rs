@@ -162,7 +162,7 @@ const CONFIG_KEYS: &[&str] = &[
     "egressInterfaces", "masqueradeAddress", "portRange", "nodePortRange", "pinPath", "logLevel", "logFile",
     "masqueradeRules", "natMaxEntries", "fastPath", "serviceCIDRs", "plugins",
     "source", "outInterface", "except", "toAddress", "containerID", "ifname",
-    "egressPolicies", "namespaces", "pods", "destinations", "ipMasqAgent", "file", "fileAbsent",
+    "egressPolicies", "namespaces", "pods", "destinations", "ipMasqAgent", "file", "fileAbsent", "podPortLimit",
 ];
 
 const PREV_KEYS: &[&str] = &[

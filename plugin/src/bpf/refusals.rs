@@ -1,8 +1,8 @@
 //! New flows the programs refused, per source address (`refusals`, masq_abi.h):
-//! for want of a port towards a remote endpoint, or over the source's share of a
-//! busy endpoint's ports (fair shares). Read per pod by `status`, metrics and
-//! `explain`; a pod's DEL forgets its addresses, so a later pod given one of them
-//! starts from nothing.
+//! for want of a port towards a remote endpoint, over the source's share of a
+//! busy endpoint's ports (fair shares), or at its pod's port limit there. Read
+//! per pod by `status`, metrics and `explain`; a pod's DEL forgets its addresses,
+//! so a later pod given one of them starts from nothing.
 
 use std::net::IpAddr;
 
@@ -35,6 +35,7 @@ pub fn of(pins: &Pins, addrs: &[IpAddr]) -> Result<Refusals> {
         if let Ok(r) = m.get(&key_of(*a), 0) {
             sum.no_port += r.no_port;
             sum.over_share += r.over_share;
+            sum.over_limit += r.over_limit;
         }
     }
     Ok(sum)

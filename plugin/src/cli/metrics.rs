@@ -429,10 +429,11 @@ fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder) -> fmt::Result {
         enc,
         "ebpf_masq_pod_port_refusals_total",
         "New flows from each pod refused: no_port = no port free towards the remote endpoint, \
-         over_share = over the pod's share of a busy endpoint's ports (RFC 6888 REQ-4).",
+         over_share = over the pod's share of a busy endpoint's ports, over_limit = at the pod's port limit \
+         towards the endpoint (RFC 6888 REQ-4).",
         s.pods.iter().flat_map(|p| {
             let who = [("container_id", p.container_id.as_str()), ("ifname", p.ifname.as_str())];
-            [("no_port", p.refused_no_port), ("over_share", p.refused_over_share)]
+            [("no_port", p.refused_no_port), ("over_share", p.refused_over_share), ("over_limit", p.refused_over_limit)]
                 .map(|(why, n)| (vec![who[0], who[1], ("reason", why)], n))
         }),
     )?;
@@ -726,6 +727,8 @@ mod tests {
             spoofed: 1,
             refused_no_port: 2,
             refused_over_share: 3,
+            refused_over_limit: 4,
+            port_limit: Some(64),
             k8s_namespace: String::new(),
             k8s_name: String::new(),
             annotations: serde_json::json!({}),
@@ -834,6 +837,8 @@ mod tests {
         let why = |r| [p[0], p[1], ("reason", r)];
         assert_eq!(value(&series, "ebpf_masq_pod_port_refusals_total", &why("no_port")), 2.0);
         assert_eq!(value(&series, "ebpf_masq_pod_port_refusals_total", &why("over_share")), 3.0);
+        assert_eq!(value(&series, "ebpf_masq_pod_port_refusals_total", &why("over_limit")), 4.0);
+        assert_eq!(series.iter().filter(|(n, _, _)| n == "ebpf_masq_pod_port_refusals_total").count(), 3 * 3, "3 reasons, 3 pods");
         assert_eq!(series.iter().filter(|(n, _, _)| n == "ebpf_masq_drops_total").count(), abi::drop_reason::NAMES.len());
         let partner = [("policy", "partner")];
         assert_eq!(value(&series, "ebpf_masq_egress_policy_packets_total", &partner), 40.0);
@@ -862,6 +867,7 @@ mod tests {
             "ebpf_masq_nat_expiry_running 1",
             "ebpf_masq_rule_packets_total{rule=\"1\",source=\"192.168.6.0/24\",out_interface=\"ifindex:7\"} 11",
             "ebpf_masq_pod_spoofed_packets_total{container_id=\"we\\\"ird\\\\id\\nx\",ifname=\"eth0\"} 1",
+            "ebpf_masq_pod_port_refusals_total{container_id=\"abc\",ifname=\"net1\",reason=\"over_limit\"} 4",
             "# TYPE ebpf_masq_egress_policy_packets_total counter",
             "ebpf_masq_egress_policy_packets_total{policy=\"partner\"} 40",
             "# TYPE ebpf_masq_egress_policy_pods gauge",

@@ -138,9 +138,14 @@ pub struct PodRow {
     pub bytes: u64,
     pub spoofed: u64,
     /// New flows from the pod's addresses refused: no port free towards the remote
-    /// endpoint, and over the pod's share of a busy endpoint's ports (`refusals`).
+    /// endpoint, over the pod's share of a busy endpoint's ports, and at its port
+    /// limit there (`refusals`).
     pub refused_no_port: u64,
     pub refused_over_share: u64,
+    pub refused_over_limit: u64,
+    /// The most ports the pod may hold towards one remote endpoint (its
+    /// registration's podPortLimit or ebpf-masq.io/port-limit); None: no limit.
+    pub port_limit: Option<u16>,
     /// Kubernetes namespace and name (CNI_ARGS), "" when the runtime gave none.
     pub k8s_namespace: String,
     pub k8s_name: String,
@@ -204,6 +209,8 @@ pub fn pods(pins: &Pins) -> Result<Vec<PodRow>> {
             spoofed: sum(|s| s.spoofed),
             refused_no_port: refused.no_port,
             refused_over_share: refused.over_share,
+            refused_over_limit: refused.over_limit,
+            port_limit: Some(pod::port_limit_of(info.flags)).filter(|&n| n != 0),
             k8s_namespace,
             k8s_name,
             annotations,
@@ -485,6 +492,8 @@ mod tests {
             spoofed: 0,
             refused_no_port: 0,
             refused_over_share: 0,
+            refused_over_limit: 0,
+            port_limit: None,
             k8s_namespace: ns.into(),
             k8s_name: name.into(),
             annotations: serde_json::json!({}),

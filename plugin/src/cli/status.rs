@@ -54,6 +54,79 @@ pub fn policy_json(p: &readers::PolicyRow) -> Value {
     })
 }
 
+/// One pod of `status --json` (`veth_mode`: how its veth program is attached, if it is).
+pub fn pod_json(p: &readers::PodRow, veth_mode: Option<&str>, descs: &[readers::PolicyDesc]) -> Value {
+    json!({
+        "container_id": p.container_id,
+        "ifname": p.ifname,
+        "veth": p.veth,
+        "veth_ifindex": p.veth_ifindex,
+        "addresses": p.addresses.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+        "nat_outgoing": p.nat_outgoing,
+        "veth_attached": veth_mode.is_some(),
+        "veth_attach_mode": veth_mode,
+        "packets": p.packets,
+        "bytes": p.bytes,
+        "spoofed_dropped": p.spoofed,
+        "port_limit": p.port_limit,
+        "port_refusals": {
+            "no_port": p.refused_no_port,
+            "over_share": p.refused_over_share,
+            "over_limit": p.refused_over_limit,
+        },
+        "k8s_namespace": p.k8s_namespace,
+        "k8s_name": p.k8s_name,
+        "annotations": p.annotations,
+        "host_ports": p.host_ports,
+        "egress_policies": readers::policy_names(descs, p.egress),
+    })
+}
+
+/// The text line of one pod of `status --json`'s `pods`.
+pub fn pod_line(p: &Value) -> String {
+    let who = match (p["k8s_namespace"].as_str().unwrap_or(""), p["k8s_name"].as_str().unwrap_or("")) {
+        ("", "") => String::new(),
+        (ns, name) => format!("pod {ns}/{name} "),
+    };
+    let mut ann = match p["annotations"].as_object() {
+        Some(m) if !m.is_empty() => format!(" annotations {}", p["annotations"]),
+        _ => String::new(),
+    };
+    if let Some(h) = p["host_ports"].as_array().filter(|h| !h.is_empty()) {
+        let list: Vec<&str> = h.iter().filter_map(|x| x.as_str()).collect();
+        ann.push_str(&format!(" hostPorts {}", list.join(",")));
+    }
+    if let Some(e) = p["egress_policies"].as_array().filter(|e| !e.is_empty()) {
+        let list: Vec<&str> = e.iter().filter_map(|x| x.as_str()).collect();
+        ann.push_str(&format!(" egressPolicies {}", list.join(",")));
+    }
+    if let Some(n) = p["port_limit"].as_u64() {
+        ann.push_str(&format!(" portLimit {n}"));
+    }
+    let r = &p["port_refusals"];
+    let count = |k: &str| r[k].as_u64().unwrap_or(0);
+    if count("no_port") + count("over_share") + count("over_limit") > 0 {
+        ann.push_str(&format!(
+            " refused no-port {} over-share {} over-limit {}",
+            count("no_port"),
+            count("over_share"),
+            count("over_limit")
+        ));
+    }
+    format!(
+        "  {who}{} {} veth {} {} natOutgoing={} attached={}{} packets {} spoofed-dropped {}{ann}",
+        p["container_id"].as_str().unwrap_or(""),
+        p["ifname"].as_str().unwrap_or(""),
+        p["veth"].as_str().unwrap_or(""),
+        p["addresses"],
+        p["nat_outgoing"],
+        p["veth_attached"],
+        p["veth_attach_mode"].as_str().map(|m| format!(" ({m})")).unwrap_or_default(),
+        p["packets"],
+        p["spoofed_dropped"]
+    )
+}
+
 /// The text lines of one policy of `status --json`'s `egress_policies`.
 pub fn policy_lines(p: &Value) -> Vec<String> {
     let strs = |k: &str| -> Vec<String> {
@@ -185,31 +258,13 @@ pub fn collect(pins: &Pins) -> Result<Value> {
     let descs: Vec<readers::PolicyDesc> = policies.iter().map(|p| p.desc.clone()).collect();
     let egress_policies: Vec<Value> = policies.iter().map(policy_json).collect();
     let pods: Vec<Value> = pod_rows
-        .into_iter()
+        .iter()
         .map(|p| {
             let veth_mode = loader::attachment(pins, loader::PROG_VETH_INGRESS, p.veth_ifindex, TcAttachType::Ingress)
                 .ok()
                 .flatten()
                 .map(|m| m.as_str());
-            json!({
-                "container_id": p.container_id,
-                "ifname": p.ifname,
-                "veth": p.veth,
-                "veth_ifindex": p.veth_ifindex,
-                "addresses": p.addresses.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
-                "nat_outgoing": p.nat_outgoing,
-                "veth_attached": veth_mode.is_some(),
-                "veth_attach_mode": veth_mode,
-                "packets": p.packets,
-                "bytes": p.bytes,
-                "spoofed_dropped": p.spoofed,
-                "port_refusals": {"no_port": p.refused_no_port, "over_share": p.refused_over_share},
-                "k8s_namespace": p.k8s_namespace,
-                "k8s_name": p.k8s_name,
-                "annotations": p.annotations,
-                "host_ports": p.host_ports,
-                "egress_policies": readers::policy_names(&descs, p.egress),
-            })
+            pod_json(p, veth_mode, &descs)
         })
         .collect();
 
@@ -325,38 +380,7 @@ pub fn run(pins: &Pins, json_out: bool) -> Result<()> {
     }
     println!("pods:");
     for p in s["pods"].as_array().into_iter().flatten() {
-        let who = match (p["k8s_namespace"].as_str().unwrap_or(""), p["k8s_name"].as_str().unwrap_or("")) {
-            ("", "") => String::new(),
-            (ns, name) => format!("pod {ns}/{name} "),
-        };
-        let mut ann = match p["annotations"].as_object() {
-            Some(m) if !m.is_empty() => format!(" annotations {}", p["annotations"]),
-            _ => String::new(),
-        };
-        if let Some(h) = p["host_ports"].as_array().filter(|h| !h.is_empty()) {
-            let list: Vec<&str> = h.iter().filter_map(|x| x.as_str()).collect();
-            ann.push_str(&format!(" hostPorts {}", list.join(",")));
-        }
-        if let Some(e) = p["egress_policies"].as_array().filter(|e| !e.is_empty()) {
-            let list: Vec<&str> = e.iter().filter_map(|x| x.as_str()).collect();
-            ann.push_str(&format!(" egressPolicies {}", list.join(",")));
-        }
-        let r = &p["port_refusals"];
-        if r["no_port"].as_u64().unwrap_or(0) + r["over_share"].as_u64().unwrap_or(0) > 0 {
-            ann.push_str(&format!(" refused no-port {} over-share {}", r["no_port"], r["over_share"]));
-        }
-        println!(
-            "  {who}{} {} veth {} {} natOutgoing={} attached={}{} packets {} spoofed-dropped {}{ann}",
-            p["container_id"].as_str().unwrap_or(""),
-            p["ifname"].as_str().unwrap_or(""),
-            p["veth"].as_str().unwrap_or(""),
-            p["addresses"],
-            p["nat_outgoing"],
-            p["veth_attached"],
-            p["veth_attach_mode"].as_str().map(|m| format!(" ({m})")).unwrap_or_default(),
-            p["packets"],
-            p["spoofed_dropped"]
-        );
+        println!("{}", pod_line(p));
     }
     println!(
         "nat flows: {} IPv4, {} IPv6, {} incomplete pairs",
@@ -427,6 +451,49 @@ mod tests {
             unmasqueraded: 0,
             pods: pods.iter().map(|p| p.to_string()).collect(),
         }
+    }
+
+    fn pod_row(port_limit: Option<u16>, refused: (u64, u64, u64)) -> readers::PodRow {
+        readers::PodRow {
+            container_id: "c1".into(),
+            ifname: "eth0".into(),
+            veth: "veth1".into(),
+            veth_ifindex: 9,
+            addresses: vec!["10.244.1.5".parse().unwrap()],
+            nat_outgoing: true,
+            packets: 7,
+            bytes: 700,
+            spoofed: 0,
+            refused_no_port: refused.0,
+            refused_over_share: refused.1,
+            refused_over_limit: refused.2,
+            port_limit,
+            k8s_namespace: "shop".into(),
+            k8s_name: "web-0".into(),
+            annotations: json!({"ebpf-masq.io/port-limit": "64"}),
+            host_ports: vec![],
+            egress: 0,
+        }
+    }
+
+    #[test]
+    fn pod_json_and_text_show_the_port_limit_and_every_refusal() {
+        let v = pod_json(&pod_row(Some(64), (1, 2, 3)), Some("tcx"), &[]);
+        assert_eq!(v["port_limit"], json!(64));
+        assert_eq!(v["port_refusals"], json!({"no_port": 1, "over_share": 2, "over_limit": 3}));
+        assert_eq!((v["veth_attached"].as_bool(), v["veth_attach_mode"].as_str()), (Some(true), Some("tcx")));
+        let line = pod_line(&v);
+        assert!(line.starts_with("  pod shop/web-0 c1 eth0 veth veth1 [\"10.244.1.5\"] natOutgoing=true attached=true (tcx)"), "{line}");
+        assert!(line.ends_with(" portLimit 64 refused no-port 1 over-share 2 over-limit 3"), "{line}");
+
+        // No limit: null in JSON, nothing in the text; no refusal, no refusals in the text.
+        let v = pod_json(&pod_row(None, (0, 0, 0)), None, &[]);
+        assert_eq!(v["port_limit"], Value::Null);
+        assert_eq!(v["port_refusals"], json!({"no_port": 0, "over_share": 0, "over_limit": 0}));
+        let line = pod_line(&v);
+        assert!(!line.contains("portLimit") && !line.contains("refused"), "{line}");
+        // Refused at its limit only: still shown.
+        assert!(pod_line(&pod_json(&pod_row(Some(1), (0, 0, 5)), None, &[])).ends_with("over-limit 5"));
     }
 
     #[test]

@@ -25,6 +25,7 @@ pub mod key {
     pub const NAT_FILTERING: &str = "natFiltering";
     pub const EGRESS_POLICIES: &str = "egressPolicies";
     pub const IP_MASQ_AGENT: &str = "ipMasqAgent";
+    pub const POD_PORT_LIMIT: &str = "podPortLimit";
 
     pub const TIMEOUT_TCP: &str = "tcp";
     pub const TIMEOUT_TCP_CLOSING: &str = "tcpClosing";
@@ -85,6 +86,7 @@ pub(super) const MASQ_KEYS: &[&str] = &[
     key::NAT_FILTERING,
     key::EGRESS_POLICIES,
     key::IP_MASQ_AGENT,
+    key::POD_PORT_LIMIT,
 ];
 
 pub(super) const TIMEOUT_KEYS: &[&str] = &[

@@ -12,6 +12,7 @@ use super::diag::{expect_bool, expect_str, key_display, quote, unknown_key_error
 use super::egress::{egress_policies_to_json, parse_egress_policies};
 use super::ipmasq::{ip_masq_agent_to_json, parse_ip_masq_agent_entry};
 use super::keys::{key, RULE_KEYS};
+use super::port_limit::parse_pod_port_limit;
 use super::values::{
     parse_abs_path, parse_cidr, parse_cidr_list, parse_cidr_value, parse_ifname, parse_log_level,
     parse_masquerade_address, parse_nat_max_entries, parse_nat_timeouts, parse_port_range, parse_unicast_ip,
@@ -241,6 +242,9 @@ pub(super) fn parse_masq(obj: &Map<String, Value>) -> Result<MasqConfig> {
     if let Some(v) = obj.get(key::IP_MASQ_AGENT) {
         m.ip_masq_agent = Some(parse_ip_masq_agent_entry(key::IP_MASQ_AGENT, v)?);
     }
+    if let Some(v) = obj.get(key::POD_PORT_LIMIT) {
+        m.pod_port_limit = Some(parse_pod_port_limit(key::POD_PORT_LIMIT, v)?);
+    }
     Ok(m)
 }
 
@@ -393,6 +397,9 @@ pub fn masq_to_json(m: &MasqConfig) -> Value {
     }
     if let Some(a) = &m.ip_masq_agent {
         o.insert(key::IP_MASQ_AGENT.into(), ip_masq_agent_to_json(a));
+    }
+    if let Some(n) = m.pod_port_limit {
+        o.insert(key::POD_PORT_LIMIT.into(), Value::from(n));
     }
     Value::Object(o)
 }

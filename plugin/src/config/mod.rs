@@ -19,7 +19,8 @@
 //! messages, `values` one parser per kind of value, `masq` our own options (in
 //! and out), `egress` the egressPolicies (types, globs, the per-destination
 //! decision), `ipmasq` ip-masq-agent's file and the
-//! `ipMasqAgent` key the agent writes from it, `netconf` the whole plugin entry. It uses `crate::error` only.
+//! `ipMasqAgent` key the agent writes from it, `port_limit` podPortLimit and the
+//! annotation that lowers it, `netconf` the whole plugin entry. It uses `crate::error` only.
 
 mod diag;
 pub mod egress;
@@ -28,6 +29,7 @@ mod json;
 mod keys;
 mod masq;
 mod netconf;
+mod port_limit;
 mod values;
 
 use std::collections::BTreeMap;
@@ -51,6 +53,7 @@ pub use ipmasq::{
 pub use keys::key;
 pub use masq::masq_to_json;
 pub use netconf::{parse_conf_file, parse_netconf, pod_identity};
+pub use port_limit::{effective_port_limit, PORT_LIMIT_ANNOTATION};
 pub use values::check_ifname;
 
 pub const DEFAULT_PIN_PATH: &str = "/sys/fs/bpf/ebpf-masq";
@@ -183,6 +186,10 @@ pub struct MasqConfig {
     /// file: its CIDRs are unioned with nonMasqueradeCIDRs, its link-local settings
     /// replace masqLinkLocal/masqLinkLocalIPv6.
     pub ip_masq_agent: Option<IpMasqAgent>,
+    /// "podPortLimit": the most ports one pod may hold towards one remote endpoint
+    /// on one node address (RFC 6888 REQ-4); None: no limit. A pod's annotation
+    /// PORT_LIMIT_ANNOTATION may lower it (`effective_port_limit`).
+    pub pod_port_limit: Option<u16>,
 }
 
 impl MasqConfig {
@@ -295,6 +302,7 @@ impl Default for MasqConfig {
             nat_filtering: NatFiltering::default(),
             egress_policies: Vec::new(),
             ip_masq_agent: None,
+            pod_port_limit: None,
         }
     }
 }
@@ -310,3 +318,6 @@ mod egress_tests;
 
 #[cfg(test)]
 mod ipmasq_tests;
+
+#[cfg(test)]
+mod port_limit_tests;

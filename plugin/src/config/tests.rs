@@ -308,6 +308,14 @@ fn bad_configs() {
         (json!({"natMaxEntries": -5}), C, "\"natMaxEntries\""),
         (json!({"natMaxEntries": 4096.5}), C, "\"natMaxEntries\""),
         (json!({"natMaxEntries": "65536"}), C, "\"natMaxEntries\""),
+        // podPortLimit
+        (json!({"podPortLimit": 0}), C, "\"podPortLimit\": must be between 1 and 65535 ports"),
+        (json!({"podPortLimit": -1}), C, "\"podPortLimit\": must be between 1 and 65535 ports"),
+        (json!({"podPortLimit": 65_536}), C, "\"podPortLimit\": must be between 1 and 65535 ports"),
+        (json!({"podPortLimit": 64.5}), C, "\"podPortLimit\": expected an integer number of ports"),
+        (json!({"podPortLimit": "64"}), C, "\"podPortLimit\": expected an integer number of ports"),
+        (json!({"podPortLimit": null}), C, "\"podPortLimit\""),
+        (json!({"podPortlimit": 64}), C, "did you mean \"podPortLimit\""),
         // natTimeouts
         (json!({"natTimeouts": 60}), C, "\"natTimeouts\""),
         (json!({"natTimeouts": {"tcp": 0}}), C, "\"natTimeouts.tcp\""),
@@ -434,6 +442,7 @@ fn defaults() {
     assert_eq!(d.log_file, None);
     assert!(d.masquerade_rules.is_empty() && d.service_cidrs.is_empty());
     assert_eq!(d.nat_max_entries, 1 << 20);
+    assert_eq!(d.pod_port_limit, None, "no port limit unless asked for");
     // The RFCs' floors: RFC 5382 REQ-5 (2 h 4 min established, 4 min transitory),
     // RFC 4787 REQ-5 (UDP 2 min), RFC 5508 REQ-1 b (ICMP query 60 s).
     let t = d.nat_timeouts;
@@ -574,6 +583,9 @@ fn good_configs() {
         (json!({"natMaxEntries": 16_777_216}), |c| {
             assert_eq!(c.masq.nat_max_entries, 16_777_216)
         }),
+        (json!({"podPortLimit": 1}), |c| assert_eq!(c.masq.pod_port_limit, Some(1))),
+        (json!({"podPortLimit": 64}), |c| assert_eq!(c.masq.pod_port_limit, Some(64))),
+        (json!({"podPortLimit": 65_535}), |c| assert_eq!(c.masq.pod_port_limit, Some(65_535))),
         (
             json!({"serviceCIDRs": ["10.96.0.0/12", "fd00:10:96::/112"]}),
             |c| {
@@ -766,6 +778,7 @@ fn masq_to_json_round_trip() {
             masq_link_local: false,
             masq_link_local_ipv6: true,
         }),
+        pod_port_limit: Some(200),
     };
     let only_v6 = MasqConfig {
         masquerade_address_v6: "2001:db8::2".parse().ok(),

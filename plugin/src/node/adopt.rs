@@ -184,6 +184,8 @@ fn adopt_registrations(pins: &Pins, old: &Pins) -> Result<()> {
             l2: l2_of(&info),
             meta: meta_of(&key),
             egress: 0, // the reconcile that follows the adoption evaluates the policies
+            // Bits 16-31 of the record (0 in layouts before 16: no limit).
+            port_limit: pod::port_limit_of(info.flags),
         };
         let name = pod::cstr(&key.container_id);
         match crate::netlink::get_link_by_name(&reg.veth_name) {

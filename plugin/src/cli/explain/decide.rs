@@ -15,7 +15,7 @@ use crate::{
         nat::{self as natmaps, Tuple},
     },
     error::{code, Error, Result},
-    node,
+    node, pod,
 };
 
 pub(super) const NSEC_PER_SEC: u64 = 1_000_000_000;
@@ -77,6 +77,8 @@ pub struct PodRef {
     pub veth: Option<String>,
     pub veth_ifindex: u32,
     pub nat_outgoing: bool,
+    /// The most ports the pod may hold towards one remote endpoint (None: no limit).
+    pub port_limit: Option<u16>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -243,6 +245,7 @@ impl<'a, L: Lookups> Ctx<'a, L> {
             veth: d.as_ref().map(|d| d.veth.clone()),
             veth_ifindex: info.ifindex,
             nat_outgoing: info.flags & abi::POD_F_NAT_OUTGOING != 0,
+            port_limit: Some(pod::port_limit_of(info.flags)).filter(|&n| n != 0),
         }
     }
 
@@ -519,10 +522,18 @@ pub fn explain<L: Lookups>(l: &L, pkt: &Packet, out: &OutIf) -> Result<Explanati
     c.notes.push(format!(
         "fair shares (RFC 6888 REQ-4): while some but fewer than 1/16 of the ports towards this remote endpoint are \
          free, a source holding at least range / (sources holding ports there + 1) of them is refused \
-         (drops.over_share); {src} was refused {} new flows so far for want of a port (no_port) and {} over its share \
-         (over_share)",
-        r.no_port, r.over_share
+         (drops.over_share); {src} was refused {} new flows so far for want of a port (no_port), {} over its share \
+         (over_share) and {} at its pod's port limit (over_limit)",
+        r.no_port, r.over_share, r.over_limit
     ));
+    if let Some(n) = c.pod.as_ref().and_then(|p| p.port_limit) {
+        c.notes.push(format!(
+            "port limit (RFC 6888 REQ-4): the pod of {src} may hold at most {n} ports towards one remote endpoint \
+             (address, port, protocol) on one node address (podPortLimit, or a lower {}); a new flow past it is \
+             refused (drops.over_limit)",
+            crate::config::PORT_LIMIT_ANNOTATION
+        ));
+    }
     Ok(c.finish(Verdict::Masquerade, code, reason, Some((nat, None))))
 }
 

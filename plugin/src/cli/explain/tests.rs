@@ -275,9 +275,15 @@ fn new_flow_note_names_the_ports_tried_in_order() {
     let n = note(&f, &p);
     assert!(n.contains("its own port 20000 (port preservation") && !n.contains("already has"), "{n}");
     // Its refusals so far, and the fair-share rule that may refuse it.
-    f.refused.push((ip(POD), abi::Refusals { no_port: 2, over_share: 7, over_limit: 0 }));
+    f.refused.push((ip(POD), abi::Refusals { no_port: 2, over_share: 7, over_limit: 4 }));
     let shares = run(&f, &p, ETH0).notes.into_iter().find(|n| n.contains("fair shares")).expect("a fair-share note");
-    assert!(shares.contains(&format!("{POD} was refused 2 new flows so far for want of a port (no_port) and 7 over its share")), "{shares}");
+    assert!(
+        shares.contains(&format!(
+            "{POD} was refused 2 new flows so far for want of a port (no_port), 7 over its share (over_share) \
+             and 4 at its pod's port limit (over_limit)"
+        )),
+        "{shares}"
+    );
     f.refused.clear();
     assert!(n.find("own port 20000").unwrap() < n.find("a random port from 1024-29999").unwrap(), "{n}");
     // The endpoint's mapping comes first; one towards another address is not used.
@@ -290,6 +296,32 @@ fn new_flow_note_names_the_ports_tried_in_order() {
     p.sport = Some(40000);
     let n = note(&f, &p);
     assert!(!n.contains("own port") && n.contains("a random port"), "{n}");
+}
+
+#[test]
+fn a_pods_port_limit_is_named_with_its_refusals() {
+    let mut f = node();
+    let mut p = pkt(POD, EXT, Proto::Tcp);
+    (p.sport, p.dport) = (Some(20000), Some(443));
+    let limit_note = |f: &Fake| run(f, &p, ETH0).notes.into_iter().find(|n| n.starts_with("port limit"));
+    // No limit: no note, and the pod says so.
+    assert_eq!(limit_note(&f), None);
+    assert_eq!(run(&f, &p, ETH0).pod.unwrap().port_limit, None);
+    // Bits 16-31 of its pods4 entry: the limit, whatever the flags beside it.
+    let limited = abi::POD_F_NAT_OUTGOING | abi::NAT_FILTER_EI | crate::pod::port_limit_flags(64);
+    f.pods.iter_mut().filter(|(a, _)| *a == ip(POD)).for_each(|(_, i)| i.flags = limited);
+    let x = run(&f, &p, ETH0);
+    check(&x, Verdict::Masquerade, Why::Pod, "pod registration of c1/eth0");
+    assert_eq!(x.pod.as_ref().unwrap().port_limit, Some(64));
+    let n = limit_note(&f).expect("a port-limit note");
+    assert!(
+        n.contains(&format!("the pod of {POD} may hold at most 64 ports towards one remote endpoint"))
+            && n.contains("ebpf-masq.io/port-limit")
+            && n.contains("drops.over_limit"),
+        "{n}"
+    );
+    // A source masqueraded by a rule is no pod's: no limit named.
+    assert_eq!(run(&f, &pkt("192.168.6.10", EXT, Proto::Tcp), ETH0).notes.iter().find(|n| n.starts_with("port limit")), None);
 }
 
 #[test]
