@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use ebpf_masq::bpf::abi::counter;
 use ebpf_masq::bpf::nat_hot::{self, Released};
-use ebpf_masq::bpf::refusals;
+use ebpf_masq::bpf::{port_counts, refusals};
 use support::{harness::*, packet::*, packet6::*};
 
 const MASQ: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
@@ -269,6 +269,9 @@ fn a_pod_at_its_port_limit_is_refused_there_and_only_there() {
     assert_eq!((r.over_limit, r.over_share, r.no_port), (4, 0, 0));
     let r2 = refusals::of(&dp.pins, &[POD2.into()]).unwrap();
     assert_eq!(r2.over_limit, 0);
+    // A DEL forgets the pod's bounds (one per remote endpoint it went to), none of the neighbour's.
+    assert_eq!(port_counts::forget(&dp.pins, &[POD2.into()]).unwrap(), 0);
+    assert_eq!(port_counts::forget(&dp.pins, &[LIMITED.into()]).unwrap(), 2);
 }
 
 /// The same limit for an IPv6 pod (its own template instance), over UDP: flows
