@@ -31,6 +31,8 @@ PY = "/usr/bin/python3"  # Debian's python, which has scapy (not pyenv's)
 PEER = str(HERE / "peer.py")
 CNI_BIN_DIR = "/usr/lib/cni"
 CNI_VERSION = "1.0.0"
+# The capability a conflist entry declares to get the pod's annotations as runtimeConfig (CRI runtimes fill it).
+ANNOTATIONS_CAP = "io.kubernetes.cri.pod-annotations"
 POD_SUBNET = "10.244.1.0/24"
 # The pin layout version (<pinPath>/v<LAYOUT>/), read from the ABI header itself.
 LAYOUT = int(next(line.split()[2] for line in (REPO / "bpf/include/masq_abi.h").read_text().splitlines()
@@ -223,13 +225,16 @@ class CniNet:
         lab.on_close(lambda: [p.unlink() for p in Path("/var/lib/cni/results").glob(f"{name}-*")])
         lab.on_close(self._teardown)
 
-    def cnitool(self, verb, pod_ns, check=True):
-        return self.node.enter(["cnitool", verb, self.name, pod_ns.path], env=self.env, check=check,
+    def cnitool(self, verb, pod_ns, check=True, env=None):
+        return self.node.enter(["cnitool", verb, self.name, pod_ns.path], env=env or self.env, check=check,
                                preexec_fn=self.preexec)
 
-    def add(self, pod_ns):
+    def add(self, pod_ns, annotations=None):
+        """cnitool add; @annotations (a dict) go in CAP_ARGS as the pod-annotations
+        capability (plugins of the list that declare it get them as runtimeConfig)."""
+        env = self.env if annotations is None else {**self.env, "CAP_ARGS": json.dumps({ANNOTATIONS_CAP: annotations})}
         self.pods.append(pod_ns)
-        return Pod(pod_ns, json.loads(self.cnitool("add", pod_ns).stdout))
+        return Pod(pod_ns, json.loads(self.cnitool("add", pod_ns, env=env).stdout))
 
     def delete(self, pod_ns, check=True):
         return self.cnitool("del", pod_ns, check=check)

@@ -33,13 +33,10 @@ EBPF_MASQ_FAIR_MODES (e.g. "iptables") runs only the modes named.
 """
 import json
 import os
-import select
-import subprocess
 import time
 
-import pytest
-
 import netlab
+from hold import established_peers, hold as tcp_hold, json_line, keep, pod_status, release
 from netlab import Topo
 
 EXT, NODE_IP = Topo.EXT, Topo.NODE_EXT
@@ -83,36 +80,6 @@ def conntrack(ns):
     return out
 
 
-def json_line(proc, timeout, who):
-    """The first line @proc writes on stdout, parsed; fails with its stderr if it
-    ends first or takes longer than @timeout seconds."""
-    deadline, buf, fd = time.monotonic() + timeout, b"", proc.stdout.fileno()
-    while b"\n" not in buf:
-        left = deadline - time.monotonic()
-        assert left > 0, f"{who}: no result after {timeout} s"
-        if select.select([fd], [], [], min(left, 1.0))[0]:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                proc.wait(5)
-                raise AssertionError(f"{who}: ended (rc={proc.returncode}) without a result: "
-                                     f"{proc.stderr.read().decode(errors='replace')}")
-            buf += chunk
-    return json.loads(buf.split(b"\n")[0])
-
-
-def release(proc, who, timeout=60):
-    """Close @proc's stdin (tcp-hold then closes its connections) and wait for it to end."""
-    proc.stdin.close()
-    rc = proc.wait(timeout)
-    assert rc == 0, f"{who}: rc={rc}: {proc.stderr.read().decode(errors='replace')}"
-
-
-def pod_status(status, ip):
-    """The pod of `status --json` that has address @ip, or None."""
-    return next((p for p in status.get("pods", []) if ip in {a.split("/")[0] for a in p.get("addresses", [])}),
-                None)
-
-
 def hold(tmp_path, plugin, benchtool, mode):
     """One setup in its own lab; returns what the clients, ext and the node saw."""
     keys = MODES[mode]
@@ -127,24 +94,18 @@ def hold(tmp_path, plugin, benchtool, mode):
         gns.sysctl("net.ipv4.ip_local_port_range", "1024 65535")
         greedy = net.add(gns)
         neighbour = net.add(topo.pod_ns("neighbour"))
-        server = topo.ext.spawn([benchtool, "tcp-keep", PORT], stdout=subprocess.PIPE)
-        netlab.wait_for(lambda: server.poll() is not None or
-                        topo.ext.exec(["ss", "-Htln", f"sport = :{PORT}"]).stdout.strip(), what="tcp-keep listening")
-        assert server.poll() is None, f"{mode}: tcp-keep died: {server.stderr.read().decode(errors='replace')}"
+        server = keep(topo.ext, benchtool, PORT)
 
-        g = greedy.ns.spawn([benchtool, "tcp-hold", EXT, PORT, GREEDY_N, GREEDY_INFLIGHT],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        g = tcp_hold(greedy.ns, benchtool, EXT, PORT, GREEDY_N, GREEDY_INFLIGHT)
         clients.append(g)
         gres = json_line(g, 180, f"{mode}: greedy tcp-hold")
         ct_greedy = conntrack(topo.node)
-        n = neighbour.ns.spawn([benchtool, "tcp-hold", EXT, PORT, NEIGHBOUR_N, NEIGHBOUR_INFLIGHT],
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        n = tcp_hold(neighbour.ns, benchtool, EXT, PORT, NEIGHBOUR_N, NEIGHBOUR_INFLIGHT)
         clients.append(n)
         nres = json_line(n, 60, f"{mode}: neighbour tcp-hold")
 
         # While both hold their connections: who ext sees, and the node's figures.
-        conns = topo.ext.exec(["ss", "-Htn", "state", "established", f"sport = :{PORT}"]).stdout.split("\n")
-        peers = [line.split()[-1].rsplit(":", 1)[0] for line in conns if line.strip()]
+        peers = established_peers(topo.ext, PORT)
         status = topo.status(plugin) if keys is not None else None
         ct = conntrack(topo.node)
         tcp = {"ext": nstat(topo.ext), "greedy": nstat(greedy.ns), "neighbour": nstat(neighbour.ns)}
