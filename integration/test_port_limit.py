@@ -142,12 +142,12 @@ def limit_problems(r):
 def test_a_pods_port_limit_holds_towards_one_endpoint_only(tmp_path, plugin, benchtool):
     runs = {mode: run(tmp_path, plugin, benchtool, mode) for mode in MODES}
     r, ipt = runs["ebpf-masq"], runs["iptables"]
+    print(f"iptables (no per-pod limit): the limited pod got {ipt['first']['ok']} of {FIRST}, "
+          f"{ipt['again']['ok']} of {LIMIT} again; json {json.dumps(ipt['first'])}")
     problems = limit_problems(r)
     if r["neighbour"]["ok"] < ipt["neighbour"]["ok"]:
         problems.append(f"the neighbour got {r['neighbour']['ok']}, with iptables {ipt['neighbour']['ok']}")
     assert not problems, "ebpf-masq: " + "; ".join(problems)
-    print(f"iptables (no per-pod limit): the limited pod got {ipt['first']['ok']} of {FIRST}, "
-          f"{ipt['again']['ok']} of {LIMIT} again; json {json.dumps(ipt['first'])}")
 
 
 def test_an_annotation_may_only_lower_the_networks_limit(topo, plugin):
