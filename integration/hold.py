@@ -3,6 +3,7 @@
 tcp-hold prints one JSON line when every connection it tried is decided, holds
 them until its stdin closes, then resets them and exits 0 (scripts/bench/benchtool.c).
 """
+import contextlib
 import json
 import os
 import select
@@ -61,3 +62,21 @@ def pod_status(status, ip):
     """The pod of `status --json` that has address @ip, or None."""
     return next((p for p in status.get("pods", []) if ip in {a.split("/")[0] for a in p.get("addresses", [])}),
                 None)
+
+
+@contextlib.contextmanager
+def mode_lab(tmp_path, mode, plugin, keys):
+    """A lab of its own (under tmp_path/mode) for one setup: bridge ipMasq when @keys is
+    None (the iptables yardstick), else bridge + ebpf-masq with @keys. Yields (lab, topo,
+    net); on the way out every process the lab started is stopped first (the clients
+    let their connections go), then the lab is closed."""
+    (tmp_path / mode).mkdir()
+    lab = netlab.Lab(tmp_path / mode)
+    try:
+        topo = netlab.Topo(lab)
+        net = topo.network([topo.bridge_plugin(ip_masq=True)]) if keys is None else topo.masq_network(plugin, **keys)
+        yield lab, topo, net
+    finally:
+        for proc in lab.procs:
+            lab.stop(proc)
+        lab.close()

@@ -35,8 +35,7 @@ import json
 import os
 import time
 
-import netlab
-from hold import established_peers, hold as tcp_hold, json_line, keep, pod_status, release
+from hold import established_peers, hold as tcp_hold, json_line, keep, mode_lab, pod_status, release
 from netlab import Topo
 
 EXT, NODE_IP = Topo.EXT, Topo.NODE_EXT
@@ -83,13 +82,8 @@ def conntrack(ns):
 def hold(tmp_path, plugin, benchtool, mode):
     """One setup in its own lab; returns what the clients, ext and the node saw."""
     keys = MODES[mode]
-    (tmp_path / mode).mkdir()
     t0 = time.monotonic()
-    lab = netlab.Lab(tmp_path / mode)
-    clients = []
-    try:
-        topo = netlab.Topo(lab)
-        net = topo.network([topo.bridge_plugin(ip_masq=True)]) if keys is None else topo.masq_network(plugin, **keys)
+    with mode_lab(tmp_path, mode, plugin, keys) as (lab, topo, net):
         gns = topo.pod_ns("greedy")
         gns.sysctl("net.ipv4.ip_local_port_range", "1024 65535")
         greedy = net.add(gns)
@@ -97,11 +91,9 @@ def hold(tmp_path, plugin, benchtool, mode):
         server = keep(topo.ext, benchtool, PORT)
 
         g = tcp_hold(greedy.ns, benchtool, EXT, PORT, GREEDY_N, GREEDY_INFLIGHT)
-        clients.append(g)
         gres = json_line(g, 180, f"{mode}: greedy tcp-hold")
         ct_greedy = conntrack(topo.node)
         n = tcp_hold(neighbour.ns, benchtool, EXT, PORT, NEIGHBOUR_N, NEIGHBOUR_INFLIGHT)
-        clients.append(n)
         nres = json_line(n, 60, f"{mode}: neighbour tcp-hold")
 
         # While both hold their connections: who ext sees, and the node's figures.
@@ -135,10 +127,6 @@ def hold(tmp_path, plugin, benchtool, mode):
         print(f"{mode}: {time.monotonic() - t0:.0f} s")
         return {"greedy": gres, "neighbour": nres, "peers": peers, "status": status,
                 "ips": {"greedy": greedy.ip, "neighbour": neighbour.ip}}
-    finally:
-        for proc in clients:
-            lab.stop(proc)
-        lab.close()
 
 
 def fair_share_problems(r):

@@ -29,8 +29,7 @@ import json
 import os
 import time
 
-import netlab
-from hold import established_peers, hold, json_line, keep, pod_status, release
+from hold import established_peers, hold, json_line, keep, mode_lab, pod_status, release
 from lifelab import bridge, has_masq_filter, invoke_pod, network, registrations
 from netlab import ANNOTATIONS_CAP, Topo
 
@@ -53,26 +52,18 @@ def held(proc, who):
 def run(tmp_path, plugin, benchtool, mode):
     """One setup in its own lab; returns what the clients, ext and the node saw."""
     keys = MODES[mode]
-    (tmp_path / mode).mkdir()
     t0 = time.monotonic()
-    lab = netlab.Lab(tmp_path / mode)
-    clients = []
-    try:
-        topo = netlab.Topo(lab)
-        net = topo.network([topo.bridge_plugin(ip_masq=True)]) if keys is None else topo.masq_network(plugin, **keys)
+    with mode_lab(tmp_path, mode, plugin, keys) as (lab, topo, net):
         limited = net.add(topo.pod_ns("limited"), annotations={"ebpf-masq.io/port-limit": str(LIMIT)})
         neighbour = net.add(topo.pod_ns("neighbour"))
         servers = [keep(topo.ext, benchtool, port) for port in (PORT, PORT2)]
 
         out = {"ips": {"limited": limited.ip, "neighbour": neighbour.ip}}
         first = hold(limited.ns, benchtool, EXT, PORT, FIRST, INFLIGHT)
-        clients.append(first)
         out["first"] = held(first, f"{mode}: limited pod, {FIRST} to ext:{PORT}")
         other = hold(limited.ns, benchtool, EXT, PORT2, OTHER, INFLIGHT)
-        clients.append(other)
         out["other"] = held(other, f"{mode}: limited pod, {OTHER} to ext:{PORT2}")
         n = hold(neighbour.ns, benchtool, EXT, PORT, NEIGHBOUR, INFLIGHT)
-        clients.append(n)
         out["neighbour"] = held(n, f"{mode}: neighbour, {NEIGHBOUR} to ext:{PORT}")
 
         out["peers"] = established_peers(topo.ext, PORT) + established_peers(topo.ext, PORT2)
@@ -81,7 +72,6 @@ def run(tmp_path, plugin, benchtool, mode):
         # The first connections go (RST): their ports come back at once.
         release(first, f"{mode}: limited pod's first hold")
         again = hold(limited.ns, benchtool, EXT, PORT, LIMIT, INFLIGHT)
-        clients.append(again)
         out["again"] = held(again, f"{mode}: limited pod again, {LIMIT} to ext:{PORT}")
         for proc, who in ((again, "again"), (n, "neighbour"), (other, "other")):
             release(proc, f"{mode}: {who}")
@@ -96,10 +86,6 @@ def run(tmp_path, plugin, benchtool, mode):
             lab.stop(srv)
         print(f"{mode}: {time.monotonic() - t0:.0f} s")
         return out
-    finally:
-        for proc in clients:
-            lab.stop(proc)
-        lab.close()
 
 
 def limit_problems(r):
