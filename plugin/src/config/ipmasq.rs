@@ -237,7 +237,8 @@ pub(super) mod entry_key {
     pub const FILE: &str = "file";
     pub const FILE_ABSENT: &str = "fileAbsent";
 }
-const ENTRY_KEYS: &[&str] =
+/// The keys of the chained entry's `ipMasqAgent` object.
+pub const IP_MASQ_AGENT_ENTRY_KEYS: &[&str] =
     &[entry_key::FILE, entry_key::FILE_ABSENT, k::NON_MASQUERADE_CIDRS, k::MASQ_LINK_LOCAL, k::MASQ_LINK_LOCAL_IPV6];
 
 /// The chained entry's `ipMasqAgent` object (`base` is its key, for messages).
@@ -245,8 +246,8 @@ pub(super) fn parse_ip_masq_agent_entry(base: &str, v: &Value) -> Result<IpMasqA
     let obj = v.as_object().ok_or_else(|| wrong_type(base, "an object", v))?;
     let path = |key: &str| format!("{base}.{key}");
     for key in obj.keys() {
-        if !ENTRY_KEYS.contains(&key.as_str()) {
-            return Err(unknown_key_error(&path(&key_display(key)), key, ENTRY_KEYS));
+        if !IP_MASQ_AGENT_ENTRY_KEYS.contains(&key.as_str()) {
+            return Err(unknown_key_error(&path(&key_display(key)), key, IP_MASQ_AGENT_ENTRY_KEYS));
         }
     }
     let file = match obj.get(entry_key::FILE) {

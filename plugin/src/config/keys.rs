@@ -1,5 +1,7 @@
 //! The JSON keys a plugin entry may hold: ours (`key`) and the standard CNI
-//! ones, as the tables unknown keys are checked against.
+//! ones, as the tables unknown keys are checked against. The tables are public
+//! so the docs can be checked against the parser's own lists
+//! (`plugin/tests/docs.rs`), never a copy of them.
 
 use super::{ATTACHMENTS_ALIAS_KEY, VALID_ATTACHMENTS_KEY};
 
@@ -48,7 +50,7 @@ pub mod key {
 }
 
 /// Standard CNI keys that may appear in a plugin config besides ours.
-pub(super) const STANDARD_KEYS: &[&str] = &[
+pub const STANDARD_KEYS: &[&str] = &[
     "cniVersion",
     "cniVersions",
     "name",
@@ -65,7 +67,8 @@ pub(super) const STANDARD_KEYS: &[&str] = &[
     "disableGC",
 ];
 
-pub(super) const MASQ_KEYS: &[&str] = &[
+/// Our own top-level keys (each a row of README.md's config table).
+pub const MASQ_KEYS: &[&str] = &[
     key::NAT_OUTGOING,
     key::NATIVE_ROUTING_CIDR,
     key::NON_MASQUERADE_CIDRS,
@@ -89,7 +92,8 @@ pub(super) const MASQ_KEYS: &[&str] = &[
     key::POD_PORT_LIMIT,
 ];
 
-pub(super) const TIMEOUT_KEYS: &[&str] = &[
+/// The keys of `natTimeouts`.
+pub const TIMEOUT_KEYS: &[&str] = &[
     key::TIMEOUT_TCP,
     key::TIMEOUT_TCP_CLOSING,
     key::TIMEOUT_UDP,
@@ -97,7 +101,8 @@ pub(super) const TIMEOUT_KEYS: &[&str] = &[
     key::TIMEOUT_ICMP,
 ];
 
-pub(super) const RULE_KEYS: &[&str] = &[
+/// The keys of a `masqueradeRules` entry.
+pub const RULE_KEYS: &[&str] = &[
     key::RULE_SOURCE,
     key::RULE_OUT_INTERFACE,
     key::RULE_EXCEPT,
@@ -105,7 +110,8 @@ pub(super) const RULE_KEYS: &[&str] = &[
     key::RULE_NAT_FILTERING,
 ];
 
-pub(super) const POLICY_KEYS: &[&str] = &[
+/// The keys of an `egressPolicies` entry.
+pub const POLICY_KEYS: &[&str] = &[
     key::POLICY_NAME,
     key::POLICY_NAMESPACES,
     key::POLICY_PODS,

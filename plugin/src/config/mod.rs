@@ -48,9 +48,10 @@ pub use egress::{
 };
 pub use ipmasq::{
     ip_masq_agent_to_json, ipmasq_key, parse_go_duration, parse_ip_masq_agent, IpMasqAgent, IpMasqAgentFile,
-    IP_MASQ_AGENT_DEFAULT_CIDRS, IP_MASQ_AGENT_DEFAULT_PATH, IP_MASQ_AGENT_KEYS, IP_MASQ_AGENT_RESERVED_CIDRS,
+    IP_MASQ_AGENT_DEFAULT_CIDRS, IP_MASQ_AGENT_DEFAULT_PATH, IP_MASQ_AGENT_ENTRY_KEYS, IP_MASQ_AGENT_KEYS,
+    IP_MASQ_AGENT_RESERVED_CIDRS,
 };
-pub use keys::key;
+pub use keys::{key, MASQ_KEYS, POLICY_KEYS, RULE_KEYS, STANDARD_KEYS, TIMEOUT_KEYS};
 pub use masq::masq_to_json;
 pub use netconf::{parse_conf_file, parse_netconf, pod_identity};
 pub use port_limit::{effective_port_limit, PORT_LIMIT_ANNOTATION};
