@@ -1,0 +1,611 @@
+//! The docs cannot drift from the tree, the layout or the parser (issue 28 item 5;
+//! rust-lang/rust's tidy does the same for its own docs). Every Markdown file of
+//! the repository (hidden folders but `.ci/`, and `target/`, aside) is read,
+//! except CHANGELOG.md (history: it says what was true then). Fenced code blocks
+//! are read too, for paths, file names and "layout N"; links and backticked
+//! spans are read outside them only.
+//!
+//! **Files.** (1) A repository path is a word that begins with one of our
+//! top-level folders (`plugin/`, `bpf/`, `scripts/`, `integration/`, `conf/`,
+//! `docs/`, `.ci/`) with none of `A-Za-z0-9_-./~` just before it (so
+//! `/sys/fs/bpf/...`, `../docs/x` and URLs are not), and runs over
+//! `A-Za-z0-9_-./*<>{}`; a trailing `.` is punctuation. It must exist. A `*` is
+//! a glob within one segment and must match at least one file; a path with `<`,
+//! `>`, `{` or `}` is a placeholder (`scripts/<name>.sh`) and is skipped.
+//! (2) A bare file name of ours, a word `name.rs`, `.py`, `.h`, `.c` or `.sh`
+//! with none of `A-Za-z0-9_-./` just before it, must be the name of some file in
+//! the repository. Another project's file is written with its own path
+//! (`net/netfilter/nf_nat_core.c`), which neither rule reads. (3) A Markdown
+//! link target that is not a URL is a path from the doc's folder and must exist;
+//! its `#anchor` must be a heading of the target (GitHub's slug: lower case,
+//! letters, digits, `-` and `_` kept, spaces to `-`, the rest dropped).
+//!
+//! **Layout versions.** A layout version is written "layout N" (also "layouts",
+//! "layout vN", "layout-N", "layout version N", any case) or as the pin
+//! directory `vN/`: a backticked `vN` or `vN/`, or `vN` right after `<pinPath>/`
+//! or `ebpf-masq/`. N must be `LAYOUT_VERSION`. An older N is history, allowed
+//! in two places only: docs/upgrade.md's "## Layout history" section (no N
+//! there above `LAYOUT_VERSION`, and its table's first row must be
+//! `LAYOUT_VERSION`: a new layout gets a row) and the exact phrases of `HISTORY`.
+//! Other wordings ("version 16 of the layout") are not read: the docs use these.
+//!
+//! **Config keys.** (1) A backticked lowerCamelCase name (`natOutgoing`: a
+//! lower-case letter, then letters and digits with at least one capital), alone,
+//! quoted, followed by `:` or `=` and a value (`natOutgoing: false`,
+//! `"fastPath": true`), or after `--set ` (`--set fastPath=true`), names a key:
+//! it must be in one of the parser's key tables (`known_keys`), or in `FOREIGN`,
+//! another program's name the docs compare us with. Lower-case one-word keys
+//! (`source`, `tcp`) cannot be told from words and are checked in JSON only.
+//! Backticks in fenced blocks are not read. (2) Every ```` ```json ```` block
+//! must parse, and every object in it with `"type": "ebpf-masq"` must pass
+//! `config::parse_netconf` (with `cniVersion` and `name` added when the example
+//! leaves them to its conflist): every key at every level known, every value
+//! valid. (3) README.md's config table (under "## Configuration", first header
+//! cell `key`) names in its first column exactly `MASQ_KEYS`, and each nested key
+//! (`natTimeouts`, a rule, an egress policy, `ipMasqAgent`) appears in README.md
+//! backticked or as a JSON key.
+//!
+//! **Test files.** docs/testing.md's table has a row for every
+//! `plugin/tests/*.rs` and `integration/test_*.py`.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use ebpf_masq::bpf::abi::LAYOUT_VERSION;
+use ebpf_masq::config::{
+    self, CAP_PORT_MAPPINGS, IP_MASQ_AGENT_ENTRY_KEYS, IP_MASQ_AGENT_KEYS, MASQ_KEYS, POLICY_KEYS, RULE_KEYS,
+    STANDARD_KEYS, TIMEOUT_KEYS,
+};
+
+const TOP_FOLDERS: &[&str] = &["plugin/", "bpf/", "scripts/", "integration/", "conf/", "docs/", ".ci/"];
+const SOURCE_EXTENSIONS: &[&str] = &["rs", "py", "h", "c", "sh"];
+
+/// Older layouts named outside docs/upgrade.md's history, each an exact phrase.
+const HISTORY: &[(&str, &str)] = &[
+    // The commit to build to test an upgrade against a real older release.
+    ("integration/README.md", "the last of layout 7"),
+];
+
+/// lowerCamelCase names the docs quote that are not ours, and whose they are.
+const FOREIGN: &[(&str, &str)] = &[
+    ("ipMasq", "the bridge and ptp plugins' own masquerade"),
+    ("subPath", "a Kubernetes volume mount"),
+    ("serviceMonitorSelector", "Prometheus Operator"),
+    ("bpfEnabled", "Calico's FelixConfiguration"),
+    ("natOutgoingAddress", "Calico's FelixConfiguration"),
+    ("natOutgoingExclusions", "Calico's FelixConfiguration"),
+    ("natPortRange", "Calico's FelixConfiguration"),
+    ("iptablesNATOutgoingInterfaceFilter", "Calico's FelixConfiguration"),
+    ("makeNATOutgoingRuleIPTables", "Calico's Felix, a Go function"),
+    ("vethPrefix", "AWS VPC CNI"),
+    ("buildIptablesSNATRules", "AWS VPC CNI, a Go function"),
+    ("parseCIDRString", "AWS VPC CNI, a Go function"),
+    ("typeOfSNAT", "AWS VPC CNI, a Go function"),
+];
+
+/// Every key of every table the parser checks a key against.
+fn known_keys() -> BTreeSet<&'static str> {
+    [STANDARD_KEYS, MASQ_KEYS, TIMEOUT_KEYS, RULE_KEYS, POLICY_KEYS, IP_MASQ_AGENT_ENTRY_KEYS, IP_MASQ_AGENT_KEYS]
+        .concat()
+        .into_iter()
+        .chain([CAP_PORT_MAPPINGS])
+        .collect()
+}
+
+/// The repository: its root and every file in it, as a path from the root.
+struct Repo {
+    root: PathBuf,
+    files: BTreeSet<String>,
+}
+
+impl Repo {
+    fn read() -> Repo {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
+        let mut files = BTreeSet::new();
+        let mut todo = vec![String::new()];
+        while let Some(dir) = todo.pop() {
+            for e in fs::read_dir(root.join(&dir)).unwrap() {
+                let e = e.unwrap();
+                let name = e.file_name().to_string_lossy().into_owned();
+                let rel = format!("{dir}{name}");
+                if e.file_type().unwrap().is_dir() {
+                    // Not .git, .pytest_cache (which holds a README.md) or a build.
+                    let skip = (name.starts_with('.') && name != ".ci") || (dir.is_empty() && name == "target");
+                    if !skip {
+                        todo.push(format!("{rel}/"));
+                    }
+                } else {
+                    files.insert(rel);
+                }
+            }
+        }
+        Repo { root, files }
+    }
+
+    fn exists(&self, rel: &str) -> bool {
+        self.root.join(rel).exists()
+    }
+
+    /// Whether a file matches `pattern`, whose `*` stands for any run within a segment.
+    fn glob_matches(&self, pattern: &str) -> bool {
+        let pat: Vec<&str> = pattern.trim_end_matches('/').split('/').collect();
+        self.files.iter().any(|f| {
+            let segs: Vec<&str> = f.split('/').collect();
+            segs.len() >= pat.len() && pat.iter().zip(&segs).all(|(p, s)| wildcard(p, s))
+        })
+    }
+
+    fn has_file_named(&self, name: &str) -> bool {
+        self.files.iter().any(|f| f.rsplit('/').next() == Some(name))
+    }
+
+    fn docs(&self) -> Vec<Doc> {
+        let docs: Vec<Doc> = (self.files.iter())
+            .filter(|f| f.ends_with(".md") && *f != "CHANGELOG.md")
+            .map(|f| Doc::new(f, fs::read_to_string(self.root.join(f)).unwrap()))
+            .collect();
+        assert!(docs.iter().any(|d| d.rel == "README.md") && docs.len() >= 10, "the docs were not found");
+        docs
+    }
+}
+
+fn wildcard(pat: &str, s: &str) -> bool {
+    match pat.split_once('*') {
+        None => pat == s,
+        Some((head, rest)) => {
+            s.starts_with(head) && (head.len()..=s.len()).any(|i| s.is_char_boundary(i) && wildcard(rest, &s[i..]))
+        }
+    }
+}
+
+/// One Markdown file: its path from the root, its lines, and which are inside a fence.
+struct Doc {
+    rel: String,
+    text: String,
+    fenced: Vec<bool>,
+}
+
+impl Doc {
+    fn new(rel: &str, text: String) -> Doc {
+        let mut inside = false;
+        let fenced = (text.lines())
+            .map(|l| {
+                let fence = l.trim_start().starts_with("```");
+                let was = inside;
+                inside ^= fence;
+                was || fence
+            })
+            .collect();
+        Doc { rel: rel.to_string(), text, fenced }
+    }
+
+    fn lines(&self) -> impl Iterator<Item = (usize, &str, bool)> {
+        self.text.lines().zip(&self.fenced).enumerate().map(|(i, (l, f))| (i + 1, l, *f))
+    }
+
+    /// Backticked spans outside fences, with their line: the spans of each paragraph.
+    fn spans(&self) -> Vec<(usize, String)> {
+        let mut out = Vec::new();
+        let mut para: Vec<(usize, &str)> = Vec::new();
+        for (n, line, fenced) in self.lines().chain([(0, "", false)]) {
+            if !fenced && !line.trim().is_empty() {
+                para.push((n, line));
+                continue;
+            }
+            let chars: Vec<(usize, char)> =
+                para.iter().flat_map(|(n, l)| l.chars().chain(['\n']).map(move |c| (*n, c))).collect();
+            let run = |i: usize| chars[i..].iter().take_while(|(_, c)| *c == '`').count();
+            let mut i = 0;
+            while i < chars.len() {
+                let k = run(i);
+                if k == 0 {
+                    i += 1;
+                    continue;
+                }
+                let close = (i + k..chars.len()).find(|&j| run(j) == k && (j == 0 || chars[j - 1].1 != '`'));
+                match close {
+                    Some(j) => {
+                        out.push((chars[i].0, chars[i + k..j].iter().map(|(_, c)| c).collect::<String>()));
+                        i = j + k;
+                    }
+                    None => i += k,
+                }
+            }
+            para.clear();
+        }
+        out
+    }
+
+    /// The lines of the section under `heading` (up to the next heading of its level or higher).
+    fn section(&self, heading: &str) -> Vec<(usize, &str)> {
+        let level = heading.split(' ').next().unwrap().len();
+        let ends = |l: &str| {
+            let hashes = l.chars().take_while(|&c| c == '#').count();
+            hashes > 0 && hashes <= level && l[hashes..].starts_with(' ')
+        };
+        let mut out = Vec::new();
+        let mut inside = false;
+        for (n, line, fenced) in self.lines() {
+            if !fenced && line.trim_end() == heading {
+                inside = true;
+            } else if inside && !fenced && ends(line) {
+                break;
+            } else if inside {
+                out.push((n, line));
+            }
+        }
+        out
+    }
+
+    fn anchors(&self) -> BTreeSet<String> {
+        (self.lines())
+            .filter(|(_, l, fenced)| !fenced && l.starts_with('#'))
+            .map(|(_, l, _)| slug(l.trim_start_matches('#')))
+            .collect()
+    }
+}
+
+fn slug(heading: &str) -> String {
+    (heading.trim().to_lowercase().chars())
+        .filter(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | ' '))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+fn is_word(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_' || c == '-'
+}
+
+/// The runs of `body` characters in `line` that no word character and none of
+/// `before` comes just before: (byte offset, word).
+fn words<'a>(line: &'a str, before: &str, body: impl Fn(char) -> bool) -> Vec<(usize, &'a str)> {
+    let mut out = Vec::new();
+    let mut prev: Option<char> = None;
+    let mut i = 0;
+    while i < line.len() {
+        let c = line[i..].chars().next().unwrap();
+        let free = prev.is_none_or(|p| !(is_word(p) || before.contains(p)));
+        if free && body(c) {
+            let end = line[i..].find(|c: char| !body(c)).map_or(line.len(), |e| i + e);
+            out.push((i, &line[i..end]));
+            prev = line[..end].chars().next_back();
+            i = end;
+        } else {
+            prev = Some(c);
+            i += c.len_utf8();
+        }
+    }
+    out
+}
+
+/// The drifts `doc` shows, and how many names it checked.
+fn check_files(doc: &Doc, repo: &Repo) -> (Vec<String>, usize) {
+    let (mut bad, mut seen) = (Vec::new(), 0);
+    let at = |n: usize| format!("{}:{n}", doc.rel);
+    for (n, line, fenced) in doc.lines() {
+        let path_char = |c: char| is_word(c) || "./*<>{}".contains(c);
+        for (_, w) in words(line, "./~", path_char) {
+            let w = w.trim_end_matches('.');
+            if !TOP_FOLDERS.iter().any(|t| w.starts_with(t)) || w.contains(['<', '>', '{', '}']) {
+                continue;
+            }
+            seen += 1;
+            let found = if w.contains('*') { repo.glob_matches(w) } else { repo.exists(w) };
+            if !found {
+                let what = if w.contains('*') { "matches no file" } else { "does not exist" };
+                bad.push(format!("{}: `{w}` {what}", at(n)));
+            }
+        }
+        for (_, w) in words(line, "./", |c| is_word(c) || c == '.') {
+            let w = w.trim_end_matches('.');
+            let ours = w.rsplit_once('.').is_some_and(|(stem, ext)| !stem.is_empty() && SOURCE_EXTENSIONS.contains(&ext));
+            seen += usize::from(ours);
+            if ours && !repo.has_file_named(w) {
+                bad.push(format!("{}: no file is named {w}", at(n)));
+            }
+        }
+        let mut rest = if fenced { "" } else { line };
+        while let Some(i) = rest.find("](") {
+            rest = &rest[i + 2..];
+            let target = &rest[..rest.find(')').unwrap_or(rest.len())];
+            if target.contains(':') || target.contains(' ') {
+                continue; // a URL, or not a link
+            }
+            seen += 1;
+            let (file, anchor) = target.split_once('#').unwrap_or((target, ""));
+            let rel = normalize(&Path::new(&doc.rel).parent().unwrap().join(file));
+            let heads = if file.is_empty() {
+                doc.anchors()
+            } else if repo.exists(&rel) {
+                Doc::new(&rel, fs::read_to_string(repo.root.join(&rel)).unwrap_or_default()).anchors()
+            } else {
+                bad.push(format!("{}: link {target}: {rel} does not exist", at(n)));
+                continue;
+            };
+            if !anchor.is_empty() && !heads.contains(anchor) {
+                bad.push(format!("{}: link {target}: no heading #{anchor} there", at(n)));
+            }
+        }
+    }
+    (bad, seen)
+}
+
+/// `docs/../integration/README.md` -> `integration/README.md`.
+fn normalize(p: &Path) -> String {
+    let mut out: Vec<String> = Vec::new();
+    for c in p.components() {
+        match c.as_os_str().to_str().unwrap() {
+            "." => {}
+            ".." => drop(out.pop()),
+            s => out.push(s.to_string()),
+        }
+    }
+    out.join("/")
+}
+
+/// Every layout version `doc` names: (line, byte offset in the line, N).
+fn layout_mentions(doc: &Doc) -> Vec<(usize, usize, u32)> {
+    let mut out = Vec::new();
+    let number = |s: &str| s.chars().take_while(char::is_ascii_digit).collect::<String>().parse::<u32>().ok();
+    for (n, line, _) in doc.lines() {
+        let lower = line.to_ascii_lowercase();
+        for (i, w) in words(&lower, "", |c| c.is_ascii_alphabetic()) {
+            if w != "layout" && w != "layouts" {
+                continue;
+            }
+            let rest = &lower[i + w.len()..];
+            let Some(rest) = rest.strip_prefix(' ').or_else(|| rest.strip_prefix('-')) else { continue };
+            let rest = rest.strip_prefix("version ").or_else(|| rest.strip_prefix('v')).unwrap_or(rest);
+            let after = rest.trim_start_matches(|c: char| c.is_ascii_digit());
+            if let Some(v) = number(rest).filter(|_| !after.starts_with(|c: char| c.is_ascii_alphanumeric())) {
+                out.push((n, i, v));
+            }
+        }
+        for pin in ["<pinPath>/v", "ebpf-masq/v"] {
+            for (i, _) in line.match_indices(pin) {
+                if let Some(v) = number(&line[i + pin.len()..]) {
+                    out.push((n, i, v));
+                }
+            }
+        }
+    }
+    for (n, span) in doc.spans() {
+        let dir = span.strip_prefix('v').map(|s| s.strip_suffix('/').unwrap_or(s));
+        if let Some(v) = dir.filter(|d| !d.is_empty() && d.chars().all(|c| c.is_ascii_digit())) {
+            out.push((n, usize::MAX, v.parse().unwrap()));
+        }
+    }
+    out
+}
+
+fn check_layouts(doc: &Doc) -> Vec<String> {
+    let mut bad = Vec::new();
+    let history: Vec<usize> =
+        if doc.rel == "docs/upgrade.md" { doc.section("## Layout history").iter().map(|(n, _)| *n).collect() } else { Vec::new() };
+    let lines: Vec<&str> = doc.text.lines().collect();
+    for (n, at, v) in layout_mentions(doc) {
+        let line = lines[n - 1];
+        let phrase = HISTORY.iter().any(|(file, p)| {
+            *file == doc.rel && line.match_indices(p).any(|(i, _)| at != usize::MAX && (i..i + p.len()).contains(&at))
+        });
+        let historic = history.contains(&n) || phrase;
+        if v != LAYOUT_VERSION && !(historic && v < LAYOUT_VERSION) {
+            bad.push(format!("{}:{n}: layout {v}, but LAYOUT_VERSION is {LAYOUT_VERSION}: {}", doc.rel, line.trim()));
+        }
+    }
+    if doc.rel == "docs/upgrade.md" {
+        let section = doc.section("## Layout history");
+        let first_row = section.iter().map(|(_, l)| *l).filter(|l| l.starts_with('|')).nth(2);
+        let cell = first_row.and_then(|r| r.split('|').nth(1)).map(str::trim);
+        if cell != Some(LAYOUT_VERSION.to_string().as_str()) {
+            bad.push(format!(
+                "docs/upgrade.md: the layout history's first row is {cell:?}, not LAYOUT_VERSION {LAYOUT_VERSION}"
+            ));
+        }
+    }
+    bad
+}
+
+/// The key a backticked span names, if it names one (see the rules above).
+fn key_in_span(span: &str) -> Option<&str> {
+    let span = span.trim();
+    let (name, rest) = match span.strip_prefix("--set ") {
+        Some(set) => (set.split('=').next().unwrap(), "="),
+        None => {
+            let s = span.strip_prefix('"').unwrap_or(span);
+            let end = s.find(|c: char| !c.is_ascii_alphanumeric()).unwrap_or(s.len());
+            (&s[..end], s[end..].strip_prefix('"').unwrap_or(&s[end..]).trim_start())
+        }
+    };
+    let camel = name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name.chars().all(|c| c.is_ascii_alphanumeric())
+        && name.chars().any(|c| c.is_ascii_uppercase());
+    (camel && (rest.is_empty() || rest.starts_with([':', '=']))).then_some(name)
+}
+
+/// The drifts `doc` shows, and how many keys and entries it checked.
+fn check_keys(doc: &Doc) -> (Vec<String>, usize) {
+    let known = known_keys();
+    let (mut bad, mut seen) = (Vec::new(), 0);
+    for (n, span) in doc.spans() {
+        if let Some(k) = key_in_span(&span) {
+            seen += 1;
+            if !known.contains(k) && !FOREIGN.iter().any(|(f, _)| *f == k) {
+                bad.push(format!("{}:{n}: `{span}`: the parser knows no key {k}", doc.rel));
+            }
+        }
+    }
+    let lines: Vec<&str> = doc.text.lines().collect();
+    let mut n = 0;
+    while n < lines.len() {
+        let info = lines[n].trim_start().strip_prefix("```").map(str::trim);
+        let end = (n + 1..lines.len()).find(|&j| lines[j].trim_start().starts_with("```")).unwrap_or(lines.len());
+        if info == Some("json") {
+            let body = lines[n + 1..end].join("\n");
+            match serde_json::from_str::<serde_json::Value>(&body) {
+                Err(e) => bad.push(format!("{}:{}: the JSON example does not parse: {e}", doc.rel, n + 1)),
+                Ok(v) => {
+                    for entry in entries(&v) {
+                        seen += 1;
+                        if let Err(e) = config::parse_netconf(entry.to_string().as_bytes()) {
+                            bad.push(format!("{}:{}: the ebpf-masq entry is refused: {e}", doc.rel, n + 1));
+                        }
+                    }
+                }
+            }
+        }
+        n = if info.is_some() { end + 1 } else { n + 1 };
+    }
+    (bad, seen)
+}
+
+/// The ebpf-masq entries in a JSON example, with cniVersion and name as their conflist gives them.
+fn entries(v: &serde_json::Value) -> Vec<serde_json::Value> {
+    let mut out = Vec::new();
+    match v {
+        serde_json::Value::Object(o) if o.get("type").and_then(|t| t.as_str()) == Some("ebpf-masq") => {
+            let mut o = o.clone();
+            o.entry("cniVersion").or_insert("1.0.0".into());
+            o.entry("name").or_insert("docs".into());
+            out.push(serde_json::Value::Object(o));
+        }
+        serde_json::Value::Object(o) => o.values().for_each(|v| out.extend(entries(v))),
+        serde_json::Value::Array(a) => a.iter().for_each(|v| out.extend(entries(v))),
+        _ => {}
+    }
+    out
+}
+
+fn check_config_table(readme: &Doc) -> Vec<String> {
+    let section = readme.section("## Configuration");
+    let mut rows = section.iter().map(|(_, l)| *l).skip_while(|l| !l.replace(' ', "").starts_with("|key|"));
+    if rows.next().is_none() {
+        return vec!["README.md: no config table (a table under ## Configuration whose first header cell is key)".into()];
+    }
+    let in_table: BTreeSet<String> = (rows.skip(1).take_while(|l| l.starts_with('|')))
+        .flat_map(|r| Doc::new("row", r.split('|').nth(1).unwrap_or("").to_string()).spans())
+        .map(|(_, s)| s)
+        .collect();
+    let mut bad = Vec::new();
+    for k in MASQ_KEYS.iter().filter(|k| !in_table.contains(**k)) {
+        bad.push(format!("README.md: the config table has no row for the key {k}"));
+    }
+    for k in in_table.iter().filter(|k| !MASQ_KEYS.contains(&k.as_str())) {
+        bad.push(format!("README.md: the config table names {k}, which is not one of our keys"));
+    }
+    for k in [TIMEOUT_KEYS, RULE_KEYS, POLICY_KEYS, IP_MASQ_AGENT_ENTRY_KEYS].concat() {
+        if !readme.text.contains(&format!("`{k}`")) && !readme.text.contains(&format!("\"{k}\"")) {
+            bad.push(format!("README.md: the nested key {k} is not named (`{k}` or \"{k}\")"));
+        }
+    }
+    bad
+}
+
+fn check_test_table(testing: &Doc, repo: &Repo) -> Vec<String> {
+    let test_file = |f: &&String| {
+        let (dir, name) = f.rsplit_once('/').unwrap_or(("", f));
+        (dir == "plugin/tests" && name.ends_with(".rs"))
+            || (dir == "integration" && name.starts_with("test_") && name.ends_with(".py"))
+    };
+    (repo.files.iter().filter(test_file))
+        .filter(|f| !testing.text.lines().any(|l| l.starts_with(&format!("| `{f}` |"))))
+        .map(|f| format!("docs/testing.md: the table has no row for {f}"))
+        .collect()
+}
+
+fn report(bad: Vec<String>) {
+    assert!(bad.is_empty(), "{} drift(s):\n{}", bad.len(), bad.join("\n"));
+}
+
+#[test]
+fn docs_name_only_files_that_exist() {
+    let repo = Repo::read();
+    let (bad, seen): (Vec<_>, Vec<_>) = repo.docs().iter().map(|d| check_files(d, &repo)).unzip();
+    let seen: usize = seen.iter().sum();
+    assert!(seen >= 100, "only {seen} file names found: the reader has gone blind");
+    report(bad.concat());
+}
+
+#[test]
+fn docs_name_only_the_current_layout() {
+    let docs = Repo::read().docs();
+    let mentions: usize = docs.iter().map(|d| layout_mentions(d).len()).sum();
+    assert!(mentions >= 5, "only {mentions} layout versions found: the reader has gone blind");
+    report(docs.iter().flat_map(check_layouts).collect());
+}
+
+#[test]
+fn docs_name_only_keys_the_parser_knows() {
+    let (bad, seen): (Vec<_>, Vec<_>) = Repo::read().docs().iter().map(check_keys).unzip();
+    let seen: usize = seen.iter().sum();
+    assert!(seen >= 100, "only {seen} keys and entries found: the reader has gone blind");
+    report(bad.concat());
+}
+
+#[test]
+fn readme_config_table_lists_every_key_the_parser_knows() {
+    let docs = Repo::read().docs();
+    report(check_config_table(docs.iter().find(|d| d.rel == "README.md").unwrap()));
+}
+
+#[test]
+fn testing_md_lists_every_test_file() {
+    let repo = Repo::read();
+    let docs = repo.docs();
+    report(check_test_table(docs.iter().find(|d| d.rel == "docs/testing.md").unwrap(), &repo));
+}
+
+/// Each check finds what it is there to find (a check that cannot fail proves nothing).
+#[test]
+fn each_check_fails_on_a_broken_doc() {
+    let repo = Repo::read();
+    let doc = |rel: &str, text: &str| Doc::new(rel, text.to_string());
+    let files = doc(
+        "docs/x.md",
+        "`plugin/src/gone.rs`, bpf/lib/nope*.h, gone_helper.py, [a](gone.md), [b](nat.md#no-such-heading),\n\
+         nf_nat_core.c (not ours, so written with its path).\n\
+         Fine: `plugin/src/cni.rs`, bpf/lib/fastpath*.h, `scripts/<name>.sh`, net/netfilter/nf_nat_core.c,\n\
+         /sys/fs/bpf/ebpf-masq, [c](nat.md#limits), [d](../integration/README.md), [e](#fine), cni.rs.\n\n## Fine\n",
+    );
+    let (got, seen) = check_files(&files, &repo);
+    assert_eq!((got.len(), seen), (6, 12), "{got:#?}");
+    let old = LAYOUT_VERSION - 1;
+    let layouts = doc(
+        "docs/x.md",
+        &format!(
+            "Pins under `<pinPath>/v{old}/`; the `v{old}/` is layout {old}, Layout-v{old} too.\n\
+             Fine: layout {LAYOUT_VERSION}, `v{LAYOUT_VERSION}/`, `egress_policy_v4/v6`, `LAYOUT_VERSION`, layout directory."
+        ),
+    );
+    assert_eq!(check_layouts(&layouts).len(), 4, "{:#?}", check_layouts(&layouts));
+    let upgrade = doc(
+        "docs/upgrade.md",
+        &format!(
+            "Layout {old} before.\n\n## Layout history\n\n| layout | what |\n|---|---|\n| {old} | layout {} |\n\n## Next\n",
+            LAYOUT_VERSION + 1
+        ),
+    );
+    // Outside the history; a future layout inside it; its first row is not the current one.
+    assert_eq!(check_layouts(&upgrade).len(), 3, "{:#?}", check_layouts(&upgrade));
+    let keys = doc(
+        "docs/x.md",
+        "`natOutgoin`, `\"fastPat\": true`, `--set podPortLimt=3`, `ipMasq: true`, `natOutgoing`, `tcp`.\n\n\
+         ```json\n{\"plugins\": [{\"type\": \"ebpf-masq\", \"natTimeouts\": {\"tcpp\": 5}}]}\n```\n\
+         ```json\n{\"type\": \"ebpf-masq\",}\n```\n",
+    );
+    let (got, seen) = check_keys(&keys);
+    assert_eq!((got.len(), seen), (5, 6), "{got:#?}");
+    // The real README and testing.md, each broken once: what the check finds beyond what it found before.
+    let more = |found: Vec<String>, before: Vec<String>| -> Vec<String> {
+        found.into_iter().filter(|f| !before.contains(f)).collect()
+    };
+    let readme = fs::read_to_string(repo.root.join("README.md")).unwrap();
+    let broken = readme.replacen("| `podPortLimit` |", "| `podPortLimits` |", 1).replace("`toAddress`", "toAddress");
+    let got = more(check_config_table(&doc("README.md", &broken)), check_config_table(&doc("README.md", &readme)));
+    assert_eq!(got.len(), 3, "no podPortLimit row, an unknown row, toAddress unnamed: {got:#?}");
+    let testing = fs::read_to_string(repo.root.join("docs/testing.md")).unwrap();
+    let broken = testing.replace("| `plugin/tests/layers.rs` |", "| plugin/tests/layers.rs |");
+    let got = more(check_test_table(&doc("docs/testing.md", &broken), &repo), check_test_table(&doc("t", &testing), &repo));
+    assert_eq!(got, ["docs/testing.md: the table has no row for plugin/tests/layers.rs"]);
+}
