@@ -299,7 +299,8 @@ fn check_files(doc: &Doc, repo: &Repo) -> (Vec<String>, usize) {
         }
         for (_, w) in words(line, "./", |c| is_word(c) || c == '.') {
             let w = w.trim_end_matches('.');
-            let ours = w.rsplit_once('.').is_some_and(|(stem, ext)| !stem.is_empty() && SOURCE_EXTENSIONS.contains(&ext));
+            let ours =
+                w.rsplit_once('.').is_some_and(|(stem, ext)| !stem.is_empty() && SOURCE_EXTENSIONS.contains(&ext));
             seen += usize::from(ours);
             if ours && !repo.has_file_named(w) {
                 bad.push(format!("{}: no file is named {w}", at(n)));
@@ -381,8 +382,11 @@ fn layout_mentions(doc: &Doc) -> Vec<(usize, usize, u32)> {
 
 fn check_layouts(doc: &Doc) -> Vec<String> {
     let mut bad = Vec::new();
-    let history: Vec<usize> =
-        if doc.rel == "docs/upgrade.md" { doc.section("## Layout history").iter().map(|(n, _)| *n).collect() } else { Vec::new() };
+    let history: Vec<usize> = if doc.rel == "docs/upgrade.md" {
+        doc.section("## Layout history").iter().map(|(n, _)| *n).collect()
+    } else {
+        Vec::new()
+    };
     let lines: Vec<&str> = doc.text.lines().collect();
     for (n, at, v) in layout_mentions(doc) {
         let line = lines[n - 1];
@@ -481,7 +485,9 @@ fn check_config_table(readme: &Doc) -> Vec<String> {
     let section = readme.section("## Configuration");
     let mut rows = section.iter().map(|(_, l)| *l).skip_while(|l| !l.replace(' ', "").starts_with("|key|"));
     if rows.next().is_none() {
-        return vec!["README.md: no config table (a table under ## Configuration whose first header cell is key)".into()];
+        return vec![
+            "README.md: no config table (a table under ## Configuration whose first header cell is key)".into()
+        ];
     }
     let in_table: BTreeSet<String> = (rows.skip(1).take_while(|l| l.starts_with('|')))
         .flat_map(|r| Doc::new("row", r.split('|').nth(1).unwrap_or("").to_string()).spans())
@@ -601,11 +607,17 @@ fn each_check_fails_on_a_broken_doc() {
         found.into_iter().filter(|f| !before.contains(f)).collect()
     };
     let readme = fs::read_to_string(repo.root.join("README.md")).unwrap();
-    let broken = readme.replacen("| `podPortLimit` |", "| `podPortLimits` |", 1).replace("`toAddress`", "toAddress");
+    let (row, nested) = (format!("| `{}` |", MASQ_KEYS[0]), RULE_KEYS[1]);
+    assert!(readme.contains(&row) && readme.contains(&format!("`{nested}`")));
+    let broken = readme
+        .replacen(&row, "| `notAKey` |", 1)
+        .replace(&format!("`{nested}`"), "")
+        .replace(&format!("\"{nested}\""), "");
     let got = more(check_config_table(&doc("README.md", &broken)), check_config_table(&doc("README.md", &readme)));
-    assert_eq!(got.len(), 3, "no podPortLimit row, an unknown row, toAddress unnamed: {got:#?}");
+    assert_eq!(got.len(), 3, "a row missing, an unknown row, a nested key unnamed: {got:#?}");
     let testing = fs::read_to_string(repo.root.join("docs/testing.md")).unwrap();
-    let broken = testing.replace("| `plugin/tests/layers.rs` |", "| plugin/tests/layers.rs |");
-    let got = more(check_test_table(&doc("docs/testing.md", &broken), &repo), check_test_table(&doc("t", &testing), &repo));
-    assert_eq!(got, ["docs/testing.md: the table has no row for plugin/tests/layers.rs"]);
+    let broken = testing.replace("| `plugin/tests/docs.rs` |", "| plugin/tests/docs.rs |");
+    let got =
+        more(check_test_table(&doc("docs/testing.md", &broken), &repo), check_test_table(&doc("t", &testing), &repo));
+    assert_eq!(got, ["docs/testing.md: the table has no row for plugin/tests/docs.rs"]);
 }
