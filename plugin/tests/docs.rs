@@ -2,8 +2,9 @@
 //! rust-lang/rust's tidy does the same for its own docs). Every Markdown file of
 //! the repository (hidden folders but `.ci/`, and `target/`, aside) is read,
 //! except CHANGELOG.md (history: it says what was true then). Fenced code blocks
-//! are read too, for paths, file names and "layout N"; links and backticked
-//! spans are read outside them only.
+//! are read too, for paths, file names, "layout N" and `<pinPath>/vN`; links
+//! and backticked spans are read outside them only (reference-style links
+//! `[x]: path` are not read: the docs use inline ones).
 //!
 //! **Files.** (1) A repository path is a word that begins with one of our
 //! top-level folders (`plugin/`, `bpf/`, `scripts/`, `integration/`, `conf/`,
