@@ -22,6 +22,11 @@
 #           the pod; no source check, no NAT state, no rewrite but the TTL. The
 #           ceiling of any fast path on this topology: fast/redir is what the
 #           fast path's NAT and checks cost, redir/none what skipping the stack gains
+#     state with --floor only: none plus a program that keeps the least per-flow
+#           state a NAT can (scripts/bench/state.bpf.c: a forward and a reverse
+#           hash half per flow, looked up per packet, written per new flow; no
+#           rewrite, no port search) at the same hooks: ebpf/state is what
+#           ebpf-masq costs above any stateful NAT's floor on this machine
 #     ipt   node: iptables -t nat -A POSTROUTING -s 10.244.1.0/24 -o eth0 -j MASQUERADE
 #           (ext has no route back: replies only work if NAT worked)
 #     ebpf  conflist bridge + host-local + ebpf-masq with its defaults, only
@@ -104,6 +109,14 @@
 # and no scheduler noise, so two builds compare to a few ns. Each figure
 # includes the test-run frame's fixed cost, printed as "baseline".
 #
+# --newflow: the new-flow path under load, ebpf-masq and its fast path beside
+# iptables MASQUERADE, one lab per row and mode (scripts/bench/newflow.py has
+# the details; ~12 minutes): churn (4 pods + the node, unthrottled, 60 s, to one
+# endpoint: conn/s, failed, stalled, no_port, ports tried per new pair), held
+# (the same churn, 30 s, while 45,000 connections to that endpoint are held
+# open), ramp (clients raised 4..128 until a connection fails). With --quick:
+# 10 s, 20,000 held, clients 4 and 16.
+#
 # --sweep: what the NAT expiry sweep (one bpf_timer per node, bpf/lib/nat_gc.h) takes from
 # a CPU. One ebpf node with the defaults; a busy-looping probe
 # (scripts/bench/gap.py) pinned to each CPU in turn counts the times it lost
@@ -119,12 +132,14 @@
 #   --add-latency  the ADD-latency mode above instead of the data-path benchmark
 #   --micro        the per-path micro-benchmark above instead
 #   --sweep        the expiry-sweep stall probe above instead
+#   --newflow      the new-flow rows above instead
 #   --reps N       add-latency: warm-node repetitions (default 100)
 #   --first N      add-latency: fresh-node first ADDs per map size (default 5)
 #   --rounds N     rounds (default 5)
 #   --duration S   seconds per tcp/udp/cps test, whole seconds (default 2);
 #                  add-latency: seconds per UDP run of the per-packet stage
 #   --pings N      pings 10 ms apart per test; 10 x N back-to-back (default 50)
+#   --floor        add the state mode (above) to the data-path benchmark
 #   --quick        smoke test: --rounds 1 --duration 1 --pings 20 (~40 s);
 #                  with --add-latency: --reps 20 --first 2 --duration 1
 #   --json FILE    also write {meta, summary, targets, samples} as one JSON line to FILE
@@ -177,7 +192,9 @@ while [ $# -gt 0 ]; do
     --add-latency) ADDLAT=1; shift ;;
     --micro)    MICRO=1; shift ;;
     --sweep)    SWEEP=1; shift ;;
+    --newflow)  NEWFLOW=1; shift ;;
     --quick)    QUICK=1; shift ;;
+    --floor)    MODES+=(state); shift ;;
     --build)    BUILD=1; shift ;;
     -h|--help)  usage 0 ;;
     *) echo "bench: unknown option $1" >&2; usage 2 >&2 ;;
@@ -186,6 +203,13 @@ done
 if [ "${MICRO:-0}" = 1 ]; then  # BPF_PROG_TEST_RUN per-path costs: no topology needed
   [ "$(id -u)" = 0 ] || { echo "bench: must run as root" >&2; exit 1; }
   cd "$REPO" && exec cargo test --release --test microbench -- --ignored --nocapture --test-threads=1
+fi
+if [ "${NEWFLOW:-0}" = 1 ]; then  # labs of integration/churnlab.py; newflow.py cleans up after itself
+  [ "$(id -u)" = 0 ] || { echo "bench: must run as root" >&2; exit 1; }
+  nf_args=()
+  [ "$QUICK" = 0 ] || nf_args+=(--churn-secs 10 --held 20000 --held-secs 10 --ramp 4,16 --ramp-secs 3)
+  [ -z "$JSON_OUT" ] || nf_args+=(--json "$JSON_OUT")
+  exec "$PY" "$HERE/bench/newflow.py" "${nf_args[@]}"
 fi
 if [ "$QUICK" = 1 ]; then       # smoke test: one short round
   ROUNDS=1 DURATION=1 PINGS=20 REPS=20 FIRST=2
@@ -232,6 +256,7 @@ PIN=/sys/fs/bpf/$PFX                # ebpf mode
 PIN_FAST=/sys/fs/bpf/$PFX-fast      # fast mode (the fastPath flag is per pin path)
 PIN_HOOKS=/sys/fs/bpf/$PFX-hooks    # hooks mode: the empty program and its links
 PIN_REDIR=/sys/fs/bpf/$PFX-redir    # redir mode: the redirect-only programs, their maps and link
+PIN_STATE=/sys/fs/bpf/$PFX-state    # state mode (--floor): the state-floor program and its links
 WORK=""
 NAMESPACES=()      # netns we created
 PIDS=()            # background processes we started
@@ -258,7 +283,7 @@ cleanup() {
     rm -rf "$PIN"-*
     rm -f /var/lib/cni/results/"$PFX"-*
   fi
-  rm -rf "$PIN" "$PIN_FAST" "$PIN_HOOKS" "$PIN_REDIR"   # the anchors' links go with their pins
+  rm -rf "$PIN" "$PIN_FAST" "$PIN_HOOKS" "$PIN_REDIR" "$PIN_STATE"   # the anchors' links go with their pins
   [ -n "$WORK" ] && rm -rf "$WORK"
   exit "$rc"
 }
@@ -327,7 +352,9 @@ setup_mode() {   # setup_mode MODE [dual]: dual = IPv6 on the node, ext and pod 
   case $mode in
     none) ip -n "$(ns "$mode" ext)" route add "$POD_SUBNET" via "$NODE_IP" ;;
     hooks) ip -n "$(ns "$mode" ext)" route add "$POD_SUBNET" via "$NODE_IP"
-           attach_empty "$mode" ;;
+           attach_empty "$mode" "$WORK/empty.o" "$PIN_HOOKS" masq_empty ;;
+    state) ip -n "$(ns "$mode" ext)" route add "$POD_SUBNET" via "$NODE_IP"
+           attach_empty "$mode" "$WORK/state.o" "$PIN_STATE" masq_state ;;
     redir) ip -n "$(ns "$mode" ext)" route add "$POD_SUBNET" via "$NODE_IP"
            attach_redir "$mode" ;;
     ipt)  nx "$mode" node iptables -t nat -A POSTROUTING -s "$POD_SUBNET" -o eth0 -j MASQUERADE ;;
@@ -345,7 +372,7 @@ setup_mode() {   # setup_mode MODE [dual]: dual = IPv6 on the node, ext and pod 
   wait_listen "$mode" t "$CPS_PORT"
 }
 
-pin_of() { case $1 in ebpf) echo "$PIN" ;; fast) echo "$PIN_FAST" ;; hooks) echo "$PIN_HOOKS" ;; redir) echo "$PIN_REDIR" ;; esac; }
+pin_of() { case $1 in ebpf) echo "$PIN" ;; fast) echo "$PIN_FAST" ;; hooks) echo "$PIN_HOOKS" ;; state) echo "$PIN_STATE" ;; redir) echo "$PIN_REDIR" ;; esac; }
 
 # tcx_or_tc MODE PROG DEV HOOK LINK: PROG on DEV's HOOK as a TCX link pinned at
 # LINK, or as a tc clsact filter where the kernel has no TCX.
@@ -367,15 +394,16 @@ pod_veth() {   # pod_veth MODE: the pod's host-side veth, from the CNI result
             if i["name"].startswith("veth")))' "$WORK/$1/cni-result.json"
 }
 
-# attach_empty MODE: the empty program where ebpf-masq attaches on MODE's node,
-# the way it attaches there: eth0 egress and ingress as TCX links (tc clsact
-# where there is no TCX), the pod veth's ingress as a tc clsact filter.
+# attach_empty MODE OBJ PIN NAME: one anchor program (OBJ's NAME, pinned under
+# PIN) where ebpf-masq attaches on MODE's node, the way it attaches there: eth0
+# egress and ingress as TCX links (tc clsact where there is no TCX), the pod
+# veth's ingress as a tc clsact filter.
 attach_empty() {
-  local mode=$1 veth hook prog="$PIN_HOOKS/v0/progs/masq_empty"
-  mkdir -p "$PIN_HOOKS/v0/progs" "$PIN_HOOKS/links"
-  bpftool prog load "$WORK/empty.o" "$prog" type classifier || die "hooks: cannot load the empty program"
+  local mode=$1 obj=$2 pin=$3 name=$4 veth hook prog="$3/v0/progs/$4"
+  mkdir -p "$pin/v0/progs" "$pin/links"
+  bpftool prog load "$obj" "$prog" type classifier || die "$mode: cannot load $obj"
   veth=$(pod_veth "$mode")
-  for hook in egress ingress; do tcx_or_tc "$mode" "$prog" eth0 "$hook" "$PIN_HOOKS/links/eth0-$hook"; done
+  for hook in egress ingress; do tcx_or_tc "$mode" "$prog" eth0 "$hook" "$pin/links/eth0-$hook"; done
   tc_attach "$mode" "$prog" "$veth" ingress
 }
 
@@ -426,12 +454,13 @@ check_mode() {
   ruleset=$(nx "$mode" node nft list ruleset 2>/dev/null || true)
   filters=$(ne "$mode" node "$PY" "$REPO/integration/bpfhooks.py" eth0 egress)   # TCX programs and tc filters
   case $mode in
-    none|hooks|redir|ebpf|fast) [ -z "$ruleset" ] || die "$mode: node has netfilter rules: $ruleset" ;;
+    none|hooks|state|redir|ebpf|fast) [ -z "$ruleset" ] || die "$mode: node has netfilter rules: $ruleset" ;;
     ipt) grep -q masquerade <<<"$ruleset" || die "ipt: MASQUERADE rule missing" ;;
   esac
   case $mode in
     ebpf|fast) grep -q masq_up_egress <<<"$filters" || die "$mode: ebpf-masq is not on the node's eth0 egress" ;;
     hooks) grep -q masq_empty <<<"$filters" || die "hooks: the empty program is not on the node's eth0 egress" ;;
+    state) grep -q masq_state <<<"$filters" || die "state: the state-floor program is not on the node's eth0 egress" ;;
     *)    [ -z "$filters" ] || die "$mode: unexpected BPF program on eth0: $filters" ;;
   esac
 }
@@ -569,6 +598,7 @@ main() {
   TOOL=$WORK/benchtool
   gcc -O2 -Wall -o "$TOOL" "$TOOL_SRC"
   clang -O2 -target bpf -I"/usr/include/$(gcc -print-multiarch)" -c "$HERE/bench/empty.bpf.c" -o "$WORK/empty.o"
+  clang -O2 -g -target bpf -I"/usr/include/$(gcc -print-multiarch)" -c "$HERE/bench/state.bpf.c" -o "$WORK/state.o"
   clang -O2 -g -target bpf -I"/usr/include/$(gcc -print-multiarch)" -c "$HERE/bench/redir.bpf.c" -o "$WORK/redir.o"
 
   [ "$(sysctl -n kernel.bpf_stats_enabled)" = 0 ] ||
@@ -594,7 +624,7 @@ main() {
         esac
       done
     done
-    for mode in hooks redir ebpf fast; do bpf_phase "$r" "$mode"; done
+    for mode in "${order[@]}"; do case $mode in none|ipt) ;; *) bpf_phase "$r" "$mode" ;; esac; done
   done
 
   # Issue 7's scale target: ports tried per new flow with the range 90 % full (BPF_PROG_TEST_RUN).

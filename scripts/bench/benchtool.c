@@ -27,6 +27,15 @@
  *   tcp-serve PORT WORKERS      WORKERS processes accept() on one socket; each
  *                               connection: read 16 bytes, answer them, read to
  *                               EOF, close() (the client closes first).
+ *   tcp-serve-idle PORT WORKERS as tcp-serve, but each of the WORKERS processes
+ *                               serves all its connections at once (epoll):
+ *                               one that never sends stays open, idle, and
+ *                               blocks nobody, until its client closes or
+ *                               resets it (up to KEEP_MAX in all; more
+ *                               processes when one may not hold their share).
+ *                               Clients that hold connections (tcp-hold) and
+ *                               clients that churn (tcp-churn) share one
+ *                               remote endpoint this way.
  *   tcp-keep PORT               accept() forever and keep every connection open
  *                               (never read, never closed) until killed; ends
  *                               with its parent. On SIGTERM/SIGINT prints
@@ -71,6 +80,7 @@
 #include <net/if.h>
 #include <sys/syscall.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -571,6 +581,75 @@ static int tcp_keep(const char *port)
 	return 0;
 }
 
+/* One tcp-serve-idle process: every connection it accepted in one epoll set. */
+static void serve_idle_loop(int lfd, rlim_t files)
+{
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE, .data.fd = lfd }, evs[256];
+	unsigned char *got = calloc(files, 1); /* request bytes read per connection (fd) */
+	int ep = epoll_create1(0), n, i;
+
+	if (!got || ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev))
+		die("epoll");
+	for (;;) {
+		n = epoll_wait(ep, evs, 256, -1);
+		for (i = 0; i < n; i++) {
+			int fd = evs[i].data.fd;
+			char buf[64];
+			ssize_t r;
+
+			if (fd == lfd) {
+				int c;
+
+				while ((c = accept4(lfd, NULL, NULL, SOCK_NONBLOCK)) >= 0) {
+					struct epoll_event cev = { .events = EPOLLIN, .data.fd = c };
+
+					if ((rlim_t)c >= files || epoll_ctl(ep, EPOLL_CTL_ADD, c, &cev)) {
+						close(c);
+						continue;
+					}
+					got[c] = 0;
+				}
+				if (errno == EMFILE || errno == ENFILE)
+					usleep(10000); /* queued for another process: no spinning */
+				continue;
+			}
+			r = recv(fd, buf, sizeof(buf), 0);
+			if (r > 0) {
+				if (got[fd] < 16 && got[fd] + r >= 16 && send(fd, buf, 16, MSG_DONTWAIT) != 16) {
+					close(fd); /* 16 bytes fit any empty send buffer: the peer is gone */
+					continue;
+				}
+				got[fd] = got[fd] + r > 16 ? 16 : got[fd] + r;
+			} else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
+				close(fd); /* the client's FIN or RST */
+			}
+		}
+	}
+}
+
+static int tcp_serve_idle(const char *port, int workers)
+{
+	int lfd = listen_on(port), w, need;
+	rlim_t files = files_up_to(KEEP_MAX / (workers > 0 ? workers : 1) + 64);
+
+	if (files <= 64)
+		die("RLIMIT_NOFILE");
+	need = (int)((KEEP_MAX + files - 65) / (files - 64));
+	if (workers < need)
+		workers = need;
+	if (fcntl(lfd, F_SETFL, O_NONBLOCK))
+		die("fcntl");
+	for (w = 1; w < workers; w++) {
+		if (fork() == 0) {
+			if (prctl(PR_SET_PDEATHSIG, SIGKILL) || getppid() == 1)
+				_exit(0);
+			break;
+		}
+	}
+	serve_idle_loop(lfd, files);
+	return 0;
+}
+
 #define HOLD_TIMEOUT_S 3.0
 #define HOLD_MAX_NOPORT 1000 /* EADDRNOTAVAIL in a row that end the attempts */
 
@@ -863,6 +942,8 @@ int main(int argc, char **argv)
 		return tcp_churn(argv[2], argv[3], atof(argv[4]), atoi(argv[5]));
 	if (argc == 4 && !strcmp(argv[1], "tcp-serve"))
 		return tcp_serve(argv[2], atoi(argv[3]));
+	if (argc == 4 && !strcmp(argv[1], "tcp-serve-idle"))
+		return tcp_serve_idle(argv[2], atoi(argv[3]));
 	if (argc == 3 && !strcmp(argv[1], "tcp-keep"))
 		return tcp_keep(argv[2]);
 	if (argc == 6 && !strcmp(argv[1], "tcp-hold"))
@@ -872,6 +953,7 @@ int main(int argc, char **argv)
 	fprintf(stderr, "usage: benchtool udp-send DST PORT SECS LEN | udp-sink PORT |\n"
 			"                 tcp-cps DST PORT SECS | tcp-accept PORT |\n"
 			"                 tcp-churn DST PORT SECS WORKERS | tcp-serve PORT WORKERS |\n"
+			"                 tcp-serve-idle PORT WORKERS |\n"
 			"                 tcp-keep PORT | tcp-hold DST PORT N CONCURRENCY |\n"
 			"                 tcx-attach PROG DEV ingress|egress LINK\n");
 	return 2;

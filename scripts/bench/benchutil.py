@@ -45,18 +45,21 @@ from pathlib import Path
 
 POD_SUBNET = "10.244.1.0/24"
 POD_SUBNET6 = "fd00:a::/64"   # the --sweep mode's dual-stack pod
-MODES = ["none", "ipt", "hooks", "redir", "ebpf", "fast"]
-MODE_LABEL = {"none": "no-NAT", "ipt": "iptables", "hooks": "empty-hooks", "redir": "redirect-only",
+MODES = ["none", "ipt", "hooks", "state", "redir", "ebpf", "fast"]   # state: with --floor only
+MODE_LABEL = {"none": "no-NAT", "ipt": "iptables", "hooks": "empty-hooks", "state": "state-floor",
+              "redir": "redirect-only",
               "ebpf": "ebpf-masq", "fast": "ebpf-fast"}
 # (summary key, numerator, denominator); TABLE_RATIOS are the table's columns,
 # fast_vs_ebpf is in the JSON only (the table is wide enough).
 RATIOS = [("ipt_vs_none", "ipt", "none"), ("hooks_vs_none", "hooks", "none"), ("ebpf_vs_none", "ebpf", "none"),
           ("ebpf_vs_hooks", "ebpf", "hooks"), ("ebpf_vs_ipt", "ebpf", "ipt"),
           ("redir_vs_none", "redir", "none"), ("fast_vs_none", "fast", "none"), ("fast_vs_redir", "fast", "redir"),
-          ("fast_vs_ipt", "fast", "ipt"), ("fast_vs_ebpf", "fast", "ebpf")]
+          ("fast_vs_ipt", "fast", "ipt"), ("fast_vs_ebpf", "fast", "ebpf"),
+          ("state_vs_hooks", "state", "hooks"), ("ebpf_vs_state", "ebpf", "state")]
 TABLE_RATIOS = [("ipt/none", "ipt_vs_none"), ("hooks/none", "hooks_vs_none"), ("ebpf/none", "ebpf_vs_none"),
                 ("ebpf/hooks", "ebpf_vs_hooks"), ("ebpf/ipt", "ebpf_vs_ipt"), ("redir/none", "redir_vs_none"),
-                ("fast/none", "fast_vs_none"), ("fast/redir", "fast_vs_redir"), ("fast/ipt", "fast_vs_ipt")]
+                ("fast/none", "fast_vs_none"), ("fast/redir", "fast_vs_redir"), ("fast/ipt", "fast_vs_ipt"),
+                ("state/hooks", "state_vs_hooks"), ("ebpf/state", "ebpf_vs_state")]
 
 # key: (label, unit, higher is better). Order = table order.
 METRICS = {
@@ -75,7 +78,7 @@ METRICS = {
 }
 # Counts of rare events: summed over rounds, no ratios.
 COUNT_METRICS = {"cps_fail", "churn_fail"}
-# Only the hooks, redir, ebpf and fast modes have these: ns per program run while the named
+# Only the hooks, state, redir, ebpf and fast modes have these: ns per program run while the named
 # traffic ran, from kernel.bpf_stats_enabled (run_time_ns / run_cnt deltas); the
 # redir mode's programs carry ebpf-masq's names, so its column lines up with the fast path's.
 # In the fast mode the pod's veth program does the translation and the
@@ -83,6 +86,8 @@ COUNT_METRICS = {"cps_fail", "churn_fail"}
 # when either mode has a value.
 BPF_METRICS = {
     "bpf_masq_empty_ns_udp": "empty program, UDP 64B (the bpf_stats floor)",
+    "bpf_masq_state_ns_udp": "state-floor program, UDP 64B (its three hooks)",
+    "bpf_masq_state_ns_cps": "state-floor program, connect+close (its three hooks)",
     "bpf_masq_up_egress_ns_udp": "uplink egress, UDP 64B (established flow)",
     "bpf_masq_veth_in_ns_udp": "pod veth ingress, UDP 64B (fast: SNAT+redirect)",
     "bpf_masq_up_egress_ns_tcp": "uplink egress, TCP stream (per GSO skb)",
@@ -311,7 +316,11 @@ def fmt_ratio(r, digits=2):
 
 
 def print_table(summary, meta):
-    head = ["metric", "unit"] + [MODE_LABEL[m] for m in MODES] + [h for h, _ in TABLE_RATIOS]
+    # Only the modes and ratios this run has (the state mode comes with --floor).
+    present = {m for s in summary.values() for m in s.get("median", {})}
+    modes = [m for m in MODES if m in present]
+    table_ratios = [(h, k) for h, k in TABLE_RATIOS if any(k in s.get("paired_ratio", {}) for s in summary.values())]
+    head = ["metric", "unit"] + [MODE_LABEL[m] for m in modes] + [h for h, _ in table_ratios]
     rows = []
     for key, (label, unit, higher) in METRICS.items():
         if key not in summary:
@@ -321,17 +330,17 @@ def print_table(summary, meta):
         if key in COUNT_METRICS:
             arrow = ""
         vals = s.get("sum", s["median"])
-        rows.append([label + arrow, unit] + [fmt_num(vals.get(m)) for m in MODES]
-                    + [fmt_ratio(s.get("paired_ratio", {}).get(k)) for _, k in TABLE_RATIOS])
-    blank = [""] * len(TABLE_RATIOS)
+        rows.append([label + arrow, unit] + [fmt_num(vals.get(m)) for m in modes]
+                    + [fmt_ratio(s.get("paired_ratio", {}).get(k)) for _, k in table_ratios])
+    blank = [""] * len(table_ratios)
     bpf_rows = []
     for key, label in BPF_METRICS.items():
         if key in summary:
             vals = summary[key]["median"]
-            bpf_rows.append(["  " + label, "ns/run"] + [fmt_num(vals[m]) if m in vals else "" for m in MODES]
+            bpf_rows.append(["  " + label, "ns/run"] + [fmt_num(vals[m]) if m in vals else "" for m in modes]
                             + blank)
     if bpf_rows:
-        rows.append(["eBPF program cost (bpf_stats, separate phase)", ""] + [""] * len(MODES) + blank)
+        rows.append(["eBPF program cost (bpf_stats, separate phase)", ""] + [""] * len(modes) + blank)
         rows += bpf_rows
     widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
 
