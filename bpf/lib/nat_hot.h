@@ -14,6 +14,8 @@
 
 /* Ports a search probes through the bitmap before it gives up (each a map lookup or two). */
 #define NAT_HOT_PROBES 256
+/* A bitmap search's tries from random offsets before its walk (nat_port_tmpl.h hot_jump). */
+#define NAT_HOT_JUMPS 8
 /* A bitmap whose search found nothing is made again from the tables at most this often. */
 #define NAT_HOT_RESCAN_NS NSEC_PER_SEC
 #define NAT_OFF_NONE 0xffffffffU

@@ -37,9 +37,17 @@
  * still sending is never quiet this long. A client still trying an unanswered
  * SYN loses nothing but the port: its next retransmission gets a new pair. A pair
  * whose close completed (both FINs acknowledged, masq_abi.h NAT_C_*) needs no
- * such wait: its port goes at once.
+ * such wait, only NAT_SETTLE_NS.
  */
 #define NAT_QUIET_NS (2 * NSEC_PER_SEC)
+/*
+ * A TCP pair whose close completed gives its port once its last packet (the ACK
+ * of the last FIN, seen here before the remote sees it) is this old: a new flow's
+ * SYN sent on another CPU could otherwise overtake that ACK on its way to the
+ * remote and meet the old connection still in LAST_ACK there (a challenge ACK or
+ * a PAWS drop: the new connection waits for its SYN's retransmission, 1 s).
+ */
+#define NAT_SETTLE_NS (10 * NSEC_PER_SEC / 1000)
 
 /* The map helpers' errors (a BPF build has no errno.h). */
 #ifndef E2BIG

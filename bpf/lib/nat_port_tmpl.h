@@ -96,7 +96,8 @@ static __always_inline long NAT_FN(claim_checked)(struct NAT_FN(probe) *p, __u32
  * tcp_reusable - may a new flow take the port of the TCP pair @old (its reverse
  * half) / @fwd (its forward half)? Returns the counter to account it under, or 0.
  * When its close completed, each FIN acknowledged by the other side (netfilter's
- * TIME_WAIT): at once, as nf_nat_used_tuple_harder evicts such an entry. If the
+ * TIME_WAIT): once the last ACK settled (NAT_SETTLE_NS), as nf_nat_used_tuple_harder
+ * evicts such an entry. If the
  * remote closed first, it holds the old connection's TIME_WAIT on this very
  * tuple, and accepts a new SYN there only past the old flow's sequence numbers
  * (RFC 1122 4.2.2.13; Linux tcp_timewait_state_process): so the port goes only to
@@ -112,6 +113,8 @@ static __always_inline __u32 NAT_FN(tcp_reusable)(const struct NAT_FN(probe) *p,
 
 	if ((old->close & NAT_C_ACKED_PEER) && (fwd->close & NAT_C_ACKED_PEER) &&
 	    (old->flags & NAT_F_FIN) && (fwd->flags & NAT_F_FIN)) {
+		if (now < old->last_seen_ns + NAT_SETTLE_NS || now < fwd->last_seen_ns + NAT_SETTLE_NS)
+			return 0; /* its last ACK may still be on its way to the remote */
 		if (!(old->close & NAT_C_FIN_FIRST))
 			return CNT_NAT_FINISHED_REUSED; /* the pod closed first: the remote keeps no state */
 		return p->syn && (__s32)(p->e.fin_end - fwd->fin_end) > 0 ? CNT_NAT_FINISHED_REUSED : 0;
@@ -396,9 +399,39 @@ static __always_inline void NAT_FN(hot_ready)(struct NAT_FN(probe) *p, __u64 now
 	count_add(CNT_NAT_HOT_SCANS, 1);
 }
 
-/* hot_search - one bitmap search from p->start, round the range once. */
+/*
+ * hot_jump - one of a bitmap search's first tries (bpf_loop): the first clear bit
+ * at or after a random offset, within its word, tried; a word of held ports is a
+ * try lost. Independent starts, because a walk alone takes ports in runs: the
+ * first clear bit after a long run of set ones is where most walks stop, so those
+ * ports are taken again and again, finish together, and the next walk meets them
+ * all still settling (NAT_SETTLE_NS). The walk (hot_probe) follows, so a port
+ * free anywhere is still found.
+ */
+static long NAT_FN(hot_jump)(__u32 i, void *ctx)
+{
+	struct NAT_FN(probe) *p = ctx;
+	const struct masq_config *cfg = bpf_map_lookup_elem(&masq_config, &nat_zero_key);
+	__u32 next;
+	int r;
+
+	if (!cfg || !p->hot || !p->range)
+		return 1;
+	next = nat_hot_next(p->hot, bpf_get_prandom_u32() % p->range, p->range);
+	if (next & NAT_HOT_SKIP)
+		return 0;
+	p->rk.dport = bpf_htons(NAT_FN(nat_off_port)(p, cfg, next));
+	r = NAT_FN(try_port)(p, NAT_PREFERRED + i, cfg);
+	return r == TRY_CLAIMED || r == TRY_FULL;
+}
+
+/* hot_search - one bitmap search: NAT_HOT_JUMPS random tries, then a walk from
+ * p->start round the range once. */
 static __always_inline void NAT_FN(hot_search)(struct NAT_FN(probe) *p)
 {
+	bpf_loop(NAT_HOT_JUMPS, NAT_FN(hot_jump), p, 0);
+	if (p->claimed || p->full)
+		return;
 	if (p->start >= p->range)
 		p->start -= p->range;
 	p->left = NAT_HOT_PROBES | (p->start << 16);

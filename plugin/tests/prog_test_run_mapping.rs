@@ -146,14 +146,25 @@ fn one_port_node() -> Dataplane {
 
 /// Both halves of POD:40000 -> REMOTE:443's pair quiet for `secs` (as if its last packet were that old).
 fn age_pair(dp: &Dataplane, port: u16, secs: u64) {
+    stamp_pair(dp, port, monotonic_ns() - secs * 1_000_000_000);
+}
+
+/// Both halves of POD:40000 -> REMOTE:443's pair last seen at `then` (CLOCK_MONOTONIC ns).
+fn stamp_pair(dp: &Dataplane, port: u16, then: u64) {
     let fk = nat_key(POD, REMOTE, 40000, 443, TCP);
     let rk = reverse_key(&fk, MASQ, port);
-    let then = monotonic_ns() - secs * 1_000_000_000;
     let (mut fe, mut re) = (dp.get_fwd(&fk).unwrap(), dp.get_rev(&rk).unwrap());
     fe.last_seen_ns = then;
     re.last_seen_ns = then;
     dp.put_fwd(&fk, fe);
     dp.put_rev(&rk, re);
+}
+
+/// A completed close gives its port once its last ACK is NAT_SETTLE_NS (10 ms,
+/// bpf/lib/nat_port.h) old: wait that long and more (the programs read the coarse
+/// clock, a tick behind at most). Waiting only makes the outcome surer.
+fn settle() {
+    std::thread::sleep(std::time::Duration::from_millis(40));
 }
 
 /// POD:40000 <-> REMOTE:443 opened through the one port; returns it.
@@ -204,9 +215,16 @@ fn a_completed_close_gives_its_port_to_a_new_flow_at_once() {
     mapped(&dp, &tcp_seq(POD, REMOTE, 40000, 443, ACK, fin_ack(S), R), MASQ);
     dp.egress(&tcp(POD2, REMOTE, 40001, 443, SYN)).dropped();
     assert_eq!(dp.drops(drop::NO_PORT), 2);
-    // The ACK of the last FIN: the close is complete, and the port goes at once, no wait.
+    // The ACK of the last FIN: the close is complete, and the port goes once that ACK
+    // has had time to reach the remote (NAT_SETTLE_NS, 10 ms; no 2 s grace): a SYN
+    // sent on another CPU could overtake it and meet the remote still in LAST_ACK.
     mapped(&dp, &tcp_seq(POD, REMOTE, 40000, 443, ACK, fin_ack(S), fin_ack(R)), MASQ);
     assert_eq!(dp.get_fwd(&nat_key(POD, REMOTE, 40000, 443, TCP)).unwrap().close & NAT_C_ACKED_PEER, NAT_C_ACKED_PEER);
+    stamp_pair(&dp, p, monotonic_ns() + 60_000_000_000); // the ACK still settling, whatever the test's pace
+    dp.egress(&tcp(POD2, REMOTE, 40001, 443, SYN)).dropped();
+    assert_eq!((dp.drops(drop::NO_PORT), dp.counter(counter::NAT_FINISHED_REUSED)), (3, 0));
+    stamp_pair(&dp, p, monotonic_ns());
+    settle();
     assert_eq!(mapped(&dp, &tcp(POD2, REMOTE, 40001, 443, SYN), MASQ), p);
     assert_eq!(dp.counter(counter::NAT_FINISHED_REUSED), 1);
     let (fe, re) = dp.assert_single_pair(nat_key(POD2, REMOTE, 40001, 443, TCP), MASQ, p);
@@ -215,7 +233,7 @@ fn a_completed_close_gives_its_port_to_a_new_flow_at_once() {
     assert_eq!((fe.flags & ends, re.flags & ends, fe.close, re.close), (0, 0, 0, 0), "{fe:?} {re:?}");
     let back = dp.ingress(&tcp(REMOTE, MASQ, 443, p, SYN | ACK)).passed();
     assert_eq!((summary(&back).dst, summary(&back).dport), (POD2, 40001));
-    assert_eq!(dp.total_drops(), 2, "only the SYNs before the close completed");
+    assert_eq!(dp.total_drops(), 3, "only the SYNs before the close completed and settled");
 }
 
 #[test]
@@ -235,6 +253,7 @@ fn a_simultaneous_close_completes_when_each_fin_is_acknowledged() {
     let (fe, re) = dp.assert_single_pair(nat_key(POD, REMOTE, 40000, 443, TCP), MASQ, p);
     assert_eq!((fe.close & NAT_C_ACKED_PEER, re.close & NAT_C_ACKED_PEER), (NAT_C_ACKED_PEER, NAT_C_ACKED_PEER));
     assert_eq!(re.close & NAT_C_FIN_FIRST, 0, "the pod's FIN came first: {re:?}");
+    settle();
     assert_eq!(mapped(&dp, &tcp(POD2, REMOTE, 40001, 443, SYN), MASQ), p);
     assert_eq!(dp.counter(counter::NAT_FINISHED_REUSED), 1);
 }
@@ -248,6 +267,7 @@ fn a_late_segment_of_a_finished_flow_cannot_hand_the_new_flows_port_away() {
     let dp = one_port_node();
     let p = open_flow(&dp);
     close_pod_first(&dp, p);
+    settle();
     assert_eq!(mapped(&dp, &tcp(POD2, REMOTE, 40001, 443, SYN), MASQ), p);
     let late = dp.ingress(&tcp_seq(REMOTE, MASQ, 443, p, FIN | ACK, R, fin_ack(S))).passed();
     assert_eq!((summary(&late).dst, summary(&late).dport), (POD2, 40001), "to the port's holder now");
@@ -279,6 +299,7 @@ fn a_remote_that_closed_first_gets_its_tuple_back_only_past_its_time_wait() {
     let (fe, re) = dp.assert_single_pair(nat_key(POD, REMOTE, 40000, 443, TCP), MASQ, p);
     assert_eq!(re.close & NAT_C_FIN_FIRST, NAT_C_FIN_FIRST, "{re:?}");
     assert_eq!((fe.close & NAT_C_ACKED_PEER, re.close & NAT_C_ACKED_PEER), (NAT_C_ACKED_PEER, NAT_C_ACKED_PEER));
+    settle();
     // A SYN at or before the pod's FIN would meet the remote's TIME_WAIT: not taken.
     dp.egress(&tcp_seq(POD2, REMOTE, 40001, 443, SYN, fin_ack(S), 0)).dropped();
     dp.egress(&tcp_seq(POD2, REMOTE, 40001, 443, SYN, S.wrapping_sub(1_000_000), 0)).dropped();
@@ -306,6 +327,7 @@ fn ipv6_a_completed_close_gives_its_port_to_a_new_flow_at_once() {
     dp.ingress(&tcp6_seq(remote, masq, 443, p, FIN | ACK, R, fin6(S))).passed();
     dp.egress(&tcp6(pod2, remote, 40001, 443, SYN)).dropped();
     out(&tcp6_seq(pod, remote, 40000, 443, ACK, fin6(S), fin6(R)));
+    settle();
     let s = out(&tcp6(pod2, remote, 40001, 443, SYN));
     assert_eq!((s.src, s.sport), (masq, p));
     assert_eq!((dp.drops(drop::NO_PORT), dp.counter(counter::NAT_FINISHED_REUSED)), (1, 1));

@@ -85,13 +85,15 @@ fn a_busy_endpoint_gives_its_last_free_port_and_refuses_only_when_none_is_left()
     assert_eq!(dp.counter(counter::PORT_PROBES) - probes, 0, "a refusal probes nothing");
 
     // A pair's close completes (the pod closes first): its port's bit goes with the
-    // close, and the next new flow gets that port at once, without a scan.
+    // close, and once its last ACK has settled (NAT_SETTLE_NS, 10 ms) the next new flow
+    // gets that port, without a scan.
     let (k, s, r) = (77u16, 0x1000_0000u32, 0x7000_0000u32);
     let fin = |seq: u32| seq.wrapping_add(TCP_PAYLOAD_LEN + 1);
     let pod_port = POD_PORT0 + k;
     dp.egress(&tcp_seq(POD, REMOTE, pod_port, 443, FIN | ACK, s, r)).passed();
     dp.ingress(&tcp_seq(REMOTE, MASQ, 443, LO_PORT + k, FIN | ACK, r, fin(s))).passed();
     dp.egress(&tcp_seq(POD, REMOTE, pod_port, 443, ACK, fin(s), fin(r))).passed();
+    std::thread::sleep(Duration::from_millis(40)); // the settle, and a coarse-clock tick
     assert_eq!(mapped(&dp, 40002), LO_PORT + k);
     assert_eq!(dp.counter(counter::NAT_FINISHED_REUSED), 1);
     let scans = dp.counter(counter::NAT_HOT_SCANS);
