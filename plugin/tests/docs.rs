@@ -525,12 +525,17 @@ fn report(bad: Vec<String>) {
     assert!(bad.is_empty(), "{} drift(s):\n{}", bad.len(), bad.join("\n"));
 }
 
+/// A check that found fewer than `min` things to check has stopped reading the docs.
+fn not_blind(seen: usize, min: usize, what: &str) {
+    assert!(seen >= min, "only {seen} {what} found: the reader has gone blind");
+}
+
 #[test]
 fn docs_name_only_files_that_exist() {
     let repo = Repo::read();
     let (bad, seen): (Vec<_>, Vec<_>) = repo.docs().iter().map(|d| check_files(d, &repo)).unzip();
     let seen: usize = seen.iter().sum();
-    assert!(seen >= 100, "only {seen} file names found: the reader has gone blind");
+    not_blind(seen, 100, "file names");
     report(bad.concat());
 }
 
@@ -538,7 +543,7 @@ fn docs_name_only_files_that_exist() {
 fn docs_name_only_the_current_layout() {
     let docs = Repo::read().docs();
     let mentions: usize = docs.iter().map(|d| layout_mentions(d).len()).sum();
-    assert!(mentions >= 5, "only {mentions} layout versions found: the reader has gone blind");
+    not_blind(mentions, 5, "layout versions");
     report(docs.iter().flat_map(check_layouts).collect());
 }
 
@@ -546,7 +551,7 @@ fn docs_name_only_the_current_layout() {
 fn docs_name_only_keys_the_parser_knows() {
     let (bad, seen): (Vec<_>, Vec<_>) = Repo::read().docs().iter().map(check_keys).unzip();
     let seen: usize = seen.iter().sum();
-    assert!(seen >= 100, "only {seen} keys and entries found: the reader has gone blind");
+    not_blind(seen, 100, "keys and entries");
     report(bad.concat());
 }
 
