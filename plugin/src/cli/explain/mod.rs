@@ -2,8 +2,8 @@
 //! packet leaving the node, and why, read from the same pinned maps the
 //! programs read (never from a config file). The room: `packet` (what the
 //! command line describes), `decide` (the decision walk), `egress` (its egress
-//! policy step), `lookups` (the maps and routes it reads); this file is the
-//! command. Reads only, never writes.
+//! policy step), `explanation` (what the walk answers), `lookups` (the maps and
+//! routes it reads); this file is the command. Reads only, never writes.
 //!
 //! [`explain`] mirrors `snat_egress` (bpf/lib/nat_egress_tmpl.h, both families) and
 //! `masq_decide_v4`/`masq_decide_v6` (bpf/lib/policy.h) step by step; keep them
@@ -42,10 +42,12 @@ pub use crate::netlink::route_oif;
 
 mod decide;
 mod egress;
+mod explanation;
 mod lookups;
 mod packet;
 
-pub use decide::{explain, ExclRef, Explanation, FlowRef, PodRef, RuleRef, Verdict, Why};
+pub use decide::explain;
+pub use explanation::{ExclRef, Explanation, FlowRef, PodRef, RuleRef, Verdict, Why};
 pub use egress::{PolicyReason, PolicyRef};
 pub use lookups::{prefix_match, resolve_out, Lookups, MapLookups, PodDesc, RuleDesc, RuleHit};
 pub use packet::{
