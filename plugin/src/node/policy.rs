@@ -161,12 +161,12 @@ fn sync_lpm<K: aya::Pod + Ord + Copy, V: aya::Pod + PartialEq>(
     what: &str,
 ) -> Result<()> {
     for ((plen, data), v) in want {
-        map.insert(&Key::new(*plen, *data), v, 0).bpf_ctx(&format!("insert into {what}"))?;
+        map.insert(&Key::new(*plen, *data), v, 0).bpf_ctx(format!("insert into {what}"))?;
     }
     let present: Vec<Key<K>> = map.keys().collect::<std::result::Result<_, _>>().bpf_ctx(what)?;
     for k in present {
         if !want.contains_key(&(k.prefix_len(), k.data())) {
-            map.remove(&k).bpf_ctx(&format!("remove from {what}"))?;
+            map.remove(&k).bpf_ctx(format!("remove from {what}"))?;
         }
     }
     Ok(())

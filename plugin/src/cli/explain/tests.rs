@@ -15,6 +15,9 @@ use crate::{
 /// (source, destination, datagram id, protocol)
 type FragKey = (IpAddr, IpAddr, u32, u8);
 
+/// A pod-side endpoint of a binding: (pod address, port, protocol).
+type Endpoint3 = (IpAddr, u16, u8);
+
 /// Maps as plain vectors; LPM lookups by byte-prefix matching on the key
 /// data, as the kernel's trie compares keys.
 #[derive(Default)]
@@ -35,7 +38,7 @@ struct Fake {
     now: u64,
     nat_lookups: Cell<u32>,
     /// nat4_bind / nat6_bind: ((pod addr, port, proto), (node addr, port))
-    binds: Vec<((IpAddr, u16, u8), (IpAddr, u16))>,
+    binds: Vec<(Endpoint3, (IpAddr, u16))>,
     /// egressPolicies as configured: egress4/6, masq_pool slots 1+i and
     /// egress_policies are derived from them as node reconcile writes them.
     policies: Vec<EgressPolicy>,

@@ -340,11 +340,14 @@ fn exposition_lines_are_what_users_see() {
     assert_eq!(value(&validate(&text).unwrap().1, "ebpf_masq_nat_expiry_last_run_seconds", &[]), 0.0);
 }
 
+/// A selector's matcher: (label, operator, value).
+type Matcher = (String, String, String);
+
 /// What one PromQL expression uses: each selector's metric and its matchers
 /// (label, operator, value), and the labels it groups or matches by.
 #[derive(Debug, Default)]
 struct Uses {
-    selectors: Vec<(String, Vec<(String, String, String)>)>,
+    selectors: Vec<(String, Vec<Matcher>)>,
     grouping: Vec<String>,
     variables: Vec<String>,
 }
