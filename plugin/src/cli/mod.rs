@@ -10,6 +10,7 @@ pub mod install;
 pub mod manifest;
 pub mod metrics;
 pub mod nat_list;
+pub mod natlog;
 pub mod readers;
 pub mod status;
 
@@ -70,6 +71,11 @@ pub enum Command {
     /// Print the Kubernetes objects (DaemonSet, ConfigMap, ...) that run the agent on every node
     #[command(long_about = manifest::LONG_HELP)]
     Manifest(Box<manifest::ManifestArgs>),
+    /// The NAT session log: who held a node address and port, and its IPFIX export
+    Natlog {
+        #[command(subcommand)]
+        cmd: natlog::NatlogCmd,
+    },
     /// Check a conflist or plugin config as the plugin would, touching nothing
     #[command(long_about = install::VALIDATE_LONG_HELP)]
     Validate {
@@ -117,6 +123,7 @@ pub fn main() -> i32 {
         Command::Validate { conf } => install::validate(&conf),
         Command::Agent(args) => agent::main(&args),
         Command::Manifest(args) => manifest::main(&args),
+        Command::Natlog { cmd } => natlog::main(&cmd),
     };
     match res {
         Ok(()) => 0,

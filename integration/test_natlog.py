@@ -1,0 +1,157 @@
+"""The NAT session log's formats, with a real collector (issue 29, first slice).
+
+A JSON-lines session log goes to Debian's nfcapd as IPFIX (`ebpf-masq natlog
+send`), and nfdump decodes every record back with the pre- and post-NAT
+addresses and ports and RFC 8158's natEvent (4 create, 5 delete, 12 ports
+exhausted). `natlog who` names the pod that held a node address and port at a
+time, lists every pair when a port was shared across remote endpoints, and says
+"nobody" plainly. An exporter with no route to its collector counts the records
+it could not send and fails.
+
+The records here are written by the test: the data plane's events (the live
+exporter) are issue 29's next slice.
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+T0 = 1_796_472_187_000  # 2026-12-05T12:03:07Z
+
+
+def rec(event, t, pod, pod_addr, pod_port, nat_addr, nat_port, remote, rport, proto=6, **extra):
+    r = {"time_ms": t, "event": event, "proto": proto, "pod_addr": pod_addr, "pod_port": pod_port,
+         "remote_addr": remote, "remote_port": rport, "namespace": "default", "pod": pod}
+    if nat_addr is not None:
+        r.update(nat_addr=nat_addr, nat_port=nat_port)
+    r.update(extra)
+    return r
+
+
+LOG = [
+    rec("create", T0, "web-1", "10.1.0.5", 40000, "192.0.2.1", 40123, "203.0.113.10", 443),
+    rec("create", T0 + 500, "api-2", "10.1.0.7", 51000, "192.0.2.1", 40123, "203.0.113.20", 443),
+    rec("delete", T0 + 3000, "web-1", "10.1.0.5", 40000, "192.0.2.1", 40123, "203.0.113.10", 443,
+        start_ms=T0, reason="closed",
+        counts={"out_packets": 6, "out_bytes": 480, "in_packets": 5, "in_bytes": 1900}),
+    rec("create", T0 + 4000, "dns", "fd00::5", 5353, "2001:db8::1", 40000, "2001:db8:1::9", 53, proto=17),
+    rec("ports_exhausted", T0 + 5000, "greedy", "10.1.0.9", 33333, None, None, "203.0.113.10", 443),
+    rec("delete", T0 + 9000, "api-2", "10.1.0.7", 51000, "192.0.2.1", 40123, "203.0.113.20", 443,
+        start_ms=T0 + 500, reason="expired"),
+]
+
+
+def write_log(tmp_path):
+    path = tmp_path / "natlog.json"
+    path.write_text("".join(json.dumps(r) + "\n" for r in LOG))
+    return path
+
+
+def free_udp_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_ipfix_records_decode_in_a_real_collector(tmp_path, plugin):
+    """RFC 7011 messages with RFC 8158 elements: nfdump decodes each record's
+    natEvent, pre-NAT source, post-NAT source address and port, destination."""
+    log = write_log(tmp_path)
+    data = tmp_path / "nfcapd"
+    data.mkdir()
+    port = free_udp_port()
+    cap = subprocess.Popen(["nfcapd", "-b", "127.0.0.1", "-p", str(port), "-w", str(data), "-t", "3600"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        time.sleep(0.5)
+        assert cap.poll() is None, f"nfcapd exited: {cap.stderr.read().decode()}"
+        out = subprocess.run([str(plugin), "natlog", "send", "--file", str(log), "--ipfix", f"127.0.0.1:{port}"],
+                             capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        assert f"{len(LOG)} records" in out.stderr, out.stderr
+        time.sleep(0.5)
+    finally:
+        cap.send_signal(signal.SIGTERM)  # nfcapd writes its file when it stops
+        cap.wait(timeout=10)
+    files = sorted(p for p in data.iterdir() if p.name.startswith("nfcapd."))
+    assert files, "nfcapd wrote no file"
+    dump = subprocess.run(["nfdump", "-r", str(files[-1]), "-o", "json"], capture_output=True, text=True, timeout=30)
+    assert dump.returncode == 0, dump.stderr
+    flows = json.loads(dump.stdout)
+    assert len(flows) == len(LOG), flows
+
+    def find(event_id, src, sport):
+        hits = [f for f in flows if f.get("nat_event_id") == str(event_id)
+                and (f.get("src4_addr") or f.get("src6_addr")) == src and f["src_port"] == sport]
+        assert len(hits) == 1, (event_id, src, sport, flows)
+        return hits[0]
+
+    # web-1: create and delete, each with its translation (RFC 8158 4.1: NAT44 session).
+    for ev in (4, 5):
+        f = find(ev, "10.1.0.5", 40000)
+        assert (f["src4_xlt_ip"], f["src_xlt_port"]) == ("192.0.2.1", "40123"), f
+        assert (f["dst4_addr"], f["dst_port"], f["proto"]) == ("203.0.113.10", 443, 6), f
+    assert find(5, "10.1.0.5", 40000)["t_event"].startswith("2026-12-05T12:03:10"), "observationTimeMilliseconds"
+    # api-2 shared the node port towards another remote.
+    f = find(5, "10.1.0.7", 51000)
+    assert (f["src4_xlt_ip"], f["src_xlt_port"], f["dst4_addr"]) == ("192.0.2.1", "40123", "203.0.113.20"), f
+    # The IPv6 pair (sourceIPv6Address 27, destinationIPv6Address 28; nfdump 1.7 does not decode 281).
+    f = find(4, "fd00::5", 5353)
+    assert (f["dst6_addr"], f["src_xlt_port"], f["proto"]) == ("2001:db8:1::9", "40000", 17), f
+    # A refusal: natEvent 12, NAT ports exhausted (RFC 8158 4.4).
+    f = find(12, "10.1.0.9", 33333)
+    assert (f["dst4_addr"], f["src_xlt_port"]) == ("203.0.113.10", "0"), f
+
+
+def who(plugin, log, *args):
+    out = subprocess.run([str(plugin), "natlog", "who", *args, "--file", str(log)],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_who_names_the_pod_that_held_a_node_port(tmp_path, plugin):
+    log = write_log(tmp_path)
+    # 12:03:08: both pods held 192.0.2.1:40123, towards different remotes.
+    both = who(plugin, log, "192.0.2.1:40123", "--at", "2026-12-05T12:03:08Z")
+    assert "2 pairs held 192.0.2.1:40123" in both and "default/web-1" in both and "default/api-2" in both, both
+    one = who(plugin, log, "192.0.2.1:40123", "--at", "2026-12-05T12:03:08Z", "--remote", "203.0.113.20:443")
+    assert "default/api-2 tcp 10.1.0.7:51000 -> 192.0.2.1:40123 -> 203.0.113.20:443" in one, one
+    assert "web-1" not in one, one
+    # After web-1's delete (12:03:10), only api-2 until it expired at 12:03:16.
+    later = json.loads(who(plugin, log, "192.0.2.1:40123", "--at", "2026-12-05 12:03:12", "--json"))
+    assert [h["record"]["pod"] for h in later["holders"]] == ["api-2"], later
+    assert later["holders"][0]["until"] == "2026-12-05T12:03:16.000Z", later
+    nobody = who(plugin, log, "192.0.2.1:40123", "--at", "2026-12-05T12:03:17Z")
+    assert nobody.startswith("nobody held 192.0.2.1:40123 at 2026-12-05T12:03:17.000Z"), nobody
+    v6 = who(plugin, log, "[2001:db8::1]:40000", "--at", str((T0 + 4500) / 1000))
+    assert "default/dns udp [fd00::5]:5353" in v6 and "the end of the log" in v6, v6
+
+
+def test_who_rejects_bad_input_naming_the_option(tmp_path, plugin):
+    log = write_log(tmp_path)
+    out = subprocess.run([str(plugin), "natlog", "who", "192.0.2.1:40123", "--at", "tomorrow", "--file", str(log)],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode != 0 and "--at" in out.stderr, out.stderr
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(LOG[0]) + "\n{\"event\": 3}\n" + json.dumps(LOG[1]) + "\n")
+    out = subprocess.run([str(plugin), "natlog", "who", "192.0.2.1:40123", "--at", "1", "--file", str(bad)],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode != 0 and "bad.json:2: not a record" in out.stderr, out.stderr
+
+
+def test_an_unreachable_collector_is_counted_not_waited_for(tmp_path, plugin, lab):
+    """In a namespace with no route, every send fails at once: the exporter
+    counts the records it could not send, says so and fails (never blocks)."""
+    log = write_log(tmp_path)
+    ns = lab.netns("noroute")
+    t = time.monotonic()
+    out = subprocess.run(["ip", "netns", "exec", ns.name, str(plugin), "natlog", "send", "--file", str(log),
+                          "--ipfix", "198.51.100.7:4739"], capture_output=True, text=True, timeout=30)
+    assert out.returncode != 0, out.stderr
+    assert f"{len(LOG)} records could not be sent" in out.stderr, out.stderr
+    assert time.monotonic() - t < 10
