@@ -8,8 +8,10 @@ time, lists every pair when a port was shared across remote endpoints, and says
 "nobody" plainly. An exporter with no route to its collector counts the records
 it could not send and fails.
 
-The records here are written by the test: the data plane's events (the live
-exporter) are issue 29's next slice.
+`natlog snapshot` logs the pairs alive in a real node's tables (what an exporter
+logs when it starts), and `natlog who` names the pod behind the node port a
+remote server saw. The other records here are written by the test: the data
+plane's events (the live exporter) are issue 29's next slice.
 """
 import json
 import os
@@ -19,6 +21,9 @@ import subprocess
 import time
 
 import pytest
+
+import masqcli
+from netlab import Topo
 
 T0 = 1_796_472_187_000  # 2026-12-05T12:03:07Z
 
@@ -155,3 +160,27 @@ def test_an_unreachable_collector_is_counted_not_waited_for(tmp_path, plugin, la
     assert out.returncode != 0, out.stderr
     assert f"{len(LOG)} records could not be sent" in out.stderr, out.stderr
     assert time.monotonic() - t < 10
+
+
+def test_who_names_the_pod_behind_a_port_a_server_saw(topo, masq_pod, plugin, tmp_path):
+    """A real pod's UDP flow: the server sees the node address and a port; the
+    snapshot of the node's live pairs, asked about that port, names the pod's
+    address and port (RFC 8158's create record: pre- and post-NAT source)."""
+    net, pod = masq_pod()
+    srv = topo.ext.server("udp", 5001)
+    rc, res = pod.ns.client("udp", Topo.EXT, 5001)
+    assert rc == 0, res
+    [seen] = srv.records("dgram")
+    assert seen["addr"] == Topo.NODE_EXT, seen
+    log = tmp_path / "nat.json"
+    masqcli.run(topo, plugin, "natlog", "snapshot", "--file", str(log))
+    records = [json.loads(l) for l in log.read_text().splitlines()]
+    assert [r["event"] for r in records] == ["alive"], records
+    out = json.loads(who(plugin, log, f"{seen['addr']}:{seen['port']}", "--at", str(time.time()), "--json"))
+    [held] = out["holders"]
+    r = held["record"]
+    assert (r["pod_addr"], r["pod_port"], r["proto"]) == (pod.ip, res["local"][1], 17), r
+    assert (r["remote_addr"], r["remote_port"]) == (Topo.EXT, 5001), r
+    # Before the flow was made, nobody held that port.
+    before = who(plugin, log, f"{seen['addr']}:{seen['port']}", "--at", str(r["start_ms"] / 1000 - 5))
+    assert before.startswith("nobody held"), before

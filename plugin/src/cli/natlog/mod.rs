@@ -3,13 +3,15 @@
 //! `ipfix` (the same records as RFC 7011 / RFC 8158 IPFIX over UDP), `who`
 //! (which pod held a node address and port at a time). This file is the command.
 //!
-//! So far: `natlog who` over a JSON log, and `natlog send`, which exports a
-//! JSON log to an IPFIX collector. The data plane's events and the live
-//! exporter are still to come.
+//! So far: `natlog who` over a JSON log, `natlog send`, which exports a JSON
+//! log to an IPFIX collector, and `natlog snapshot`, which logs the pairs alive
+//! now (`snapshot`: what an exporter logs when it starts). The data plane's
+//! events and the live exporter are still to come.
 
 pub mod file;
 pub mod ipfix;
 pub mod record;
+pub mod snapshot;
 pub mod who;
 
 use std::{
@@ -20,7 +22,9 @@ use std::{
 
 use clap::{Args, Subcommand};
 
-use record::{endpoint, proto_name, Record};
+use record::{endpoint, Record};
+
+use super::nat_list::proto_name;
 
 use crate::error::{code, Error, Result};
 
@@ -30,7 +34,21 @@ pub enum NatlogCmd {
     Who(WhoArgs),
     /// Export a JSON session log to an IPFIX collector (RFC 7011 over UDP, RFC 8158 elements)
     Send(SendArgs),
+    /// Log the pairs alive now as `alive` records (JSON lines to stdout, or appended to --file)
+    Snapshot(SnapshotArgs),
 }
+
+#[derive(Args, Debug)]
+pub struct SnapshotArgs {
+    #[command(flatten)]
+    pub pins: super::PinPathArg,
+    #[arg(long, value_name = "PATH", help = "append to this natLog JSON file (rotated at 100 MiB, 5 kept) instead of stdout")]
+    pub file: Option<PathBuf>,
+}
+
+/// A log file's rotation: its size at most, and how many rotated files are kept.
+pub const FILE_MAX_BYTES: u64 = 100 << 20;
+pub const FILE_KEEP: u32 = 5;
 
 #[derive(Args, Debug)]
 pub struct WhoArgs {
@@ -62,6 +80,7 @@ pub fn main(cmd: &NatlogCmd) -> Result<()> {
     match cmd {
         NatlogCmd::Who(a) => who_cmd(a),
         NatlogCmd::Send(a) => send_cmd(a),
+        NatlogCmd::Snapshot(a) => snapshot_cmd(a),
     }
 }
 
@@ -169,6 +188,19 @@ pub fn describe(nat: &SocketAddr, q: &who::Query, ans: &who::Answer) -> String {
         ));
     }
     out
+}
+
+fn snapshot_cmd(a: &SnapshotArgs) -> Result<()> {
+    let records = snapshot::alive(&a.pins.pins())?;
+    match &a.file {
+        Some(path) => file::JsonLog::open(path, FILE_MAX_BYTES, FILE_KEEP)?.write(&records),
+        None => {
+            for r in &records {
+                println!("{}", serde_json::to_string(r).expect("serializable"));
+            }
+            Ok(())
+        }
+    }
 }
 
 fn send_cmd(a: &SendArgs) -> Result<()> {

@@ -116,17 +116,6 @@ impl Record {
     }
 }
 
-/// The protocol's name as `nat list` prints it.
-pub fn proto_name(p: u8) -> String {
-    match p {
-        1 => "icmp".into(),
-        6 => "tcp".into(),
-        17 => "udp".into(),
-        58 => "icmpv6".into(),
-        n => format!("proto{n}"),
-    }
-}
-
 /// A socket address as it is written: `A:P`, `[A6]:P`.
 pub fn endpoint(a: IpAddr, port: u16) -> String {
     std::net::SocketAddr::new(a, port).to_string()
