@@ -20,8 +20,8 @@ pkgs=(
   podman containerd runc
   # a STUN server and an RFC 5780 behaviour-discovery client (integration/test_stun.py)
   coturn
-  # a real IPFIX collector for the NAT session log (integration/test_natlog.py)
-  nfdump
+  # real IPFIX collectors for the NAT session log (integration/test_natlog.py)
+  nfdump pmacct
 )
 
 missing=()
