@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-import netlab
+from lab import netlab
 
 
 def pytest_sessionstart(session):

@@ -26,8 +26,8 @@ import secrets
 import signal
 import time
 
-import masqcli
-from netlab import PY, Topo, wait_for
+from lab import masqcli
+from lab.netlab import PY, Topo, wait_for
 
 EXT, NODE_IP = Topo.EXT, Topo.NODE_EXT
 

@@ -23,8 +23,8 @@ import time
 import pytest
 from scapy.all import IP, UDP, Ether, Raw
 
-import abi
-from netlab import PY, Topo, wait_for
+from lab import abi
+from lab.netlab import PY, Topo, wait_for
 
 EXT, NODE_IP = Topo.EXT, Topo.NODE_EXT
 CHURN_SECONDS = float(os.environ.get("EBPF_MASQ_CHURN_SECONDS", "20"))

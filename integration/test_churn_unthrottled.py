@@ -9,7 +9,7 @@ against one database do this. RFC 4787 REQ-4's premise: the NAT must not run
 out of ports towards one endpoint where the host would not.
 
 One test runs the three setups one after the other, each in its own lab
-(integration/churnlab.py, which scripts/bench/newflow.py measures with too): the
+(integration/lab/churnlab.py, which scripts/bench/newflow.py measures with too): the
 bridge plugin's ipMasq (iptables, the yardstick), ebpf-masq, and ebpf-masq with
 fastPath. Pass, for each ebpf-masq setup: no connection fails anywhere,
 ebpf-masq drops nothing for want of a port or of table room, every connection
@@ -24,7 +24,7 @@ retransmissions, softnet drops) are printed. The rates are printed too
 """
 import os
 
-from churnlab import MODES, churn
+from lab.churnlab import MODES, churn
 
 SECONDS = float(os.environ.get("EBPF_MASQ_OPEN_CHURN_SECONDS", "60"))
 

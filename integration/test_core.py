@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from netlab import PY, Topo, wait_for
+from lab.netlab import PY, Topo, wait_for
 
 EXT, NATIVE, NODE_IP = Topo.EXT, Topo.NATIVE, Topo.NODE_EXT
 ECHO = "icmp[icmptype] = icmp-echo"
@@ -256,7 +256,7 @@ def test_kernel_without_tcx_gets_tc_filters_then_tcx_after_an_upgrade(topo, plug
     status all find out by themselves and use tc filters, traffic is
     masqueraded, no link is pinned. After an "upgrade" (no filter) the next ADD
     moves the uplinks to TCX with one program per hook, and DEL leaves nothing."""
-    import oldkernel
+    from lab import oldkernel
 
     net = topo.masq_network(plugin)
     net.preexec = oldkernel.without_tcx

@@ -11,15 +11,15 @@ pair of the pod, no host-local lease; every CNI call the runtime made succeeded.
 """
 import json
 
-import netlab
-from netlab import Topo, wait_for
+from lab import netlab
+from lab.netlab import Topo, wait_for
 
 EXT, NATIVE, NODE_IP = Topo.EXT, Topo.NATIVE, Topo.NODE_EXT
 CAP = "io.kubernetes.cri.pod-annotations"
 
 
 def test_run_stop_twice_remove_through_the_cri(topo, plugin, lab):
-    from crilab import CriContainerd
+    from lab.crilab import CriContainerd
 
     log = lab.tmp / "ebpf-masq.log"
     masq = {**topo.masq_entry(nativeRoutingCIDR=["10.10.0.0/24"], logFile=str(log), logLevel="debug"),
@@ -78,7 +78,7 @@ POLICIES = [
 
 
 def policy_cri(topo, plugin, lab):
-    from crilab import CriContainerd
+    from lab.crilab import CriContainerd
 
     for a in (PARTNER_ADDR, TEAM_B_ADDR):  # the node owns the policy addresses on its uplink
         topo.node.ip("addr", "add", f"{a}/24", "dev", "eth0")

@@ -13,9 +13,9 @@ a masqueradeRules entry covers.
 
 import pytest
 
-import masqcli
-from duallab import POD_SUBNET6, DualTopo, ping, ping_ok, pod_addrs, same_ip
-from netlab import POD_SUBNET
+from lab import masqcli
+from lab.duallab import POD_SUBNET6, DualTopo, ping, ping_ok, pod_addrs, same_ip
+from lab.netlab import POD_SUBNET
 
 EXT, NODE_IP, EXT6, NODE6 = DualTopo.EXT, DualTopo.NODE_EXT, DualTopo.EXT6, DualTopo.NODE_EXT6
 MASQ_KEYS = {"nativeRoutingCIDR": ["10.10.0.0/24", "fd00:0:0:10::/64"], "egressInterfaces": ["eth0", "eth1"]}
@@ -89,7 +89,7 @@ def test_remote_opens_flows_to_a_tunnel_client_covered_by_a_rule(lab, plugin, mo
     """The WireGuard client 192.168.6.1 is masqueraded out eth0 by a rule (iptables:
     one MASQUERADE rule for its range); ext routes the tunnel range via the node
     and opens TCP, UDP and ping to the client: answered with the client's address."""
-    from wglab import TUNNEL_NET, WgTopo
+    from lab.wglab import TUNNEL_NET, WgTopo
     wg = WgTopo(lab)
     if mode == "iptables":
         wg.node.enter(["iptables", "-t", "nat", "-A", "POSTROUTING", "-s", str(TUNNEL_NET), "-o", "eth0",

@@ -10,9 +10,9 @@ import json
 
 import pytest
 
-from duallab import POD_SUBNET6, DualTopo, ping, ping_ok, pod_addrs, same_ip, settle, sources
-from masqcli import counters
-from netlab import PY
+from lab.duallab import POD_SUBNET6, DualTopo, ping, ping_ok, pod_addrs, same_ip, settle, sources
+from lab.masqcli import counters
+from lab.netlab import PY
 
 EXT, NATIVE, NODE_IP, NODE_NATIVE = DualTopo.EXT, DualTopo.NATIVE, DualTopo.NODE_EXT, DualTopo.NODE_NATIVE
 EXT6, NATIVE6, NODE6, NODE_NATIVE6 = DualTopo.EXT6, DualTopo.NATIVE6, DualTopo.NODE_EXT6, DualTopo.NODE_NATIVE6

@@ -19,9 +19,9 @@ import time
 
 import pytest
 
-import masqcli
-from lifelab import Reply, bridge, has_masq_filter, invoke_pod, network, registrations
-from netlab import CNI_BIN_DIR, Pod, Topo, cnitool_container_id, wait_for
+from lab import masqcli
+from lab.lifelab import Reply, bridge, has_masq_filter, invoke_pod, network, registrations
+from lab.netlab import CNI_BIN_DIR, Pod, Topo, cnitool_container_id, wait_for
 
 EXT, NATIVE, NODE_IP, NODE_NATIVE = Topo.EXT, Topo.NATIVE, Topo.NODE_EXT, Topo.NODE_NATIVE
 PARTNER, PARTNER_NET = "192.0.2.2", "192.0.2.0/24"

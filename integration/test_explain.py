@@ -18,9 +18,8 @@ import secrets
 
 import pytest
 
-import masqcli
-import netlab
-from netlab import PY, Topo
+from lab import masqcli, netlab
+from lab.netlab import PY, Topo
 
 EXT, NATIVE, NODE_IP, NODE_NATIVE = Topo.EXT, Topo.NATIVE, Topo.NODE_EXT, Topo.NODE_NATIVE
 EXT_EXCEPT, EXT_LL = "10.0.0.200", "169.254.1.2"
@@ -261,7 +260,7 @@ for _ in range(2):
 
 def test_explain_ipv6_matches_real_packets(lab, plugin):
     """IPv6 through the same checks (pods6, excl6, nat6): duallab.DualTopo, a dual-stack pod."""
-    from duallab import DualTopo, pod_addrs
+    from lab.duallab import DualTopo, pod_addrs
     from scapy.all import IPv6, UDP
 
     dual = DualTopo(lab)

@@ -35,8 +35,8 @@ import json
 import os
 import time
 
-from hold import established_peers, hold as tcp_hold, json_line, keep, mode_lab, pod_status, release
-from netlab import Topo
+from lab.hold import established_peers, hold as tcp_hold, json_line, keep, mode_lab, pod_status, release
+from lab.netlab import Topo
 
 EXT, NODE_IP = Topo.EXT, Topo.NODE_EXT
 PORT = 5410

@@ -11,9 +11,9 @@ import os
 
 import pytest
 
-import abi
-from duallab import RouterTopo, pod_addrs, probe, route_get
-from netlab import LAYOUT, PY, Topo, wait_for
+from lab import abi
+from lab.duallab import RouterTopo, pod_addrs, probe, route_get
+from lab.netlab import LAYOUT, PY, Topo, wait_for
 
 EXT, NATIVE, NODE_IP = Topo.EXT, Topo.NATIVE, Topo.NODE_EXT
 ECHO = "icmp[icmptype] = icmp-echo"
@@ -265,7 +265,7 @@ def test_pmtu_tcp_bulk_fast(lab, plugin, family):
     net = routed.masq_network(plugin, **FAST)
     pod = net.add(routed.pod_ns())
     ext, node = (routed.EXT, routed.NODE_EXT) if family == "ipv4" else (routed.EXT6, routed.NODE_EXT6)
-    from duallab import settle
+    from lab.duallab import settle
     settle(routed.node, routed.ext, pod.ns)
     srv = routed.ext.server("tcp", 5000, family="dual")
     size = 4 * 2**20

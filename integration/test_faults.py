@@ -29,8 +29,8 @@ from pathlib import Path
 
 import pytest
 
-from lifelab import bridge, has_masq_filter, masq_conf, nat_flows, network, registrations, status
-from netlab import CNI_BIN_DIR, Topo, cnitool_container_id, sh
+from lab.lifelab import bridge, has_masq_filter, masq_conf, nat_flows, network, registrations, status
+from lab.netlab import CNI_BIN_DIR, Topo, cnitool_container_id, sh
 
 EXT, NODE_IP = Topo.EXT, Topo.NODE_EXT
 PROGS = ("masq_veth_in", "masq_up_egress", "masq_up_ingress")

@@ -1,5 +1,5 @@
 """Checks of the test topology itself, with the reference bridge plugin only (no ebpf-masq)."""
-from netlab import Topo
+from lab.netlab import Topo
 
 
 def test_harness_bridge_only(topo):

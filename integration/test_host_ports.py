@@ -19,7 +19,7 @@ import json
 
 import pytest
 
-from netlab import Topo, wait_for
+from lab.netlab import Topo, wait_for
 
 EXT, NODE_IP = Topo.EXT, Topo.NODE_EXT
 MODES = {"iptables": None, "ebpf-masq": {}, "ebpf-masq-fastpath": {"fastPath": True}}

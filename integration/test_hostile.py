@@ -25,7 +25,7 @@ import time
 import pytest
 from scapy.all import ICMP, IP, TCP, UDP, Ether, Raw, raw
 
-from netlab import PY, Topo, wait_for
+from lab.netlab import PY, Topo, wait_for
 
 EXT, NODE_IP = Topo.EXT, Topo.NODE_EXT
 EXT2 = "10.0.0.3"  # a second address on ext: a remote that is not the flow's peer

@@ -17,15 +17,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-import abi
-import k8s_validate
-from netlab import CNI_BIN_DIR, LAYOUT, PY, REPO, Pod, sh, wait_for
+from lab import abi, k8s_validate
+from lab.netlab import CNI_BIN_DIR, LAYOUT, PY, REPO, Pod, sh, wait_for
 
 CONF = REPO / "conf"
 DAEMONSET = CONF / "daemonset.yaml"
 # What install adds to every entry: the CRI runtime then passes the pod's annotations.
 CAPS = {"capabilities": {"io.kubernetes.cri.pod-annotations": True, "portMappings": True}}
-VALIDATOR = REPO / "integration" / "k8s_validate.py"
+VALIDATOR = REPO / "integration" / "lab" / "k8s_validate.py"
 # The chained examples: main plugin types before ebpf-masq.
 EXAMPLES = {
     "bridge": ["bridge", "portmap"],

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-import masqcli
-from netlab import PY, Topo, cnitool_container_id, wait_for
+from lab import masqcli
+from lab.netlab import PY, Topo, cnitool_container_id, wait_for
 
 EXT, NODE_IP = Topo.EXT, Topo.NODE_EXT
 TUN, TUN_GW = "192.168.6.1", "192.168.6.254"

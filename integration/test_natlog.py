@@ -22,8 +22,8 @@ import time
 
 import pytest
 
-import masqcli
-from netlab import Topo
+from lab import masqcli
+from lab.netlab import Topo
 
 T0 = 1_796_472_187_000  # 2026-12-05T12:03:07Z
 

@@ -12,8 +12,8 @@ import pytest
 from scapy.all import ICMP, IP, IPerror, IPerror6, IPv6, TCPerror, UDPerror
 from scapy.layers.inet6 import ICMPv6PacketTooBig
 
-from duallab import Bounce, DualTopo, RouterTopo, ping, ping_ok, pod_addrs, probe, route_get, same_ip, sources
-from masqcli import counters
+from lab.duallab import Bounce, DualTopo, RouterTopo, ping, ping_ok, pod_addrs, probe, route_get, same_ip, sources
+from lab.masqcli import counters
 
 FAMILIES = ["ipv4", "ipv6"]
 EMSGSIZE, ECONNREFUSED, EHOSTUNREACH = 90, 111, 113

@@ -9,8 +9,8 @@ ADD (code 4, naming the variable) leaving nothing.
 import json
 import os
 
-import masqcli
-from netlab import LAYOUT, Topo, sh
+from lab import masqcli
+from lab.netlab import LAYOUT, Topo, sh
 
 EXT, NODE_IP = Topo.EXT, Topo.NODE_EXT
 CAP = "io.kubernetes.cri.pod-annotations"

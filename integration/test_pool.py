@@ -12,8 +12,8 @@ every pod leaves with the node's one address (shown, not asserted).
 
 import pytest
 
-import masqcli
-from netlab import Topo
+from lab import masqcli
+from lab.netlab import Topo
 
 EXT, NODE_IP = Topo.EXT, Topo.NODE_EXT
 POOL = [NODE_IP, "10.0.0.6", "10.0.0.7"]

@@ -29,9 +29,9 @@ import json
 import os
 import time
 
-from hold import established_peers, hold, json_line, keep, mode_lab, pod_status, release
-from lifelab import bridge, has_masq_filter, invoke_pod, network, registrations
-from netlab import ANNOTATIONS_CAP, Topo
+from lab.hold import established_peers, hold, json_line, keep, mode_lab, pod_status, release
+from lab.lifelab import bridge, has_masq_filter, invoke_pod, network, registrations
+from lab.netlab import ANNOTATIONS_CAP, Topo
 
 EXT, NODE_IP = Topo.EXT, Topo.NODE_EXT
 PORT, PORT2 = 5420, 5421

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from netlab import REPO, Topo, prog_count, sh
-from wglab import TUNNEL_NET, WgTopo, in_tunnel_net
+from lab.netlab import REPO, Topo, prog_count, sh
+from lab.wglab import TUNNEL_NET, WgTopo, in_tunnel_net
 
 EXT, NODE_IP = Topo.EXT, Topo.NODE_EXT
 CLIENT, FAR = WgTopo.CLIENT, WgTopo.FAR

@@ -13,9 +13,9 @@ import re
 
 import pytest
 
-import runtimelab
-from netlab import Topo, wait_for
-from runtimelab import IMAGE
+from lab import runtimelab
+from lab.netlab import Topo, wait_for
+from lab.runtimelab import IMAGE
 
 EXT, NODE_IP = Topo.EXT, Topo.NODE_EXT
 ECHO = "icmp[icmptype] = icmp-echo"

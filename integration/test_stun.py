@@ -15,7 +15,7 @@ import shutil
 
 import pytest
 
-from netlab import PY, Topo, wait_for
+from lab.netlab import PY, Topo, wait_for
 
 EXT, EXT2, NODE_IP = Topo.EXT, "10.0.0.3", Topo.NODE_EXT
 MODES = {"iptables": None, "ebpf-masq": {}, "ebpf-masq-fastpath": {"fastPath": True}}

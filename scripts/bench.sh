@@ -204,7 +204,7 @@ if [ "${MICRO:-0}" = 1 ]; then  # BPF_PROG_TEST_RUN per-path costs: no topology 
   [ "$(id -u)" = 0 ] || { echo "bench: must run as root" >&2; exit 1; }
   cd "$REPO" && exec cargo test --release --test microbench -- --ignored --nocapture --test-threads=1
 fi
-if [ "${NEWFLOW:-0}" = 1 ]; then  # labs of integration/churnlab.py; newflow.py cleans up after itself
+if [ "${NEWFLOW:-0}" = 1 ]; then  # labs of integration/lab/churnlab.py; newflow.py cleans up after itself
   [ "$(id -u)" = 0 ] || { echo "bench: must run as root" >&2; exit 1; }
   nf_args=()
   [ "$QUICK" = 0 ] || nf_args+=(--churn-secs 10 --held 20000 --held-secs 10 --ramp 4,16 --ramp-secs 3)
@@ -452,7 +452,7 @@ check_mode() {
     log "bench: redir: redirected to eth0 / into the pod: $rd0 -> $rd1 during 3 pings"
   fi
   ruleset=$(nx "$mode" node nft list ruleset 2>/dev/null || true)
-  filters=$(ne "$mode" node "$PY" "$REPO/integration/bpfhooks.py" eth0 egress)   # TCX programs and tc filters
+  filters=$(ne "$mode" node "$PY" "$REPO/integration/lab/bpfhooks.py" eth0 egress)   # TCX programs and tc filters
   case $mode in
     none|hooks|state|redir|ebpf|fast) [ -z "$ruleset" ] || die "$mode: node has netfilter rules: $ruleset" ;;
     ipt) grep -q masquerade <<<"$ruleset" || die "ipt: MASQUERADE rule missing" ;;

@@ -2,7 +2,7 @@
 """The new-flow path under load (issue 26's bench rows), ebpf-masq beside iptables MASQUERADE.
 
 Run by `scripts/bench.sh --newflow` (root). Every setup is the lab of
-integration/churnlab.py (one node, one ext, pods by cnitool with the bridge
+integration/lab/churnlab.py (one node, one ext, pods by cnitool with the bridge
 plugin; iptables = the bridge's ipMasq, ebpf-masq and its fastPath with their
 defaults), built anew for each row and mode, default pod and node sysctls
 except tcp_tw_reuse=1 in the churning pods:
@@ -34,8 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "integration"))
 
-import churnlab  # noqa: E402
-import netlab  # noqa: E402
+from lab import churnlab, netlab  # noqa: E402
 
 
 def per_pair(status):

@@ -170,7 +170,7 @@ fn ip_masq_agent_file_becomes_its_configmap() {
 /// requires `selector` and `endpoints`; `endpoints[].port` names a port of the
 /// selected Service (by name, a string). The Service must carry the labels the
 /// selector matches, in the ServiceMonitor's namespace (no namespaceSelector).
-/// integration/k8s_validate.py checks the same against the CRD's schema.
+/// integration/lab/k8s_validate.py checks the same against the CRD's schema.
 #[test]
 fn service_monitor_has_what_its_crd_requires_and_finds_the_service() {
     for opts in [&["--service-monitor"][..], &["--service-monitor", "--metrics-port", "9500", "--name", "masq"]] {

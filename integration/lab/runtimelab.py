@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from netlab import CNI_BIN_DIR, CNI_VERSION, REPO, sh, wait_for
+from .netlab import CNI_BIN_DIR, CNI_VERSION, REPO, sh, wait_for
 
 IMAGE_SCRIPT = REPO / "scripts/make-test-image.sh"
 IMAGE = "localhost/ebpf-masq-test:latest"

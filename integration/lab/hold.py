@@ -10,7 +10,7 @@ import select
 import subprocess
 import time
 
-import netlab
+from . import netlab
 
 
 def json_line(proc, timeout, who):

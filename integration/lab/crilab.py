@@ -19,8 +19,8 @@ import json
 import tempfile
 from pathlib import Path
 
-from netlab import CNI_BIN_DIR, REPO, sh, wait_for
-from runtimelab import containerd_cmd, containerd_config, drop_cni_cache, stop_containerd
+from .netlab import CNI_BIN_DIR, REPO, sh, wait_for
+from .runtimelab import containerd_cmd, containerd_config, drop_cni_cache, stop_containerd
 
 SANDBOX_IMAGE = "localhost/ebpf-masq-pause:latest"
 K8S_NS = "k8s.io"  # the containerd namespace the CRI plugin uses

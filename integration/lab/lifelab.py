@@ -10,7 +10,7 @@ from collections import namedtuple
 from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 
-from netlab import CNI_BIN_DIR, POD_SUBNET, cnitool_container_id
+from .netlab import CNI_BIN_DIR, POD_SUBNET, cnitool_container_id
 
 Reply = namedtuple("Reply", "rc out stdout log")
 

@@ -16,8 +16,8 @@ import json
 import subprocess
 from collections import Counter
 
-from netlab import PEER, PY, Topo, wait_for
-from peer import norm
+from .netlab import PEER, PY, Topo, wait_for
+from .peer import norm
 
 POD_SUBNET6 = "fd00:244:1::/64"
 POD_GW6 = "fd00:244:1::1"

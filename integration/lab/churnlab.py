@@ -17,9 +17,9 @@ and ebpf-masq with fastPath, each with its defaults.
 import json
 import subprocess
 
-from hold import hold as tcp_hold, json_line, release
-import netlab
-from netlab import Topo
+from .hold import hold as tcp_hold, json_line, release
+from . import netlab
+from .netlab import Topo
 
 EXT, NODE_IP = Topo.EXT, Topo.NODE_EXT
 PORT = 5400

@@ -21,7 +21,7 @@ import json
 import os
 from pathlib import Path
 
-from netlab import CNI_VERSION, Topo, plugin_path, sh, wait_for
+from .netlab import CNI_VERSION, Topo, plugin_path, sh, wait_for
 
 WG_RUN_DIR = Path("/var/run/wireguard")
 WG_PORT = 51820

@@ -1,7 +1,7 @@
 """Validate Kubernetes manifests against the schemas bundled in the
 `kubernetes-validate` package (PyPI), offline, strictly (unknown fields fail).
 
-    /usr/bin/python3 integration/k8s_validate.py conf/daemonset.yaml [--version 1.30 ...]
+    /usr/bin/python3 integration/lab/k8s_validate.py conf/daemonset.yaml [--version 1.30 ...]
 
 Prints one line per (document, version) and exits 1 on any failure, including a
 kind for which no schema exists (the package's CLI only warns about those).

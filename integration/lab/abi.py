@@ -79,7 +79,7 @@ class Btf:
 
 def btf_of(topo, layout=None):
     """The programs' BTF, from the node's pinned masq_config map (of `layout`, default the current)."""
-    from netlab import LAYOUT
+    from .netlab import LAYOUT
     return Btf(topo.node, f"{topo.lab.pin_path}/v{layout or LAYOUT}/maps/masq_config")
 
 

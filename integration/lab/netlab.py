@@ -23,10 +23,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import masqcli
+from . import masqcli
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
+REPO = HERE.parents[1]
 PY = "/usr/bin/python3"  # Debian's python, which has scapy (not pyenv's)
 PEER = str(HERE / "peer.py")
 CNI_BIN_DIR = "/usr/lib/cni"
