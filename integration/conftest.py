@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from lab import netlab
+from lab.duallab import DualTopo, pod_addrs
 
 
 def pytest_sessionstart(session):
@@ -59,6 +60,28 @@ def masq_pod(topo, plugin):
         net = topo.masq_network(plugin, **keys)
         return net, net.add(topo.pod_ns(name))
     return make
+
+
+@pytest.fixture
+def dual(lab):
+    """A dual-stack topology (lab.duallab.DualTopo)."""
+    return DualTopo(lab)
+
+
+@pytest.fixture
+def dual_pod_keys():
+    """The ebpf-masq keys of dual_pod's network; a test file overrides this fixture for others."""
+    return {}
+
+
+@pytest.fixture
+def dual_pod(dual, plugin, dual_pod_keys):
+    """(CniNet, Pod, v4, v6): one pod with both families, added by cnitool."""
+    net = dual.masq_network(plugin, **dual_pod_keys)
+    pod = net.add(dual.pod_ns())
+    v4, v6 = pod_addrs(pod)
+    assert v4 and v6, pod.result
+    return net, pod, v4, v6
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ import pytest
 from scapy.all import IP, UDP, Ether, Raw
 
 from lab import abi
+from lab.masqcli import delta
 from lab.netlab import PY, Topo, wait_for
 
 EXT, NODE_IP = Topo.EXT, Topo.NODE_EXT
@@ -173,10 +174,6 @@ s.sendall(b"ping")
 assert s.recv(4) == b"ping"
 s.close()
 """
-
-
-def delta(after, before, group):
-    return {k: after[group][k] - before[group].get(k, 0) for k in after[group]}
 
 
 def nonzero(d):

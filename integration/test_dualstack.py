@@ -21,18 +21,9 @@ MASQ_KEYS = {"nativeRoutingCIDR": ["10.10.0.0/24", "fd00:0:0:10::/64"], "egressI
 
 
 @pytest.fixture
-def dual(lab):
-    return DualTopo(lab)
-
-
-@pytest.fixture
-def dual_pod(dual, plugin):
-    """(CniNet, Pod, v4, v6): one pod with both families, added by cnitool."""
-    net = dual.masq_network(plugin, **MASQ_KEYS)
-    pod = net.add(dual.pod_ns())
-    v4, v6 = pod_addrs(pod)
-    assert v4 and v6, pod.result
-    return net, pod, v4, v6
+def dual_pod_keys():
+    """conftest's dual_pod with MASQ_KEYS."""
+    return MASQ_KEYS
 
 
 def ip_set(addrs):

@@ -53,12 +53,7 @@ WHY = ("TcpActiveOpens", "TcpPassiveOpens", "TcpExtTCPSynRetrans", "TcpExtListen
 
 def nstat(ns):
     """The WHY counters of @ns that are not zero (absolute: every namespace here is new)."""
-    vals = {}
-    for line in ns.exec(["nstat", "-saz"]).stdout.splitlines():
-        f = line.split()
-        if len(f) >= 2 and f[0] in WHY and int(f[1]):
-            vals[f[0]] = int(f[1])
-    return vals
+    return {k: v for k, v in ns.nstat(WHY).items() if v}
 
 
 def conntrack(ns):

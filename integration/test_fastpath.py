@@ -12,16 +12,13 @@ import os
 import pytest
 
 from lab import abi
+from lab.masqcli import counters
 from lab.duallab import RouterTopo, pod_addrs, probe, route_get
 from lab.netlab import LAYOUT, PY, Topo, wait_for
 
 EXT, NATIVE, NODE_IP = Topo.EXT, Topo.NATIVE, Topo.NODE_EXT
 ECHO = "icmp[icmptype] = icmp-echo"
 FAST = {"fastPath": True}
-
-
-def counters(topo, plugin):
-    return topo.status(plugin)["counters"]
 
 
 def forwarded(ns):
@@ -38,11 +35,11 @@ class Watch:
         self.topo, self.plugin = topo, plugin
 
     def __enter__(self):
-        self.c0, self.f0 = counters(self.topo, self.plugin), forwarded(self.topo.node)
+        self.c0, self.f0 = counters(self.topo, self.plugin)[0], forwarded(self.topo.node)
         return self
 
     def __exit__(self, *exc):
-        c1 = counters(self.topo, self.plugin)
+        c1 = counters(self.topo, self.plugin)[0]
         self.forwarded = forwarded(self.topo.node) - self.f0
         self.egress = c1["fastpath_egress"] - self.c0["fastpath_egress"]
         self.ingress = c1["fastpath_ingress"] - self.c0["fastpath_ingress"]
@@ -172,7 +169,7 @@ def test_host_socket_unaffected_fast(topo, plugin, masq_pod, first):
     ports = {d["port"] for d in done}
     assert len(ports) == 2 and port in ports, done
     assert {d["sha256"] for d in done} == {r["sha256"] for _, r in results.values()}
-    assert counters(topo, plugin)["fastpath_egress"] > 0
+    assert counters(topo, plugin)[0]["fastpath_egress"] > 0
 
 
 SPOOF = """
@@ -269,12 +266,12 @@ def test_pmtu_tcp_bulk_fast(lab, plugin, family):
     settle(routed.node, routed.ext, pod.ns)
     srv = routed.ext.server("tcp", 5000, family="dual")
     size = 4 * 2**20
-    c0 = counters(routed, plugin)
+    c0 = counters(routed, plugin)[0]
     rc, res = pod.ns.client("tcp", ext, 5000, bytes=size, timeout=60)
     assert rc == 0, res
     [done] = srv.records("done")
     assert (done["addr"], done["bytes"], done["sha256"]) == (node, size, res["sha256"])
     assert "mtu 1280" in route_get(pod.ns, ext)
-    c1 = counters(routed, plugin)
+    c1 = counters(routed, plugin)[0]
     assert c1["fastpath_egress"] > c0["fastpath_egress"], c1
     assert c1["icmp_errors_to_pods"] > c0["icmp_errors_to_pods"], c1

@@ -25,6 +25,7 @@ import time
 import pytest
 from scapy.all import ICMP, IP, TCP, UDP, Ether, Raw, raw
 
+from lab.masqcli import delta
 from lab.netlab import PY, Topo, wait_for
 
 EXT, NODE_IP = Topo.EXT, Topo.NODE_EXT
@@ -161,10 +162,6 @@ def leaks(ipb):
             if in_pod_net(a):
                 found.append(f"{what} {a}")
     return found
-
-
-def delta(after, before, group):
-    return {k: after[group][k] - before[group].get(k, 0) for k in after[group]}
 
 
 def kernel_marks():

@@ -157,20 +157,7 @@ def test_ttl_exceeded_reaches_pod(routed, plugin, routed_pod, family):
 # --- fragments -------------------------------------------------------------------------
 
 
-@pytest.fixture
-def dual(lab):
-    return DualTopo(lab)
-
-
-@pytest.fixture
-def dual_pod(dual, plugin):
-    net = dual.masq_network(plugin)
-    pod = net.add(dual.pod_ns())
-    v4, v6 = pod_addrs(pod)
-    assert v4 and v6, pod.result
-    return net, pod, v4, v6
-
-
+# dual, dual_pod: conftest.py's.
 FRAGS = "(ip and ip[6:2] & 0x3fff != 0) or (ip6 and ip6[6] == 44)"  # fragments (IPv6: no other ext header)
 
 

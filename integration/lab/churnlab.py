@@ -32,17 +32,6 @@ WHY = ("TcpRetransSegs", "TcpExtTCPSynRetrans", "TcpExtTCPChallengeACK", "TcpExt
 HOLD_INFLIGHT = 256
 
 
-def nstat(ns):
-    """Absolute TCP counters of @ns (nstat -saz: no history file written)."""
-    out = ns.exec(["nstat", "-saz"]).stdout
-    vals = {}
-    for line in out.splitlines():
-        f = line.split()
-        if len(f) >= 2 and f[0] in WHY:
-            vals[f[0]] = int(f[1])
-    return vals
-
-
 def softnet_drops():
     """Packets the kernel dropped for a full per-CPU backlog (all CPUs, host-wide)."""
     with open("/proc/net/softnet_stat") as f:
@@ -106,7 +95,7 @@ def churn(tmp_path, plugin, benchtool, mode, seconds, held=0):
             print(f"{name}: held {held_ok} of {held} connections to {EXT}:{PORT}")
 
         watched = {"ext": topo.ext, "node": topo.node, **{f"pod{i}": p.ns for i, p in enumerate(pods)}}
-        before = {who: nstat(ns) for who, ns in watched.items()}
+        before = {who: ns.nstat(WHY) for who, ns in watched.items()}
         soft0 = softnet_drops()
         runs = {f"pod{i}": p.ns.spawn([benchtool, "tcp-churn", EXT, PORT, seconds, 2], stdout=subprocess.PIPE)
                 for i, p in enumerate(pods)}
@@ -119,7 +108,7 @@ def churn(tmp_path, plugin, benchtool, mode, seconds, held=0):
         soft = softnet_drops() - soft0
         tcp = {}
         for who, ns in watched.items():
-            after = nstat(ns)
+            after = ns.nstat(WHY)
             diff = {k: v - before[who].get(k, 0) for k, v in after.items() if v != before[who].get(k, 0)}
             if diff:
                 tcp[who] = diff

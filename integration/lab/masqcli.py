@@ -23,6 +23,11 @@ def counters(topo, binary):
     return s["counters"], s["drops"]
 
 
+def delta(after, before, group):
+    """How much each counter of @group ("counters", "drops") moved between two `status` replies."""
+    return {k: after[group][k] - before[group].get(k, 0) for k in after[group]}
+
+
 def nat_list(topo, binary):
     """`ebpf-masq nat list --json`, parsed."""
     return json.loads(run(topo, binary, "nat", "list", "--json").stdout)

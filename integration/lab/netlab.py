@@ -84,6 +84,16 @@ class Netns:
     def sysctl(self, key, value):
         self.exec(["sysctl", "-qw", f"{key}={value}"])
 
+    def nstat(self, names):
+        """{name: value} of the kernel counters @names here (nstat names, e.g. TcpActiveOpens), absolute:
+        `nstat -saz` writes no history file."""
+        vals = {}
+        for line in self.exec(["nstat", "-saz"]).stdout.splitlines():
+            f = line.split()
+            if len(f) >= 2 and f[0] in names:
+                vals[f[0]] = int(f[1])
+        return vals
+
     def spawn(self, cmd, enter=False, **kw):
         """Start a background process here; the lab kills it (by PID) on close."""
         prefix = ["nsenter", f"--net={self.path}", "--"] if enter else ["ip", "netns", "exec", self.name]
