@@ -1,15 +1,26 @@
-"""Core behaviour of the ebpf-masq chained plugin (see README.md for the topology)."""
+"""Core behaviour of the ebpf-masq chained plugin (see README.md for the topology).
+
+A test that takes `path` runs twice: on the default path (the node's stack forwards, ebpf-masq
+translates on the uplink) and with fastPath (test_fastpath.py has what is the fast path's
+alone); on the fast path it also proves the path was taken (lab.fastwatch.Watch)."""
 import json
 import os
 from pathlib import Path
 
 import pytest
 
+from lab.fastwatch import Watch
 from lab.netlab import PY, Topo, wait_for
 
 EXT, NATIVE, NODE_IP = Topo.EXT, Topo.NATIVE, Topo.NODE_EXT
 ECHO = "icmp[icmptype] = icmp-echo"
 NAT_KEYS = {"proto", "pod_addr", "pod_port", "nat_addr", "nat_port", "remote_addr", "remote_port"}
+
+
+@pytest.fixture(params=[{}, {"fastPath": True}], ids=["default", "fastpath"])
+def path(request):
+    """The ebpf-masq keys of the path under test: none (the default path) or fastPath."""
+    return request.param
 
 
 def test_add_prints_prev_result_unchanged(topo, plugin):
@@ -23,40 +34,61 @@ def test_add_prints_prev_result_unchanged(topo, plugin):
     assert rc == 0, log
 
 
-def test_ext_sees_node_address(topo, masq_pod):
-    net, pod = masq_pod()
-    tcp, udp = topo.ext.server("tcp", 5000), topo.ext.server("udp", 5001)
-    with topo.ext.capture("eth0", ECHO) as cap:
-        assert pod.ns.ping(EXT, count=3) == (0, 0.0)
-    assert cap.sources() == {NODE_IP: 3}
-    for srv in (tcp, udp):
-        rc, res = pod.ns.client(srv.proto, EXT, srv.port)
-        assert rc == 0, res
-    assert tcp.addrs("done") == {NODE_IP}
-    assert udp.addrs() == {NODE_IP}
+def ping_tcp_udp(topo, plugin, pod, remote, addr):
+    """Three pings, a TCP and a UDP exchange from @pod to @addr in namespace @remote, watched
+    (lab.fastwatch.Watch): (watch, {source: pings}, TCP sources, UDP sources) as @remote saw them."""
+    tcp, udp = remote.server("tcp", 5000), remote.server("udp", 5001)
+    with Watch(topo, plugin) as w:
+        with remote.capture("eth0", ECHO) as cap:
+            assert pod.ns.ping(addr, count=3) == (0, 0.0)
+        for srv in (tcp, udp):
+            rc, res = pod.ns.client(srv.proto, addr, srv.port)
+            assert rc == 0, res
+    return w, cap.sources(), tcp.addrs("done"), udp.addrs()
 
 
-def test_ping_flood_no_loss(topo, masq_pod):
-    net, pod = masq_pod()
-    assert pod.ns.ping(EXT, count=200, interval=0.01) == (0, 0.0)
+def test_ext_sees_node_address(topo, plugin, masq_pod, path):
+    net, pod = masq_pod(**path)
+    w, pings, tcp, udp = ping_tcp_udp(topo, plugin, pod, topo.ext, EXT)
+    assert (pings, tcp, udp) == ({NODE_IP: 3}, {NODE_IP}, {NODE_IP})
+    if path:
+        w.assert_fast(3 + 3)
+        # The pairs are the engine's own, marked as the fast path's.
+        mine = [e for e in topo.nat_list(plugin) if e["pod_addr"] == pod.ip]
+        assert {e["proto"] for e in mine} >= {"tcp", "udp", "icmp"}, mine
+        assert all(e["nat_addr"] == NODE_IP for e in mine), mine
 
 
-def test_tcp_50mb_transfer_intact(topo, masq_pod):
-    net, pod = masq_pod()
+def test_ping_flood_no_loss(topo, plugin, masq_pod, path):
+    net, pod = masq_pod(**path)
+    with Watch(topo, plugin) as w:
+        assert pod.ns.ping(EXT, count=200, interval=0.01) == (0, 0.0)
+    if path:
+        w.assert_fast(200)
+
+
+def test_tcp_50mb_transfer_intact(topo, plugin, masq_pod, path):
+    net, pod = masq_pod(**path)
     srv = topo.ext.server("tcp", 5000)
-    rc, res = pod.ns.client("tcp", EXT, 5000, bytes=50 * 2**20, timeout=60)
+    with Watch(topo, plugin) as w:
+        rc, res = pod.ns.client("tcp", EXT, 5000, bytes=50 * 2**20, timeout=60)
     assert rc == 0, res
     [done] = srv.records("done")
     assert (done["addr"], done["bytes"], done["sha256"]) == (NODE_IP, 50 * 2**20, res["sha256"])
+    if path:
+        w.assert_fast(10)
 
 
-def test_iperf3(topo, masq_pod):
-    net, pod = masq_pod()
+def test_iperf3(topo, plugin, masq_pod, path):
+    net, pod = masq_pod(**path)
     topo.ext.spawn(["iperf3", "-s", "-1", "-p", 5201])
     wait_for(lambda: topo.ext.exec(["ss", "-Hltn", "sport = :5201"]).stdout.strip(), what="iperf3 server")
-    p = pod.ns.exec(["iperf3", "-c", EXT, "-p", 5201, "-t", 3, "-J"], check=False, timeout=60)
+    with Watch(topo, plugin) as w:
+        p = pod.ns.exec(["iperf3", "-c", EXT, "-p", 5201, "-t", 3, "-J"], check=False, timeout=60)
     assert p.returncode == 0, p.stdout + p.stderr
     assert json.loads(p.stdout)["end"]["sum_received"]["bytes"] > 0
+    if path:
+        w.assert_fast(100)
 
 
 BOTH_UPLINKS = {"egressInterfaces": ["eth0", "eth1"]}  # so only the exclusion keeps the pod IP
@@ -67,39 +99,38 @@ BOTH_UPLINKS = {"egressInterfaces": ["eth0", "eth1"]}  # so only the exclusion k
     ({"nonMasqueradeCIDRs": ["10.10.0.0/24"]}, "pod"),
     ({}, Topo.NODE_NATIVE),  # control: no exclusion, masqueraded to eth1's address
 ], ids=["nativeRoutingCIDR", "nonMasqueradeCIDRs", "control"])
-def test_native_destination(topo, masq_pod, keys, seen):
-    net, pod = masq_pod(**BOTH_UPLINKS, **keys)
+def test_native_destination(topo, plugin, masq_pod, path, keys, seen):
+    net, pod = masq_pod(**path, **BOTH_UPLINKS, **keys)
     seen = pod.ip if seen == "pod" else seen
-    tcp, udp = topo.native.server("tcp", 5000), topo.native.server("udp", 5001)
     ext_udp = topo.ext.server("udp", 5001)
-    with topo.native.capture("eth0", ECHO) as cap:
-        assert pod.ns.ping(NATIVE, count=3) == (0, 0.0)
-    assert cap.sources() == {seen: 3}
-    for srv in (tcp, udp):
-        rc, res = pod.ns.client(srv.proto, NATIVE, srv.port)
-        assert rc == 0, res
-    assert tcp.addrs("done") == {seen}
-    assert udp.addrs() == {seen}
+    w, pings, tcp, udp = ping_tcp_udp(topo, plugin, pod, topo.native, NATIVE)
+    assert (pings, tcp, udp) == ({seen: 3}, {seen}, {seen})
+    if path and seen == pod.ip:  # excluded: the stack forwards it, untranslated
+        assert (w.egress, w.ingress) == (0, 0) and w.fallback >= 3 and w.forwarded >= 6, vars(w)
+    elif path:
+        w.assert_fast(6)
     rc, res = pod.ns.client("udp", EXT, 5001)  # everything else is still masqueraded
     assert rc == 0, res
     assert ext_udp.addrs() == {NODE_IP}
 
 
-def test_nat_outgoing_false_sends_pod_ip(topo, masq_pod):
-    net, pod = masq_pod(natOutgoing=False)
+def test_nat_outgoing_false_sends_pod_ip(topo, plugin, masq_pod, path):
+    net, pod = masq_pod(natOutgoing=False, **path)
     udp = topo.ext.server("udp", 5001)
-    with topo.ext.capture("eth0", ECHO) as cap:
-        pod.ns.ping(EXT, count=2)  # fails: ext has no route back to the pod range
+    with Watch(topo, plugin) as w:
+        with topo.ext.capture("eth0", ECHO) as cap:
+            pod.ns.ping(EXT, count=2)  # fails: ext has no route back to the pod range
+        pod.ns.client("udp", EXT, 5001, timeout=1)
+        wait_for(lambda: udp.records(), what="datagram at ext")
     assert cap.sources() == {pod.ip: 2}
-    pod.ns.client("udp", EXT, 5001, timeout=1)
-    wait_for(lambda: udp.records(), what="datagram at ext")
     assert udp.addrs() == {pod.ip}
+    assert (w.egress, w.ingress) == (0, 0) and w.forwarded >= 3, vars(w)  # the stack's, on either path
 
 
 @pytest.mark.parametrize("first", ["host", "pod"])
-def test_host_socket_unaffected(topo, masq_pod, first):
+def test_host_socket_unaffected(topo, plugin, masq_pod, path, first):
     """A node socket and a pod socket, same source port, same destination, open at once."""
-    net, pod = masq_pod()
+    net, pod = masq_pod(**path)
     srv = topo.ext.server("tcp", 5000)
     port = 40123  # inside the node's ephemeral range, so a real host socket could hold it
     who = {"host": (topo.node, True), "pod": (pod.ns, False)}
@@ -119,6 +150,8 @@ def test_host_socket_unaffected(topo, masq_pod, first):
     ports = {d["port"] for d in done}
     assert len(ports) == 2 and port in ports, done  # the host socket's port is untouched
     assert {d["sha256"] for d in done} == {r["sha256"] for _, r in results.values()}
+    if path:
+        assert topo.status(plugin)["counters"]["fastpath_egress"] > 0
 
 
 SPOOF = """
@@ -131,16 +164,19 @@ send(IP(src=src, dst=dst) / UDP(sport=40000, dport=port) / Raw(b"x" * 32), count
 """
 
 
-def test_spoofed_source_dropped(topo, masq_pod):
-    net, pod = masq_pod()
-    with topo.ext.capture("eth0", "udp port 5002") as cap:
-        pod.ns.exec([PY, "-c", SPOOF, "10.244.1.99", EXT, 5002])
-        pod.ns.exec([PY, "-c", SPOOF, pod.ip, EXT, 5002])  # control: the pod's own address
+def test_spoofed_source_dropped(topo, plugin, masq_pod, path):
+    net, pod = masq_pod(**path)
+    with Watch(topo, plugin) as w:
+        with topo.ext.capture("eth0", "udp port 5002") as cap:
+            pod.ns.exec([PY, "-c", SPOOF, "10.244.1.99", EXT, 5002])
+            pod.ns.exec([PY, "-c", SPOOF, pod.ip, EXT, 5002])  # control: the pod's own address
     assert cap.sources() == {NODE_IP: 3}
+    assert topo.status(plugin)["drops"]["spoofed_source"] == 3
+    if path:
+        assert w.egress == 3, vars(w)
 
 
-@pytest.mark.parametrize("keys", [{}, {"fastPath": True}], ids=["default", "fast"])
-def test_an_address_handed_to_a_new_pod_is_spoofed_from_the_old_pods_veth(topo, plugin, keys):
+def test_an_address_handed_to_a_new_pod_is_spoofed_from_the_old_pods_veth(topo, plugin, path):
     """A pod whose DEL never came keeps its veth and its registration; when IPAM hands its
     address to a new pod, the new pod takes the address over: packets from it through the old
     pod's veth are dropped as spoofed (the veth program's per-veth entry lets go of it, not only
@@ -149,7 +185,7 @@ def test_an_address_handed_to_a_new_pod_is_spoofed_from_the_old_pods_veth(topo, 
               "ipam": {"type": "static", "addresses": [{"address": "10.244.1.50/24", "gateway": "10.244.1.1"}],
                        "routes": [{"dst": "0.0.0.0/0"}]}}
     topo.link_plugin(plugin)
-    net = topo.network([static, topo.masq_entry(**keys)])
+    net = topo.network([static, topo.masq_entry(**path)])
     old, new = net.add(topo.pod_ns("old")), net.add(topo.pod_ns("new"))
     assert old.ip == new.ip == "10.244.1.50" and old.host_veth != new.host_veth
 

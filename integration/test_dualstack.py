@@ -11,6 +11,7 @@ import json
 import pytest
 
 from lab.duallab import POD_SUBNET6, DualTopo, ping, ping_ok, pod_addrs, same_ip, settle, sources
+from lab.fastwatch import forwarded6
 from lab.masqcli import counters
 from lab.netlab import PY
 
@@ -178,15 +179,6 @@ def test_link_local_sources_still_work(dual, plugin, dual_pod):
     assert s["drops"]["spoofed_source"] == drops_before, s["drops"]
     [mine] = [p for p in s["pods"] if p["veth"] == pod.host_veth]
     assert mine["spoofed_dropped"] == 0, mine
-
-
-def forwarded6(ns):
-    """Ip6OutForwDatagrams of the namespace: IPv6 packets its stack forwarded."""
-    for line in ns.exec(["cat", "/proc/net/snmp6"]).stdout.splitlines():
-        k, v = line.split()
-        if k == "Ip6OutForwDatagrams":
-            return int(v)
-    raise AssertionError("no Ip6OutForwDatagrams in /proc/net/snmp6")
 
 
 def test_ipv6_fast_path(dual, plugin):
