@@ -82,111 +82,70 @@ fn v6(a: &IpAddr) -> [u8; 16] {
     }
 }
 
-impl Family for V4 {
-    type Key = Nat4Key;
-    type Value = Nat4Entry;
-    type BindKey = Nat4Ep;
-    type Bind = Nat4Bind;
-    const FWD: &'static str = abi::MAP_NAT4_FWD;
-    const REV: &'static str = abi::MAP_NAT4_REV;
-    const BIND: &'static str = abi::MAP_NAT4_BIND;
-    fn bind_addr(k: &Nat4Ep) -> IpAddr {
-        Ipv4Addr::from(k.addr).into()
-    }
-    type Open = Nat4Open;
-    const OPEN: &'static str = abi::MAP_NAT4_OPEN;
-    fn open_addr(v: &Nat4Open) -> IpAddr {
-        Ipv4Addr::from(v.addr).into()
-    }
-    fn tuple(k: &Nat4Key) -> Tuple {
-        Tuple {
-            saddr: Ipv4Addr::from(k.saddr).into(),
-            daddr: Ipv4Addr::from(k.daddr).into(),
-            sport: u16::from_be_bytes(k.sport),
-            dport: u16::from_be_bytes(k.dport),
-            proto: k.proto,
+/// Both families' impls, written once: they differ only in their address type,
+/// their structs and their maps' names.
+macro_rules! family {
+    ($fam:ident: $ip:ident, $octets:ident, $is:ident, $key:ident, $entry:ident, $ep:ident, $bind:ident, $open:ident,
+     maps $fwd:ident, $rev:ident, $bm:ident, $om:ident) => {
+        impl Family for $fam {
+            type Key = $key;
+            type Value = $entry;
+            type BindKey = $ep;
+            type Bind = $bind;
+            const FWD: &'static str = abi::$fwd;
+            const REV: &'static str = abi::$rev;
+            const BIND: &'static str = abi::$bm;
+            fn bind_addr(k: &$ep) -> IpAddr {
+                $ip::from(k.addr).into()
+            }
+            type Open = $open;
+            const OPEN: &'static str = abi::$om;
+            fn open_addr(v: &$open) -> IpAddr {
+                $ip::from(v.addr).into()
+            }
+            fn tuple(k: &$key) -> Tuple {
+                Tuple {
+                    saddr: $ip::from(k.saddr).into(),
+                    daddr: $ip::from(k.daddr).into(),
+                    sport: u16::from_be_bytes(k.sport),
+                    dport: u16::from_be_bytes(k.dport),
+                    proto: k.proto,
+                }
+            }
+            fn key(t: &Tuple) -> $key {
+                $key {
+                    saddr: $octets(&t.saddr),
+                    daddr: $octets(&t.daddr),
+                    sport: t.sport.to_be_bytes(),
+                    dport: t.dport.to_be_bytes(),
+                    proto: t.proto,
+                    pad: [0; 3],
+                }
+            }
+            fn entry(v: &$entry) -> Entry {
+                Entry {
+                    addr: $ip::from(v.addr).into(),
+                    port: u16::from_be_bytes(v.port),
+                    flags: v.flags,
+                    policy: v.policy,
+                    rule_id: v.rule_id,
+                    created_ns: v.created_ns,
+                    last_seen_ns: v.last_seen_ns,
+                    packets: v.packets,
+                    bytes: v.bytes,
+                }
+            }
+            fn holds(a: &IpAddr) -> bool {
+                a.$is()
+            }
         }
-    }
-    fn key(t: &Tuple) -> Nat4Key {
-        Nat4Key {
-            saddr: v4(&t.saddr),
-            daddr: v4(&t.daddr),
-            sport: t.sport.to_be_bytes(),
-            dport: t.dport.to_be_bytes(),
-            proto: t.proto,
-            pad: [0; 3],
-        }
-    }
-    fn entry(v: &Nat4Entry) -> Entry {
-        Entry {
-            addr: Ipv4Addr::from(v.addr).into(),
-            port: u16::from_be_bytes(v.port),
-            flags: v.flags,
-            policy: v.policy,
-            rule_id: v.rule_id,
-            created_ns: v.created_ns,
-            last_seen_ns: v.last_seen_ns,
-            packets: v.packets,
-            bytes: v.bytes,
-        }
-    }
-    fn holds(a: &IpAddr) -> bool {
-        a.is_ipv4()
-    }
+    };
 }
 
-impl Family for V6 {
-    type Key = Nat6Key;
-    type Value = Nat6Entry;
-    type BindKey = Nat6Ep;
-    type Bind = Nat6Bind;
-    const FWD: &'static str = abi::MAP_NAT6_FWD;
-    const REV: &'static str = abi::MAP_NAT6_REV;
-    const BIND: &'static str = abi::MAP_NAT6_BIND;
-    fn bind_addr(k: &Nat6Ep) -> IpAddr {
-        Ipv6Addr::from(k.addr).into()
-    }
-    type Open = Nat6Open;
-    const OPEN: &'static str = abi::MAP_NAT6_OPEN;
-    fn open_addr(v: &Nat6Open) -> IpAddr {
-        Ipv6Addr::from(v.addr).into()
-    }
-    fn tuple(k: &Nat6Key) -> Tuple {
-        Tuple {
-            saddr: Ipv6Addr::from(k.saddr).into(),
-            daddr: Ipv6Addr::from(k.daddr).into(),
-            sport: u16::from_be_bytes(k.sport),
-            dport: u16::from_be_bytes(k.dport),
-            proto: k.proto,
-        }
-    }
-    fn key(t: &Tuple) -> Nat6Key {
-        Nat6Key {
-            saddr: v6(&t.saddr),
-            daddr: v6(&t.daddr),
-            sport: t.sport.to_be_bytes(),
-            dport: t.dport.to_be_bytes(),
-            proto: t.proto,
-            pad: [0; 3],
-        }
-    }
-    fn entry(v: &Nat6Entry) -> Entry {
-        Entry {
-            addr: Ipv6Addr::from(v.addr).into(),
-            port: u16::from_be_bytes(v.port),
-            flags: v.flags,
-            policy: v.policy,
-            rule_id: v.rule_id,
-            created_ns: v.created_ns,
-            last_seen_ns: v.last_seen_ns,
-            packets: v.packets,
-            bytes: v.bytes,
-        }
-    }
-    fn holds(a: &IpAddr) -> bool {
-        a.is_ipv6()
-    }
-}
+family!(V4: Ipv4Addr, v4, is_ipv4, Nat4Key, Nat4Entry, Nat4Ep, Nat4Bind, Nat4Open,
+        maps MAP_NAT4_FWD, MAP_NAT4_REV, MAP_NAT4_BIND, MAP_NAT4_OPEN);
+family!(V6: Ipv6Addr, v6, is_ipv6, Nat6Key, Nat6Entry, Nat6Ep, Nat6Bind, Nat6Open,
+        maps MAP_NAT6_FWD, MAP_NAT6_REV, MAP_NAT6_BIND, MAP_NAT6_OPEN);
 
 /// The reverse key of a forward pair: the reply's tuple.
 pub fn reverse_of(fwd: &Tuple, e: &Entry) -> Tuple {
@@ -555,6 +514,26 @@ mod tests {
         let t6 = Tuple { saddr: "fd00::2".parse().unwrap(), daddr: "2001:db8::1".parse().unwrap(), ..t4 };
         assert_eq!(V6::tuple(&V6::key(&t6)), t6);
         assert_eq!(V4::key(&t4).sport, 40000u16.to_be_bytes(), "ports in network byte order");
+    }
+
+    #[test]
+    fn each_family_reads_its_own_structs() {
+        let a4: IpAddr = "192.0.2.7".parse().unwrap();
+        let a6: IpAddr = "2001:db8::7".parse().unwrap();
+        let e4 = Nat4Entry { addr: [192, 0, 2, 7], port: 2000u16.to_be_bytes(), flags: 3, policy: 2, rule_id: 9,
+            packets: 4, ..Default::default() };
+        let e6 = Nat6Entry { addr: v6(&a6), port: 2000u16.to_be_bytes(), flags: 3, policy: 2, rule_id: 9,
+            packets: 4, ..Default::default() };
+        let (r4, r6) = (V4::entry(&e4), V6::entry(&e6));
+        assert_eq!((r4.addr, r4.port, r4.flags, r4.policy, r4.rule_id, r4.packets), (a4, 2000, 3, 2, 9, 4));
+        assert_eq!(Entry { addr: a4, ..r6 }, r4, "the same entry but its address");
+        assert_eq!(V4::bind_addr(&Nat4Ep { addr: [192, 0, 2, 7], ..Default::default() }), a4);
+        assert_eq!(V6::bind_addr(&Nat6Ep { addr: v6(&a6), ..Default::default() }), a6);
+        assert_eq!(V4::open_addr(&Nat4Open { addr: [192, 0, 2, 7], ..Default::default() }), a4);
+        assert_eq!(V6::open_addr(&Nat6Open { addr: v6(&a6), ..Default::default() }), a6);
+        assert_eq!((V4::holds(&a4), V4::holds(&a6), V6::holds(&a4), V6::holds(&a6)), (true, false, false, true));
+        assert_eq!((V4::FWD, V4::REV, V4::BIND, V4::OPEN), ("nat4_fwd", "nat4_rev", "nat4_bind", "nat4_open"));
+        assert_eq!((V6::FWD, V6::REV, V6::BIND, V6::OPEN), ("nat6_fwd", "nat6_rev", "nat6_bind", "nat6_open"));
     }
 
     #[test]

@@ -37,7 +37,7 @@ pub fn key_of(rev: &Released) -> NatHotKey {
     NatHotKey {
         nat_addr: abi::addr_words(rev.nat),
         remote: abi::addr_words(rev.remote),
-        rport: u16::from_ne_bytes(rev.rport.to_be_bytes()),
+        rport: rev.rport.to_be_bytes(),
         proto: rev.proto,
         v6: u8::from(rev.remote.is_ipv6()),
     }
@@ -142,7 +142,7 @@ mod tests {
         let k = key_of(&t);
         assert_eq!(k.remote[0].to_ne_bytes(), [203, 0, 113, 10]);
         assert_eq!(k.nat_addr[0].to_ne_bytes(), [192, 0, 2, 1]);
-        assert_eq!((&k.remote[1..], k.rport.to_ne_bytes(), k.proto, k.v6), (&[0u32; 3][..], [1, 187], 6, 0));
+        assert_eq!((&k.remote[1..], k.rport, k.proto, k.v6), (&[0u32; 3][..], [1, 187], 6, 0));
     }
 
     fn record() -> Box<NatHot> {

@@ -48,7 +48,7 @@ mod tests {
             src: abi::addr_words(src),
             nat_addr: abi::addr_words(if src.is_ipv6() { "fd00::5".parse().unwrap() } else { "10.0.0.5".parse().unwrap() }),
             remote: abi::addr_words(remote),
-            rport: 443u16.to_be(),
+            rport: 443u16.to_be_bytes(),
             proto: 6,
             v6: u8::from(src.is_ipv6()),
         }

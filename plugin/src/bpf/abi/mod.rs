@@ -1,15 +1,43 @@
-//! `#[repr(C)]` mirrors of bpf/include/masq_abi.h (the NAT tables' part in nat_tables.rs).
-//! Sizes are asserted at compile time against the same numbers the C side asserts
-//! with `_Static_assert`; tests.rs holds every constant, size and member offset
-//! against the header and the compiled objects' BTF. Addresses and ports are kept
-//! in network byte order, exactly as in the maps.
+//! Rust's view of bpf/include/masq_abi.h: the structs, #defines and enums bindgen
+//! generates from it at build time (generated.rs), under the names the crate uses,
+//! with what the generated types lack on top: aya's `Pod`, the LPM keys' data parts,
+//! address helpers, and the map names (C identifiers in bpf/lib/, not header values).
+//! tests.rs holds every generated struct against the compiled objects' BTF.
+//! Addresses and ports are kept in network byte order, exactly as in the maps.
 
 #![allow(dead_code)]
 
+mod generated;
 mod nat_tables;
-pub use nat_tables::*;
 
-pub const LAYOUT_VERSION: u32 = 16;
+pub use generated::{
+    attachment_info as AttachmentInfo, attachment_key as AttachmentKey, egress_hit as EgressHit,
+    egress_policy as EgressPolicyInfo, egress_stats as EgressStats, excl_info as ExclInfo, frag4_key as Frag4Key,
+    frag6_key as Frag6Key, frag_ports as FragPorts, host_port as HostPort, masq_config as NodeConfig,
+    masq_pool as MasqPool, nat4_bind as Nat4Bind, nat4_entry as Nat4Entry, nat4_ep as Nat4Ep, nat4_key as Nat4Key,
+    nat4_open as Nat4Open, nat4_permit as Nat4Permit, nat4_permit_key as Nat4PermitKey, nat6_bind as Nat6Bind,
+    nat6_entry as Nat6Entry, nat6_ep as Nat6Ep, nat6_key as Nat6Key, nat6_open as Nat6Open,
+    nat6_permit as Nat6Permit, nat6_permit_key as Nat6PermitKey, nat_gc as NatGc, nat_hot as NatHot,
+    nat_hot_key as NatHotKey, nat_hot_src as NatHotSrc, pod_info as PodInfo, pod_l2 as PodL2, pod_meta as PodMeta,
+    pod_stats as PodStats, port_count_key as PortCountKey, port_range as PortRange, refusal_key as RefusalKey,
+    refusals as Refusals, rule6_info as Rule6Info, rule_info as RuleInfo, rule_stats as RuleStats,
+    uplink_info as UplinkInfo, veth_info as VethInfo,
+};
+// Every #define and enum member (but the counters' and drops', in their modules below).
+pub use generated::{
+    ATT_F_NAT_OUTGOING, ATT_ID_LEN, ATT_IFNAME_LEN, ATT_MAX_ADDRS, EGRESS_ENTRIES_MAX, EGRESS_F_NO_NAT,
+    EGRESS_NAME_LEN, EGRESS_POLICIES_MAX, EGRESS_SPEC_LEN, EXCL_LINK_LOCAL, EXCL_NATIVE_ROUTING, EXCL_NON_MASQ,
+    FP_CB_MARK, HOST_PORTS_MAX, MASQ_F_FAST_PATH, MASQ_F_OPEN_MAPPINGS, MASQ_LAYOUT_VERSION as LAYOUT_VERSION,
+    MASQ_POOL_MAX, MAX_RULES, NAT_C_ACKED_PEER, NAT_C_FIN_FIRST, NAT_C_PEER_FIN, NAT_FILTER_AD, NAT_FILTER_EI,
+    NAT_FILTER_MASK, NAT_F_BY_RULE, NAT_F_ENDS, NAT_F_FAST, NAT_F_FIN, NAT_F_HOST, NAT_F_INBOUND, NAT_F_OPEN,
+    NAT_F_RST, NAT_F_TCP_CLOSING, NAT_GC_ARMED, NAT_GC_NEW4, NAT_GC_NEW6, NAT_GC_NEW_HOST, NAT_GC_SEEN_HOST,
+    NAT_GC_WALK6, NAT_HOT_IDLE_S, NAT_HOT_MAX, NAT_HOT_SLOTS, NAT_HOT_WORDS, NAT_MAP_FLAGS, NAT_SHARDS_MAX,
+    NAT_SHARD_ENTRIES, NAT_SHARE_RESERVE, POD_F_NAT_OUTGOING, POD_HOST_PORTS_MAX, POD_L2_F_HAS_MAC,
+    POD_META_ANN_LEN, POD_META_NAME_LEN, POD_META_NS_LEN, PORT_COUNTS_MAX, PORT_LIMIT_SHIFT, REFUSALS_MAX,
+    RESERVED_PORTS_MAX, RULE_F_TO_ADDRESS, UPLINKS_DIRECT, UPLINK_F_HAS_V4, UPLINK_F_HAS_V6, UPLINK_F_L3,
+    UPLINK_F_POOL4, UPLINK_F_POOL6, UPLINK_F_PRESENT, VETH_F_ADDR4, VETH_F_ADDR6,
+};
+pub use nat_tables::*;
 
 // Map names (pinned by name under <pinPath>/v<LAYOUT_VERSION>/maps/).
 pub const MAP_CONFIG: &str = "masq_config";
@@ -70,8 +98,6 @@ pub const ALL_MAPS: [&str; 43] = [
     MAP_REFUSALS, MAP_PORT_COUNTS,
 ];
 
-pub const MAX_RULES: u32 = 256;
-
 /// LRU maps are preallocated whole, so the mapping hints (nat4_bind/nat6_bind) hold at
 /// most this many pod endpoints (~64 and ~96 bytes each), not natMaxEntries: past it the
 /// least recently mapped endpoints lose their hint (their next flow may get a new port).
@@ -79,149 +105,38 @@ pub const BIND_ENTRIES_MAX: u32 = 65_536;
 /// The same for natFiltering's open mappings and address permits (nat*_open, nat*_permit).
 pub const OPEN_ENTRIES_MAX: u32 = 16_384;
 
-/// `struct masq_config`, the one entry of the `masq_config` map: the node-wide
-/// settings as the programs read them (`config::MasqConfig` is the plugin's
-/// parsed options, which `node` writes into this).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct NodeConfig {
-    pub port_min: u16,
-    pub port_max: u16,
-    pub flags: u32,
-    pub tcp_timeout_s: u32,
-    pub tcp_closing_timeout_s: u32,
-    pub udp_timeout_s: u32,
-    pub icmp_timeout_s: u32,
-    /// Keys the NAT shard hash (`nat_shard`): random per node, chosen by the loader and kept.
-    pub nat_seed: u32,
-    /// Forward shards in use (a power of two, at most NAT_SHARDS_MAX), chosen by the loader.
-    pub nat_shards: u32,
-    /// Ports inside [port_min, port_max] never handed out (nodePortRange); {0, 0}: none.
-    pub skip_min: u16,
-    pub skip_max: u16,
-    /// natTimeouts.udpOneShot: a UDP pair whose packets all came within 2 s of its first.
-    pub udp_one_shot_timeout_s: u32,
+/// The data part of an LPM trie key: the C key but its leading `__u32 prefixlen`,
+/// which aya's `lpm_trie::Key` holds. Each is checked at compile time against the
+/// generated key: 4 bytes shorter, every member 4 bytes earlier.
+macro_rules! lpm_data {
+    ($($(#[$doc:meta])* $name:ident = $key:ident { $($f:ident: $t:ty = $cf:ident),* $(,)? })*) => {
+        $(
+            $(#[$doc])*
+            #[repr(C)]
+            #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+            pub struct $name {
+                $(pub $f: $t),*
+            }
+            const _: () = {
+                assert!(std::mem::size_of::<$name>() + 4 == std::mem::size_of::<generated::$key>());
+                $(assert!(
+                    std::mem::offset_of!($name, $f) + 4 == std::mem::offset_of!(generated::$key, $cf)
+                );)*
+            };
+        )*
+    };
 }
 
-/// `masq_config.flags`: fastPath is on.
-pub const MASQ_F_FAST_PATH: u32 = 0x1;
-/// `masq_config.flags`: some pod or rule has a natFiltering other than the default (sticky).
-pub const MASQ_F_OPEN_MAPPINGS: u32 = 0x2;
-/// `__sk_buff.cb[0]` of a packet the fast path translated and redirected to an uplink:
-/// the uplink's egress program passes it on without a lookup.
-pub const FP_CB_MARK: u32 = 0x6d61_fa57;
-/// natFiltering bits, in pod_info, rule_info/rule6_info and attachment_info flags alike.
-pub const NAT_FILTER_AD: u32 = 0x2;
-pub const NAT_FILTER_EI: u32 = 0x4;
-pub const NAT_FILTER_MASK: u32 = NAT_FILTER_AD | NAT_FILTER_EI;
-
-pub const POD_F_NAT_OUTGOING: u32 = 0x1;
-/// `pod_info.flags` and `attachment_info.flags` bits 16-31: the pod's port limit (0: none).
-pub const PORT_LIMIT_SHIFT: u32 = 16;
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PodInfo {
-    pub ifindex: u32,
-    pub flags: u32,
-    /// The fast path's L2 facts, in every address entry of the pod.
-    pub l2: PodL2,
-    /// The egressPolicies that select the pod: bit i = policy i (0: none).
-    pub egress: u32,
-}
-
-/// `struct pod_l2` (in `PodInfo`; layout 6 and before: map pod_l2, key: host-side
-/// veth ifindex): what the fast path needs to move a pod's packets without the host stack.
-pub const POD_L2_F_HAS_MAC: u32 = 0x1;
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PodL2 {
-    pub pod_mac: [u8; 6],
-    pub gw_mac: [u8; 6],
-    pub l3_ifindex: u32,
-    pub flags: u32,
-}
-
-pub const UPLINK_F_L3: u32 = 0x1;
-pub const UPLINK_F_HAS_V4: u32 = 0x2;
-pub const UPLINK_F_HAS_V6: u32 = 0x4;
-/// Sources take their address from `masq_pool` (masqueradeAddress lists 2+ of the family).
-pub const UPLINK_F_POOL4: u32 = 0x8;
-pub const UPLINK_F_POOL6: u32 = 0x10;
-/// In `uplinks_direct` only: the slot holds an uplink.
-pub const UPLINK_F_PRESENT: u32 = 0x80;
-/// Addresses of one family a `masq_pool` holds.
-pub const MASQ_POOL_MAX: usize = 64;
-/// `struct masq_pool`: slot 0, masqueradeAddress's pool (paired: a source always
-/// takes v4[low 32 bits of its address % len4]); slot 1 + i, egress policy i's
-/// addresses (one is enough there).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MasqPool {
-    pub len4: u32,
-    pub len6: u32,
-    pub v4: [[u8; 4]; MASQ_POOL_MAX],
-    pub v6: [[u8; 16]; MASQ_POOL_MAX],
-}
-
-impl Default for MasqPool {
-    fn default() -> Self {
-        MasqPool { len4: 0, len6: 0, v4: [[0; 4]; MASQ_POOL_MAX], v6: [[0; 16]; MASQ_POOL_MAX] }
-    }
-}
-
-/// Egress policies (egressPolicies): at most this many, a pod's are a u32 mask.
-pub const EGRESS_POLICIES_MAX: u32 = 32;
-/// Entries of egress4 / egress6 (the flattened (mask, destination) pairs).
-pub const EGRESS_ENTRIES_MAX: u32 = 4096;
-/// natOutgoing: false: the destination is not masqueraded.
-pub const EGRESS_F_NO_NAT: u32 = 0x1;
-/// `struct egress4_key` without its prefixlen (aya's `Key` holds it): the pod's
-/// policy mask, then the destination.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Egress4Data {
-    pub set: u32,
-    pub daddr: [u8; 4],
-}
-/// `struct egress6_key` without its prefixlen.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Egress6Data {
-    pub set: u32,
-    pub daddr: [u8; 16],
-}
-/// `struct egress_hit`: the policy a (mask, destination) entry names.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct EgressHit {
-    pub policy: u32,
-    pub flags: u32,
-}
-pub const EGRESS_NAME_LEN: usize = 64;
-pub const EGRESS_SPEC_LEN: usize = 1976;
-/// `struct egress_policy`: what policy i is, for status, nat list, explain and
-/// metrics (the programs never read it).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct EgressPolicyInfo {
-    pub used: u32,
-    pub flags: u32,
-    pub name: [u8; EGRESS_NAME_LEN],
-    pub spec: [u8; EGRESS_SPEC_LEN],
-}
-impl Default for EgressPolicyInfo {
-    fn default() -> Self {
-        EgressPolicyInfo { used: 0, flags: 0, name: [0; EGRESS_NAME_LEN], spec: [0; EGRESS_SPEC_LEN] }
-    }
-}
-/// `struct egress_stats` (per CPU, per policy).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct EgressStats {
-    pub packets: u64,
-    pub bytes: u64,
-    pub flows: u64,
-    pub unmasqueraded: u64,
+lpm_data! {
+    /// `struct egress4_key`: the pod's policy mask, then the destination.
+    Egress4Data = egress4_key { set: u32 = set, daddr: [u8; 4] = daddr }
+    Egress6Data = egress6_key { set: u32 = set, daddr: [u8; 16] = daddr }
+    /// `struct rule4_key`: the out ifindex (big-endian, so it is a prefix), the source.
+    Rule4Data = rule4_key { ifindex_be: [u8; 4] = ifindex, saddr: [u8; 4] = saddr }
+    Rule6Data = rule6_key { ifindex_be: [u8; 4] = ifindex, saddr: [u8; 16] = saddr }
+    /// `struct rule_except4_key`: the rule id (big-endian), the destination.
+    RuleExcept4Data = rule_except4_key { rule_id_be: [u8; 4] = rule_id, daddr: [u8; 4] = daddr }
+    RuleExcept6Data = rule_except6_key { rule_id_be: [u8; 4] = rule_id, daddr: [u8; 16] = daddr }
 }
 
 impl MasqPool {
@@ -258,114 +173,6 @@ impl MasqPool {
             _ => None,
         }
     }
-}
-
-/// Uplinks with an ifindex below this also have a slot in `uplinks_direct`.
-pub const UPLINKS_DIRECT: u32 = 4096;
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct UplinkInfo {
-    pub masq_v4: [u8; 4],
-    pub flags: u32,
-    pub masq_v6: [u8; 16],
-}
-
-pub const EXCL_NATIVE_ROUTING: u32 = 1;
-pub const EXCL_NON_MASQ: u32 = 2;
-pub const EXCL_LINK_LOCAL: u32 = 3;
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct ExclInfo {
-    pub reason: u32,
-    pub index: u32,
-}
-
-/// Data part of `struct rule4_key` (the LPM prefix length is aya's `Key`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Rule4Data {
-    pub ifindex_be: [u8; 4],
-    pub saddr: [u8; 4],
-}
-pub const RULE_F_TO_ADDRESS: u32 = 0x1;
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RuleInfo {
-    pub id: u32,
-    pub flags: u32,
-    pub to_v4: [u8; 4],
-    pub pad: u32,
-}
-/// Data part of `struct rule_except4_key`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct RuleExcept4Data {
-    pub rule_id_be: [u8; 4],
-    pub daddr: [u8; 4],
-}
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RuleStats {
-    pub packets: u64,
-    pub bytes: u64,
-}
-
-/// Data part of `struct rule6_key`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Rule6Data {
-    pub ifindex_be: [u8; 4],
-    pub saddr: [u8; 16],
-}
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Rule6Info {
-    pub id: u32,
-    pub flags: u32,
-    pub to_v6: [u8; 16],
-}
-/// Data part of `struct rule_except6_key`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct RuleExcept6Data {
-    pub rule_id_be: [u8; 4],
-    pub daddr: [u8; 16],
-}
-
-/// Slots of `reserved_ports`.
-pub const RESERVED_PORTS_MAX: u32 = 64;
-
-/// `struct port_range` (`reserved_ports` value): ports in host byte order, {0, 0} = free.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PortRange {
-    pub lo: u16,
-    pub hi: u16,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PodStats {
-    pub packets: u64,
-    pub bytes: u64,
-    pub spoofed: u64,
-}
-
-/// `veths.flags`: `addr4` holds one of the pod's IPv4 addresses.
-pub const VETH_F_ADDR4: u32 = 0x1;
-/// `veths.flags`: `addr6` holds one of the pod's IPv6 addresses.
-pub const VETH_F_ADDR6: u32 = 0x2;
-/// `struct veth_info` (map veths, PERCPU_HASH, key: host-side veth ifindex): what
-/// the pod veth program needs about the pod behind the veth, in its one lookup per
-/// packet. The same facts in every CPU's copy; the counters are that CPU's.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct VethInfo {
-    pub stats: PodStats,
-    pub pod: PodInfo,
-    pub addr4: [u8; 4],
-    pub addr6: [u8; 16],
-    pub flags: u32,
 }
 
 impl VethInfo {
@@ -412,106 +219,10 @@ impl VethInfo {
     }
 }
 
-pub const ATT_ID_LEN: usize = 72;
-pub const ATT_IFNAME_LEN: usize = 16;
-pub const ATT_MAX_ADDRS: usize = 4;
-pub const ATT_F_NAT_OUTGOING: u32 = 0x1;
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct AttachmentKey {
-    pub container_id: [u8; ATT_ID_LEN],
-    pub ifname: [u8; ATT_IFNAME_LEN],
-}
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct AttachmentInfo {
-    pub veth_ifindex: u32,
-    pub flags: u32,
-    pub n_v4: u32,
-    pub n_v6: u32,
-    pub v4: [[u8; 4]; ATT_MAX_ADDRS],
-    pub v6: [[u8; 16]; ATT_MAX_ADDRS],
-    pub created_ns: u64,
-    pub veth_name: [u8; 16],
-}
-
-pub const POD_META_NS_LEN: usize = 64;
-pub const POD_META_NAME_LEN: usize = 256;
-pub const POD_META_ANN_LEN: usize = 1024;
-/// struct pod_meta: who the pod of an attachment is (NUL padded strings).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PodMeta {
-    pub k8s_namespace: [u8; POD_META_NS_LEN],
-    pub k8s_name: [u8; POD_META_NAME_LEN],
-    pub annotations: [u8; POD_META_ANN_LEN],
-    /// The pod's hostPorts (runtimeConfig portMappings); a zero port ends the list.
-    pub host_ports: [HostPort; POD_HOST_PORTS_MAX],
-}
-
-impl Default for PodMeta {
-    fn default() -> Self {
-        PodMeta {
-            k8s_namespace: [0; POD_META_NS_LEN],
-            k8s_name: [0; POD_META_NAME_LEN],
-            annotations: [0; POD_META_ANN_LEN],
-            host_ports: [HostPort::default(); POD_HOST_PORTS_MAX],
-        }
-    }
-}
-
-/// hostPorts one pod's record holds.
-pub const POD_HOST_PORTS_MAX: usize = 16;
-/// Entries of `host_ports`.
-pub const HOST_PORTS_MAX: u32 = 4096;
-/// `struct host_port`: a hostPort (port in host byte order, IPPROTO_TCP/UDP), the
-/// key of `host_ports` (whose values are unused).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct HostPort {
-    pub port: u16,
-    pub proto: u8,
-    pub pad: u8,
-}
-
-/// Counter indexes (enum masq_counter).
+/// Counter indexes (enum masq_counter, without its CNT_ prefix) and their metric names.
 pub mod counter {
-    pub const SNAT_PKTS_V4: u32 = 0;
-    pub const SNAT_BYTES_V4: u32 = 1;
-    pub const RNAT_PKTS_V4: u32 = 2;
-    pub const RNAT_BYTES_V4: u32 = 3;
-    pub const SNAT_PKTS_V6: u32 = 4;
-    pub const SNAT_BYTES_V6: u32 = 5;
-    pub const RNAT_PKTS_V6: u32 = 6;
-    pub const RNAT_BYTES_V6: u32 = 7;
-    pub const NAT_CREATED: u32 = 8;
-    pub const NAT_RECLAIMED: u32 = 9;
-    pub const NAT_EXPIRED: u32 = 10;
-    pub const ALLOC_FAIL: u32 = 11;
-    pub const SKIP_EXCLUDED: u32 = 12;
-    pub const SKIP_NO_NAT_OUTGOING: u32 = 13;
-    pub const ICMP_ERR_IN: u32 = 14;
-    pub const ICMP_ERR_OUT: u32 = 15;
-    pub const FRAGS: u32 = 16;
-    pub const FP_EGRESS: u32 = 17;
-    pub const FP_INGRESS: u32 = 18;
-    pub const FP_FALLBACK: u32 = 19;
-    pub const PORT_PROBES: u32 = 20;
-    pub const NAT_GC_ARM_FAILED: u32 = 21;
-    pub const INBOUND_CREATED: u32 = 22;
-    pub const INBOUND_PKTS: u32 = 23;
-    pub const INBOUND_UNTRACKED: u32 = 24;
-    pub const MAP_REUSED: u32 = 25;
-    pub const MAP_PRESERVED: u32 = 26;
-    pub const NAT_FINISHED_REUSED: u32 = 27;
-    pub const FILTER_ADMITTED: u32 = 28;
-    pub const HOST_TRACKED: u32 = 29;
-    pub const HOST_REMAPPED: u32 = 30;
-    pub const HOST_SOCKET_AVOIDED: u32 = 31;
-    pub const NAT_UNANSWERED_REUSED: u32 = 32;
-    pub const NAT_HOT_SCANS: u32 = 33;
-    pub const NAT_HOT_FOUND: u32 = 34;
-    pub const MAX: u32 = 35;
+    pub use super::generated::masq_counter::*;
+
     pub const NAMES: [&str; MAX as usize] = [
         "snat_packets_v4",
         "snat_bytes_v4",
@@ -551,20 +262,10 @@ pub mod counter {
     ];
 }
 
-/// Drop reasons (enum masq_drop_reason).
+/// Drop reasons (enum masq_drop_reason, without its DROP_ prefix) and their names.
 pub mod drop_reason {
-    pub const SPOOFED_SOURCE: u32 = 0;
-    pub const NO_PORT: u32 = 1;
-    pub const NAT_INSERT: u32 = 2;
-    pub const FRAGMENT: u32 = 3;
-    pub const MALFORMED: u32 = 4;
-    pub const CSUM: u32 = 5;
-    pub const UNSUPPORTED_PROTO: u32 = 6;
-    pub const FRAG_NO_STATE: u32 = 7;
-    pub const NAT_FULL: u32 = 8;
-    pub const OVER_SHARE: u32 = 9;
-    pub const OVER_LIMIT: u32 = 10;
-    pub const MAX: u32 = 11;
+    pub use super::generated::masq_drop_reason::*;
+
     pub const NAMES: [&str; MAX as usize] = [
         "spoofed_source",
         "no_port",
@@ -580,65 +281,20 @@ pub mod drop_reason {
     ];
 }
 
+/// aya reads and writes map keys and values as plain bytes.
 macro_rules! aya_pod {
-    ($($t:ty = $size:expr),* $(,)?) => {
-        $(
-            unsafe impl aya::Pod for $t {}
-            const _: () = assert!(std::mem::size_of::<$t>() == $size);
-        )*
+    ($($t:ty),* $(,)?) => {
+        $(unsafe impl aya::Pod for $t {})*
     };
 }
 
 aya_pod! {
-    PodMeta = 1408,
-    HostPort = 4,
-    NodeConfig = 40,
-    PodInfo = 32,
-    Egress4Data = 8,
-    Egress6Data = 20,
-    EgressHit = 8,
-    EgressStats = 32,
-    EgressPolicyInfo = 2048,
-    PodL2 = 20,
-    UplinkInfo = 24,
-    ExclInfo = 8,
-    Rule4Data = 8,
-    RuleInfo = 16,
-    RuleExcept4Data = 8,
-    RuleStats = 16,
-    Rule6Data = 20,
-    Rule6Info = 24,
-    RuleExcept6Data = 20,
-    Nat6Key = 40,
-    Nat6Entry = 72,
-    Frag4Key = 12,
-    Frag6Key = 40,
-    FragPorts = 8,
-    Nat4Key = 16,
-    Nat4Entry = 56,
-    Nat4Ep = 8,
-    Nat4Bind = 8,
-    Nat6Ep = 20,
-    Nat6Bind = 20,
-    Nat4Open = 24,
-    Nat6Open = 40,
-    Nat4PermitKey = 12,
-    Nat4Permit = 16,
-    Nat6PermitKey = 36,
-    Nat6Permit = 24,
-    PodStats = 24,
-    VethInfo = 80,
-    NatGc = 128,
-    NatHotKey = 36,
-    NatHotSrc = 8,
-    NatHot = 8728,
-    RefusalKey = 20,
-    Refusals = 24,
-    PortCountKey = 52,
-    PortRange = 4,
-    MasqPool = 1288,
-    AttachmentKey = 88,
-    AttachmentInfo = 120,
+    PodMeta, HostPort, NodeConfig, PodInfo, Egress4Data, Egress6Data, EgressHit, EgressStats, EgressPolicyInfo,
+    PodL2, UplinkInfo, ExclInfo, Rule4Data, RuleInfo, RuleExcept4Data, RuleStats, Rule6Data, Rule6Info,
+    RuleExcept6Data, Nat6Key, Nat6Entry, Frag4Key, Frag6Key, FragPorts, Nat4Key, Nat4Entry, Nat4Ep, Nat4Bind,
+    Nat6Ep, Nat6Bind, Nat4Open, Nat6Open, Nat4PermitKey, Nat4Permit, Nat6PermitKey, Nat6Permit, PodStats,
+    VethInfo, NatGc, NatHotKey, NatHotSrc, NatHot, RefusalKey, Refusals, PortCountKey, PortRange, MasqPool,
+    AttachmentKey, AttachmentInfo,
 }
 
 #[cfg(test)]
