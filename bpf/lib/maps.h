@@ -9,83 +9,61 @@
 
 #include "common.h"
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct masq_config);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} masq_config SEC(".maps");
+/*
+ * One macro per map kind, so that each map is one line: @name, @max entries of
+ * @key_t -> @value_t, pinned by name. The fields keep the order libbpf's
+ * examples use (type, max_entries, key, value, map_flags, pinning).
+ */
+#define MAP_PINNED(name, type_, max, key_t, value_t)				\
+	struct {								\
+		__uint(type, type_);						\
+		__uint(max_entries, max);					\
+		__type(key, key_t);						\
+		__type(value, value_t);						\
+		__uint(pinning, LIBBPF_PIN_BY_NAME);				\
+	} name SEC(".maps")
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, __be32);
-	__type(value, struct pod_info);
-	__uint(map_flags, BPF_F_NO_PREALLOC); /* written by the plugin only: no upfront memory */
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} pods4 SEC(".maps");
+#define MAP_PINNED_FLAGS(name, type_, max, key_t, value_t, flags)		\
+	struct {								\
+		__uint(type, type_);						\
+		__uint(max_entries, max);					\
+		__type(key, key_t);						\
+		__type(value, value_t);						\
+		__uint(map_flags, flags);					\
+		__uint(pinning, LIBBPF_PIN_BY_NAME);				\
+	} name SEC(".maps")
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct in6_addr);
-	__type(value, struct pod_info);
-	__uint(map_flags, BPF_F_NO_PREALLOC); /* written by the plugin only: no upfront memory */
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} pods6 SEC(".maps");
+/* Indexed by a __u32. */
+#define ARRAY_MAP(name, max, value_t) MAP_PINNED(name, BPF_MAP_TYPE_ARRAY, max, __u32, value_t)
+#define PERCPU_ARRAY_MAP(name, max, value_t) MAP_PINNED(name, BPF_MAP_TYPE_PERCPU_ARRAY, max, __u32, value_t)
+/* Evicts its least recently used entry when full: for state that may be lost. */
+#define LRU_HASH_MAP(name, max, key_t, value_t) MAP_PINNED(name, BPF_MAP_TYPE_LRU_HASH, max, key_t, value_t)
+/* Written by the plugin only (or allocated as records are made): no upfront memory. */
+#define HASH_MAP(name, max, key_t, value_t)						\
+	MAP_PINNED_FLAGS(name, BPF_MAP_TYPE_HASH, max, key_t, value_t, BPF_F_NO_PREALLOC)
+#define PERCPU_HASH_MAP(name, max, key_t, value_t)					\
+	MAP_PINNED_FLAGS(name, BPF_MAP_TYPE_PERCPU_HASH, max, key_t, value_t, BPF_F_NO_PREALLOC)
+/* Longest-prefix match; the kernel requires BPF_F_NO_PREALLOC. */
+#define LPM_MAP(name, max, key_t, value_t)						\
+	MAP_PINNED_FLAGS(name, BPF_MAP_TYPE_LPM_TRIE, max, key_t, value_t, BPF_F_NO_PREALLOC)
 
-struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, 1024);
-	__type(key, struct lpm4_key);
-	__type(value, __u32);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} svc4 SEC(".maps");
+/*
+ * A map of one kind for each family, @name4 and @name6, alike but for their
+ * key and value types (which the ABI names per family, not always by pattern).
+ */
+#define MAP_PER_FAMILY(kind, max, name4, key4_t, value4_t, name6, key6_t, value6_t)	\
+	kind(name4, max, key4_t, value4_t);						\
+	kind(name6, max, key6_t, value6_t)
 
-struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, 1024);
-	__type(key, struct lpm6_key);
-	__type(value, __u32);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} svc6 SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 64);
-	__type(key, __u32);
-	__type(value, struct uplink_info);
-	__uint(map_flags, BPF_F_NO_PREALLOC); /* written by the plugin only: no upfront memory */
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} uplinks SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, HOST_PORTS_MAX);
-	__type(key, struct host_port);
-	__type(value, __u32);
-	__uint(map_flags, BPF_F_NO_PREALLOC); /* written by the plugin only: no upfront memory */
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} host_ports SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1 + EGRESS_POLICIES_MAX);
-	__type(key, __u32);
-	__type(value, struct masq_pool);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} masq_pool SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, UPLINKS_DIRECT);
-	__type(key, __u32);
-	__type(value, struct uplink_info);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} uplinks_direct SEC(".maps");
+ARRAY_MAP(masq_config, 1, struct masq_config);
+MAP_PER_FAMILY(HASH_MAP, 65536, pods4, __be32, struct pod_info,
+				pods6, struct in6_addr, struct pod_info);
+MAP_PER_FAMILY(LPM_MAP, 1024, svc4, struct lpm4_key, __u32,
+			      svc6, struct lpm6_key, __u32);
+HASH_MAP(uplinks, 64, __u32, struct uplink_info);
+HASH_MAP(host_ports, HOST_PORTS_MAX, struct host_port, __u32);
+ARRAY_MAP(masq_pool, 1 + EGRESS_POLICIES_MAX, struct masq_pool);
+ARRAY_MAP(uplinks_direct, UPLINKS_DIRECT, struct uplink_info);
 
 /* The uplink entry of @ifindex, or NULL: not an uplink (see uplinks_direct). */
 static __always_inline struct uplink_info *uplink_get(__u32 ifindex)
@@ -99,320 +77,71 @@ static __always_inline struct uplink_info *uplink_get(__u32 ifindex)
 	return bpf_map_lookup_elem(&uplinks, &ifindex);
 }
 
-struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, 1024);
-	__type(key, struct lpm4_key);
-	__type(value, struct excl_info);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} excl4 SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, 1024);
-	__type(key, struct lpm6_key);
-	__type(value, struct excl_info);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} excl6 SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, MAX_RULES);
-	__type(key, struct rule4_key);
-	__type(value, struct rule_info);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} rules4 SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, 4096);
-	__type(key, struct rule_except4_key);
-	__type(value, __u32);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} rule_except4 SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, MAX_RULES);
-	__type(key, __u32);
-	__type(value, struct rule_stats);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} rule_stats SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, EGRESS_ENTRIES_MAX);
-	__type(key, struct egress4_key);
-	__type(value, struct egress_hit);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} egress4 SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, EGRESS_ENTRIES_MAX);
-	__type(key, struct egress6_key);
-	__type(value, struct egress_hit);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} egress6 SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, EGRESS_POLICIES_MAX);
-	__type(key, __u32);
-	__type(value, struct egress_stats);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} egress_stats SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, EGRESS_POLICIES_MAX);
-	__type(key, __u32);
-	__type(value, struct egress_policy);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} egress_policies SEC(".maps");
+MAP_PER_FAMILY(LPM_MAP, 1024, excl4, struct lpm4_key, struct excl_info,
+			      excl6, struct lpm6_key, struct excl_info);
+LPM_MAP(rules4, MAX_RULES, struct rule4_key, struct rule_info);
+LPM_MAP(rule_except4, 4096, struct rule_except4_key, __u32);
+PERCPU_ARRAY_MAP(rule_stats, MAX_RULES, struct rule_stats);
+MAP_PER_FAMILY(LPM_MAP, EGRESS_ENTRIES_MAX, egress4, struct egress4_key, struct egress_hit,
+					    egress6, struct egress6_key, struct egress_hit);
+PERCPU_ARRAY_MAP(egress_stats, EGRESS_POLICIES_MAX, struct egress_stats);
+ARRAY_MAP(egress_policies, EGRESS_POLICIES_MAX, struct egress_policy);
 
 /*
- * The forward halves: up to NAT_SHARDS_MAX hash maps behind an array (see masq_abi.h).
- * The loader creates the shards (natMaxEntries / nat_shards entries each) and
- * puts them in before any program is pinned; the definition here is only the
- * template they must match (type, key, value, flags).
+ * A family's NAT pairs. The forward halves: up to NAT_SHARDS_MAX hash maps
+ * behind an array (see masq_abi.h). The loader creates the shards
+ * (natMaxEntries / nat_shards entries each) and puts them in before any program
+ * is pinned; @shard is only the template they must match (type, key, value,
+ * flags). The reverse halves: one hash map, sized by the loader.
  */
-struct nat4_shard {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, struct nat4_key);
-	__type(value, struct nat4_entry);
-	__uint(map_flags, NAT_MAP_FLAGS);
-};
+#define NAT_PAIR_MAPS(shard, fwd, rev, key_t, entry_t)				\
+	struct shard {								\
+		__uint(type, BPF_MAP_TYPE_HASH);				\
+		__uint(max_entries, 4096);					\
+		__type(key, key_t);						\
+		__type(value, entry_t);						\
+		__uint(map_flags, NAT_MAP_FLAGS);				\
+	};									\
+	struct {								\
+		__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);			\
+		__uint(max_entries, NAT_SHARDS_MAX);				\
+		__type(key, __u32);						\
+		__uint(pinning, LIBBPF_PIN_BY_NAME);				\
+		__array(values, struct shard);					\
+	} fwd SEC(".maps");							\
+	MAP_PINNED_FLAGS(rev, BPF_MAP_TYPE_HASH, 65536, key_t, entry_t, NAT_MAP_FLAGS)
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
-	__uint(max_entries, NAT_SHARDS_MAX);
-	__type(key, __u32);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-	__array(values, struct nat4_shard);
-} nat4_fwd SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct nat4_key);
-	__type(value, struct nat4_entry);
-	__uint(map_flags, NAT_MAP_FLAGS);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} nat4_rev SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, MAX_RULES);
-	__type(key, struct rule6_key);
-	__type(value, struct rule6_info);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} rules6 SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, 4096);
-	__type(key, struct rule_except6_key);
-	__type(value, __u32);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} rule_except6 SEC(".maps");
-
-struct nat6_shard {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, struct nat6_key);
-	__type(value, struct nat6_entry);
-	__uint(map_flags, NAT_MAP_FLAGS);
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
-	__uint(max_entries, NAT_SHARDS_MAX);
-	__type(key, __u32);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-	__array(values, struct nat6_shard);
-} nat6_fwd SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct nat6_key);
-	__type(value, struct nat6_entry);
-	__uint(map_flags, NAT_MAP_FLAGS);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} nat6_rev SEC(".maps");
+NAT_PAIR_MAPS(nat4_shard, nat4_fwd, nat4_rev, struct nat4_key, struct nat4_entry);
+LPM_MAP(rules6, MAX_RULES, struct rule6_key, struct rule6_info);
+LPM_MAP(rule_except6, 4096, struct rule_except6_key, __u32);
+NAT_PAIR_MAPS(nat6_shard, nat6_fwd, nat6_rev, struct nat6_key, struct nat6_entry);
 
 /* Endpoint-independent mapping hints (masq_abi.h); the loader sizes them to natMaxEntries. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct nat4_ep);
-	__type(value, struct nat4_bind);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} nat4_bind SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct nat6_ep);
-	__type(value, struct nat6_bind);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} nat6_bind SEC(".maps");
-
+MAP_PER_FAMILY(LRU_HASH_MAP, 65536, nat4_bind, struct nat4_ep, struct nat4_bind,
+				    nat6_bind, struct nat6_ep, struct nat6_bind);
 /* natFiltering's open mappings and address permits (masq_abi.h); sized to natMaxEntries. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct nat4_ep);
-	__type(value, struct nat4_open);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} nat4_open SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct nat6_ep);
-	__type(value, struct nat6_open);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} nat6_open SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct nat4_permit_key);
-	__type(value, struct nat4_permit);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} nat4_permit SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct nat6_permit_key);
-	__type(value, struct nat6_permit);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} nat6_permit SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct nat_gc);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} nat_gc SEC(".maps");
-
+MAP_PER_FAMILY(LRU_HASH_MAP, 65536, nat4_open, struct nat4_ep, struct nat4_open,
+				    nat6_open, struct nat6_ep, struct nat6_open);
+MAP_PER_FAMILY(LRU_HASH_MAP, 65536, nat4_permit, struct nat4_permit_key, struct nat4_permit,
+				    nat6_permit, struct nat6_permit_key, struct nat6_permit);
+ARRAY_MAP(nat_gc, 1, struct nat_gc);
 /* The ports towards busy remote endpoints (masq_abi.h). Allocated as records are made. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, NAT_HOT_MAX);
-	__type(key, struct nat_hot_key);
-	__type(value, struct nat_hot);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} nat_hot SEC(".maps");
-
+HASH_MAP(nat_hot, NAT_HOT_MAX, struct nat_hot_key, struct nat_hot);
 /* A zeroed record: what a new nat_hot record is copied from (the stack is too small). Never written. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct nat_hot);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} nat_hot_zero SEC(".maps");
-
+ARRAY_MAP(nat_hot_zero, 1, struct nat_hot);
 /* New flows refused per source address (masq_abi.h refusals). */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, REFUSALS_MAX);
-	__type(key, struct refusal_key);
-	__type(value, struct refusals);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} refusals SEC(".maps");
-
+LRU_HASH_MAP(refusals, REFUSALS_MAX, struct refusal_key, struct refusals);
 /* Upper bounds of the ports pods with a port limit hold per remote endpoint (masq_abi.h port_counts). */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, PORT_COUNTS_MAX);
-	__type(key, struct port_count_key);
-	__type(value, __u32);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} port_counts SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, RESERVED_PORTS_MAX);
-	__type(key, __u32);
-	__type(value, struct port_range);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} reserved_ports SEC(".maps");
-
+LRU_HASH_MAP(port_counts, PORT_COUNTS_MAX, struct port_count_key, __u32);
+ARRAY_MAP(reserved_ports, RESERVED_PORTS_MAX, struct port_range);
 /* Fragment state lives seconds at most; LRU eviction is its expiry. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, struct frag4_key);
-	__type(value, struct frag_ports);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} frag4 SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, struct frag6_key);
-	__type(value, struct frag_ports);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} frag6 SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
-	__uint(max_entries, 65536);
-	__type(key, __u32);
-	__type(value, struct veth_info);
-	__uint(map_flags, BPF_F_NO_PREALLOC); /* written by the plugin only: no upfront memory */
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} veths SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, CNT_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} counters SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, DROP_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} drops SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct attachment_key);
-	__type(value, struct attachment_info);
-	__uint(map_flags, BPF_F_NO_PREALLOC); /* written by the plugin only: no upfront memory */
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} attachments SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct attachment_key);
-	__type(value, struct pod_meta);
-	__uint(map_flags, BPF_F_NO_PREALLOC); /* written by the plugin only: no upfront memory */
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} pod_meta SEC(".maps");
+MAP_PER_FAMILY(LRU_HASH_MAP, 16384, frag4, struct frag4_key, struct frag_ports,
+				    frag6, struct frag6_key, struct frag_ports);
+PERCPU_HASH_MAP(veths, 65536, __u32, struct veth_info);
+PERCPU_ARRAY_MAP(counters, CNT_MAX, __u64);
+PERCPU_ARRAY_MAP(drops, DROP_MAX, __u64);
+HASH_MAP(attachments, 65536, struct attachment_key, struct attachment_info);
+HASH_MAP(pod_meta, 65536, struct attachment_key, struct pod_meta);
 
 static __always_inline void count_add(__u32 idx, __u64 n)
 {
