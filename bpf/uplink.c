@@ -6,7 +6,7 @@
  */
 #include "lib/common.h"
 #include "lib/maps.h"
-#include "lib/nat.h"
+#include "lib/nat/nat.h"
 
 SEC("classifier/uplink_egress")
 int masq_up_egress(struct __sk_buff *skb)

@@ -31,7 +31,7 @@
 #ifndef MASQ_FASTPATH_EGRESS_H
 #define MASQ_FASTPATH_EGRESS_H
 
-#include "nat.h"
+#include "nat/nat.h"
 
 struct fp_route {
 	__u32 ifindex;     /* in: where the packet enters L3; out: egress device */

@@ -29,7 +29,7 @@ enum frag_state {
  * pod-side port: a request carries it in sport (dport 0), a reply in dport
  * (sport 0), so requests and replies produce the fwd and rev keys directly.
  * flow4 and flow6 share every field name but the address type, so the NAT
- * template (nat_tmpl.h) serves both.
+ * template (nat/engine_tmpl.h) serves both.
  */
 #define FLOW_COMMON_FIELDS                                                  \
 	__u32 l3_off;                                                       \
@@ -363,7 +363,7 @@ static __noinline int parse_flow6(struct __sk_buff *skb, __u32 l3_off, struct fl
  * tcp_fin_end - the ack number that acknowledges the TCP segment at @l4_off as a
  * FIN (its sequence number + its payload length + 1, host order). The payload
  * length comes from the IP header's length, never skb->len, which may hold
- * link-layer padding. Only a direction's first FIN reads it (nat_pair_tmpl.h
+ * link-layer padding. Only a direction's first FIN reads it (nat/pair_tmpl.h
  * nat_touch). 0, or -1 when the headers cannot be read.
  */
 static __always_inline int tcp_fin_end(struct __sk_buff *skb, __u32 l3_off, __u32 l4_off, bool v6, __u32 *fin_end)

@@ -195,8 +195,8 @@ fn shard_hash_stays_in_range_and_spreads() {
 /// the Rust copy must be the same words in the same order.
 #[test]
 fn shard_hash_keys_match_the_c_table() {
-    const SHARD_H: &str = include_str!("../../../../bpf/lib/nat_shard.h");
-    let start = SHARD_H.find("nat_shard_keys[10] = {").expect("nat_shard_keys in nat_shard.h");
+    const SHARD_H: &str = include_str!("../../../../bpf/lib/nat/shard.h");
+    let start = SHARD_H.find("nat_shard_keys[10] = {").expect("nat_shard_keys in nat/shard.h");
     let body = &SHARD_H[start..];
     let body = &body[body.find('{').unwrap() + 1..body.find('}').unwrap()];
     let c: Vec<u32> = body

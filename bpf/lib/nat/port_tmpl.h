@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * NAT engine, part 2 of 4 (nat_tmpl.h includes it, once per family): a new
+ * NAT engine, part 2 of 4 (engine_tmpl.h includes it, once per family): a new
  * flow's pair. snat_new's port search (bpf_loop over probe_port: preferred ports,
  * random ones, a sweep; host sockets checked by host_holds; finished or expired
  * pairs taken over), then the forward half, the mapping hint (MAP_BIND) and

@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * A pair's lifetime, for both families (the per-family code: nat_pair_tmpl.h):
+ * A pair's lifetime, for both families (the per-family code: pair_tmpl.h):
  * its protocol's idle timeout, a one-shot UDP flow told from a stream, and the
  * flags the two halves share. Pure functions of the config and the flags.
  */
 #ifndef MASQ_NAT_PAIR_H
 #define MASQ_NAT_PAIR_H
 
-#include "maps.h"
+#include "../maps.h"
 
 /*
  * A UDP pair with a packet this long after its first is a stream (natTimeouts.udp);

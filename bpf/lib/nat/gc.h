@@ -2,15 +2,15 @@
 /*
  * The expiry sweep: the node's one bpf_timer (in nat_gc), armed by new pairs
  * (nat_gc_ensure), walking one forward shard a run (nat_gc_run). The visit to one
- * pair, which removes it, is per family: gc_pair in nat_pair_tmpl.h. Touches
+ * pair, which removes it, is per family: gc_pair in pair_tmpl.h. Touches
  * nat_gc, masq_config and the forward shards; never a packet.
  */
 #ifndef MASQ_NAT_GC_H
 #define MASQ_NAT_GC_H
 
-#include "maps.h"
-#include "nat_shard.h"
-#include "nat_hot.h"
+#include "../maps.h"
+#include "shard.h"
+#include "hot.h"
 
 /*
  * A sweep cycle (every shard once) takes NAT_GC_MIN_NS, stretched by
@@ -38,7 +38,7 @@ struct nat_gc_walk {
 #define CLOCK_MONOTONIC 1
 #endif
 
-/* The per-family visits (nat_pair_tmpl.h, instantiated after this header). */
+/* The per-family visits (pair_tmpl.h, instantiated after this header). */
 static long gc_pair_v4(void *map, const struct nat4_key *key, struct nat4_entry *fwd, struct nat_gc_walk *w);
 static long gc_pair_v6(void *map, const struct nat6_key *key, struct nat6_entry *fwd, struct nat_gc_walk *w);
 

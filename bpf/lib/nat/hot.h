@@ -3,18 +3,18 @@
  * The ports towards busy remote endpoints, for both families (masq_abi.h
  * nat_hot): the bitmap's bits, a port's offset in the range and back, and the
  * sweep's removal of records no search used for NAT_HOT_IDLE_S. The searches
- * that read and keep the bits are per family: nat_port_tmpl.h (hot_get,
- * hot_scan_port, hot_probe) and nat_pair_tmpl.h (hot_release).
+ * that read and keep the bits are per family: port_tmpl.h (hot_get,
+ * hot_scan_port, hot_probe) and pair_tmpl.h (hot_release).
  */
 #ifndef MASQ_NAT_HOT_H
 #define MASQ_NAT_HOT_H
 
-#include "maps.h"
-#include "nat_port.h"
+#include "../maps.h"
+#include "port.h"
 
 /* Ports a search probes through the bitmap before it gives up (each a map lookup or two). */
 #define NAT_HOT_PROBES 256
-/* A bitmap search's tries from random offsets before its walk (nat_port_tmpl.h hot_jump). */
+/* A bitmap search's tries from random offsets before its walk (port_tmpl.h hot_jump). */
 #define NAT_HOT_JUMPS 8
 /* A bitmap whose search found nothing is made again from the tables at most this often. */
 #define NAT_HOT_RESCAN_NS NSEC_PER_SEC
@@ -212,7 +212,7 @@ __attribute__((noinline)) __u32 nat_hot_next(const struct nat_hot *h, __u32 off,
 /*
  * nat_port_off - @port's (host order) offset among the ports a pair may take
  * (portRange less nodePortRange, in order), or NAT_OFF_NONE: the inverse of the
- * port search's offset -> port (nat_port_tmpl.h nat_off_port).
+ * port search's offset -> port (port_tmpl.h nat_off_port).
  */
 static __always_inline __u32 nat_port_off(const struct masq_config *cfg, __u16 port)
 {

@@ -1,20 +1,20 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * The port search's rules, for both families (its code: nat_port_tmpl.h): which
+ * The port search's rules, for both families (its code: port_tmpl.h): which
  * ports a new pair may take, how many it tries, when a finished pair's port may
  * go to a new flow, and snat_new's answers. Constants and config reads only.
  */
 #ifndef MASQ_NAT_PORT_H
 #define MASQ_NAT_PORT_H
 
-#include "maps.h"
+#include "../maps.h"
 
 /*
  * Random ports tried for one new flow towards an endpoint that is not busy (has
  * no nat_hot bitmap). Expected probes stay O(1) (1/(1-use)); 32 misses a free port
  * with probability use^32 (8e-4 at 80 % of the range in use towards one remote
  * endpoint): then the endpoint is busy, and its ports are searched through a
- * bitmap from then on (nat_hot.h, nat_port_tmpl.h hot_probe), which finds a free
+ * bitmap from then on (hot.h, port_tmpl.h hot_probe), which finds a free
  * or reusable port whenever the range has one.
  */
 #define NAT_PROBES 32
@@ -25,7 +25,7 @@
  */
 #define NAT_SWEEP 1024
 /*
- * Before either, the ports a new flow prefers (nat_port_tmpl.h map_prefer): its pod
+ * Before either, the ports a new flow prefers (port_tmpl.h map_prefer): its pod
  * endpoint's existing mapping, then the pod's own port. A power of two.
  */
 #define NAT_PREFERRED 2
@@ -61,7 +61,7 @@
 #endif
 #define NAT_NEW_OK (-1)       /* snat_new: the flow's pair exists */
 
-/* What trying one port found (nat_port_tmpl.h try_port). */
+/* What trying one port found (port_tmpl.h try_port). */
 enum {
 	TRY_SOFT = 0,   /* held, but by a pair that is closing or was never answered, or a host socket: not now */
 	TRY_CLAIMED,    /* claimed: stop */
@@ -80,7 +80,7 @@ static __always_inline bool nat_port_ok(const struct masq_config *cfg, __u16 por
 	       !(cfg->skip_max && port >= cfg->skip_min && port <= cfg->skip_max);
 }
 
-/* nat_port_tmpl.h refused's @why: the refusals field a refused new flow counts in */
+/* port_tmpl.h refused's @why: the refusals field a refused new flow counts in */
 #define REFUSED_NO_PORT    0
 #define REFUSED_OVER_SHARE 1
 #define REFUSED_OVER_LIMIT 2

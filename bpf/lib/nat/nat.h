@@ -1,24 +1,24 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * NAT pairs for both families: the engine in nat_tmpl.h, instantiated once
+ * NAT pairs for both families: the engine in engine_tmpl.h, instantiated once
  * with IPv4's types and once with IPv6's. This header holds the two binding
  * sets and the family glue they name (decide*, uplink_l3_off); the engine's
- * family-independent rules are in nat_port.h, nat_pair.h, nat_shard.h, nat_gc.h.
+ * family-independent rules are in port.h, pair.h, shard.h, gc.h.
  */
 #ifndef MASQ_NAT_H
 #define MASQ_NAT_H
 
-#include "maps.h"
-#include "parse.h"
-#include "inner.h"
-#include "rewrite.h"
-#include "icmp_err.h"
-#include "policy.h"
-#include "fastpath.h"
-#include "nat_port.h"
-#include "nat_pair.h"
-#include "nat_shard.h"
-#include "nat_gc.h"
+#include "../maps.h"
+#include "../parse.h"
+#include "../inner.h"
+#include "../rewrite.h"
+#include "../icmp_err.h"
+#include "../policy.h"
+#include "../fastpath.h"
+#include "port.h"
+#include "pair.h"
+#include "shard.h"
+#include "gc.h"
 
 static __always_inline __u32 uplink_l3_off(const struct uplink_info *up)
 {
@@ -99,7 +99,7 @@ static __noinline void decide6_reply(__u32 ifindex, const struct uplink_info *up
 #define FP_REPLY fp_reply_v4
 #define SK_TUPLE_LEN sizeof(((struct bpf_sock_tuple *)0)->ipv4)
 #define NAT_IS_V6 false
-#include "nat_tmpl.h"
+#include "engine_tmpl.h"
 
 /* ---- IPv6 ---- */
 #define NAT_FN(x) x##_v6
@@ -143,6 +143,6 @@ static __noinline void decide6_reply(__u32 ifindex, const struct uplink_info *up
 #define FP_REPLY(skb, up, f, addr) fp_reply_v6(skb, up, f, &(addr))
 #define SK_TUPLE_LEN sizeof(((struct bpf_sock_tuple *)0)->ipv6)
 #define NAT_IS_V6 true
-#include "nat_tmpl.h"
+#include "engine_tmpl.h"
 
 #endif /* MASQ_NAT_H */

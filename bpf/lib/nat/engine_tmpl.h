@@ -33,7 +33,7 @@
  *
  * Expiry: entries carry last_seen_ns, refreshed in both halves together at most
  * once a second from whichever direction has traffic, so a one-way flow never
- * loses its reply path. The expiry sweep (nat_gc.h: one bpf_timer for the node)
+ * loses its reply path. The expiry sweep (gc.h: one bpf_timer for the node)
  * removes pairs idle longer than their protocol's timeout, both halves; before it
  * comes round, a new flow may take over an idle pair's port (probe_port). The maps
  * are plain hash maps: nothing evicts one half alone, and a full table refuses
@@ -48,20 +48,20 @@
  * Such a half lives and expires like a pair (the sweep finds no reverse half).
  *
  * The engine's parts, in the order each needs the ones before it:
- *   nat_pair_tmpl.h     a pair's halves: lookup, expiry, refresh, in-step sync,
+ *   pair_tmpl.h     a pair's halves: lookup, expiry, refresh, in-step sync,
  *                       the sweep's visit (gc_pair); a first fragment's ports
- *   nat_port_tmpl.h     a new flow's pair: the port search (snat_new)
- *   nat_egress_tmpl.h   egress translation (snat_egress)
- *   nat_ingress_tmpl.h  ingress translation (rnat_ingress)
+ *   port_tmpl.h     a new flow's pair: the port search (snat_new)
+ *   egress_tmpl.h   egress translation (snat_egress)
+ *   ingress_tmpl.h  ingress translation (rnat_ingress)
  */
 
 #define NAT_NOT_OURS (-100)
 #define NAT_HOST_NEW (-101) /* host_egress: the host flow needs a pair */
 
-#include "nat_pair_tmpl.h"
-#include "nat_port_tmpl.h"
-#include "nat_egress_tmpl.h"
-#include "nat_ingress_tmpl.h"
+#include "pair_tmpl.h"
+#include "port_tmpl.h"
+#include "egress_tmpl.h"
+#include "ingress_tmpl.h"
 
 /* The template releases its parameters, so it can be instantiated again. */
 #undef NAT_FN

@@ -7,7 +7,7 @@
 #ifndef MASQ_NAT_SHARD_H
 #define MASQ_NAT_SHARD_H
 
-#include "maps.h"
+#include "../maps.h"
 
 /*
  * The node's shard seed and shard count (less one: a mask): constants of the
