@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * NAT engine, part 3 of 4 (engine_tmpl.h includes it, once per family): egress
+ * NAT engine, part 5 of 6 (engine_tmpl.h includes it, once per family): egress
  * translation (snat_egress, the uplink's egress program): pod flows, later
  * fragments, ICMP errors leaving, the host's own flows (host_egress). Rewrites
  * the packet (rewrite.h, icmp_err.h); new pairs come from part 2 (snat_create).

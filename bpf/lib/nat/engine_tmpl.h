@@ -48,11 +48,14 @@
  * Such a half lives and expires like a pair (the sweep finds no reverse half).
  *
  * The engine's parts, in the order each needs the ones before it:
- *   pair_tmpl.h     a pair's halves: lookup, expiry, refresh, in-step sync,
- *                       the sweep's visit (gc_pair); a first fragment's ports
- *   port_tmpl.h     a new flow's pair: the port search (snat_new)
- *   egress_tmpl.h   egress translation (snat_egress)
- *   ingress_tmpl.h  ingress translation (rnat_ingress)
+ *   pair_tmpl.h      a pair's halves: lookup, expiry, refresh, in-step sync,
+ *                    the sweep's visit (gc_pair); a first fragment's ports
+ *   port_tmpl.h      the port search: its state, a port's claim, the probes
+ *   hot_tmpl.h       the port search towards a busy endpoint, by its bitmap
+ *   new_pair_tmpl.h  a new flow's pair (snat_new, snat_create) and its records
+ *   egress_tmpl.h    egress translation (snat_egress)
+ *   ingress_tmpl.h   ingress translation (rnat_ingress)
+ * README.md in this folder lists every function each part makes per family.
  */
 
 #define NAT_NOT_OURS (-100)
@@ -60,6 +63,8 @@
 
 #include "pair_tmpl.h"
 #include "port_tmpl.h"
+#include "hot_tmpl.h"
+#include "new_pair_tmpl.h"
 #include "egress_tmpl.h"
 #include "ingress_tmpl.h"
 

@@ -3,7 +3,7 @@
  * The ports towards busy remote endpoints, for both families (masq_abi.h
  * nat_hot): the bitmap's bits, a port's offset in the range and back, and the
  * sweep's removal of records no search used for NAT_HOT_IDLE_S. The searches
- * that read and keep the bits are per family: port_tmpl.h (hot_get,
+ * that read and keep the bits are per family: hot_tmpl.h (hot_get,
  * hot_scan_port, hot_probe) and pair_tmpl.h (hot_release).
  */
 #ifndef MASQ_NAT_HOT_H
@@ -14,7 +14,7 @@
 
 /* Ports a search probes through the bitmap before it gives up (each a map lookup or two). */
 #define NAT_HOT_PROBES 256
-/* A bitmap search's tries from random offsets before its walk (port_tmpl.h hot_jump). */
+/* A bitmap search's tries from random offsets before its walk (hot_tmpl.h hot_jump). */
 #define NAT_HOT_JUMPS 8
 /* A bitmap whose search found nothing is made again from the tables at most this often. */
 #define NAT_HOT_RESCAN_NS NSEC_PER_SEC

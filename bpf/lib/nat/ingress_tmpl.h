@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * NAT engine, part 4 of 4 (engine_tmpl.h includes it, once per family): ingress
+ * NAT engine, part 6 of 6 (engine_tmpl.h includes it, once per family): ingress
  * translation (rnat_ingress, the uplink's ingress program): replies translated
  * back, later fragments, ICMP errors coming in, flows begun outside
  * (inbound_track) and natFiltering's admitted remotes (open_ingress). Rewrites

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * NAT engine, part 1 of 4 (engine_tmpl.h includes it, once per family): the state
+ * NAT engine, part 1 of 6 (engine_tmpl.h includes it, once per family): the state
  * both directions share. A pair's two halves (lookup, expiry, refresh, keeping
  * them in step, the expiry sweep's visit gc_pair) and a first fragment's ports
  * (MAP_FRAG). Touches MAP_FWD, MAP_REV, MAP_OPEN, MAP_PERMIT, MAP_FRAG; never

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * The port search's rules, for both families (its code: port_tmpl.h): which
- * ports a new pair may take, how many it tries, when a finished pair's port may
- * go to a new flow, and snat_new's answers. Constants and config reads only.
+ * The port search's rules, for both families (its code: port_tmpl.h,
+ * hot_tmpl.h, new_pair_tmpl.h): which ports a new pair may take, how many it
+ * tries, when a finished pair's port may go to a new flow, and snat_new's
+ * answers. Constants and config reads only.
  */
 #ifndef MASQ_NAT_PORT_H
 #define MASQ_NAT_PORT_H
@@ -14,7 +15,7 @@
  * no nat_hot bitmap). Expected probes stay O(1) (1/(1-use)); 32 misses a free port
  * with probability use^32 (8e-4 at 80 % of the range in use towards one remote
  * endpoint): then the endpoint is busy, and its ports are searched through a
- * bitmap from then on (hot.h, port_tmpl.h hot_probe), which finds a free
+ * bitmap from then on (hot.h, hot_tmpl.h hot_probe), which finds a free
  * or reusable port whenever the range has one.
  */
 #define NAT_PROBES 32
@@ -25,7 +26,7 @@
  */
 #define NAT_SWEEP 1024
 /*
- * Before either, the ports a new flow prefers (port_tmpl.h map_prefer): its pod
+ * Before either, the ports a new flow prefers (new_pair_tmpl.h map_prefer): its pod
  * endpoint's existing mapping, then the pod's own port. A power of two.
  */
 #define NAT_PREFERRED 2
@@ -80,7 +81,7 @@ static __always_inline bool nat_port_ok(const struct masq_config *cfg, __u16 por
 	       !(cfg->skip_max && port >= cfg->skip_min && port <= cfg->skip_max);
 }
 
-/* port_tmpl.h refused's @why: the refusals field a refused new flow counts in */
+/* new_pair_tmpl.h refused's @why: the refusals field a refused new flow counts in */
 #define REFUSED_NO_PORT    0
 #define REFUSED_OVER_SHARE 1
 #define REFUSED_OVER_LIMIT 2
