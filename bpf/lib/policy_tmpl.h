@@ -21,8 +21,8 @@
  *   POOL_LEN POOL_ADDRS  the pool's length and addresses of this family (len4, v4 / len6, v6)
  *   RULE_TO            the rule's toAddress of this family (to_v4 / to_v6)
  *
- * It makes, per family (the names a stack trace or `bpftool prog` shows; all
- * inline, so only their callers appear there):
+ * It makes, per family (each definition is headed by a comment naming both, so
+ * grep finds them; all inline, so only their callers show in `bpftool prog`):
  *   masq_addr_v4, masq_addr_v6           the address a source is masqueraded to
  *   egress_policy_v4, egress_policy_v6   a selected pod's egress policy
  *   rule_excepts_v4, rule_excepts_v6     a rule's except list
@@ -35,8 +35,8 @@
  * (paired pooling, RFC 4787 REQ-2): the low bits of the address pick it, so
  * pods that IPAM numbers in sequence go round the pool. False: none to use.
  */
-static __always_inline bool POLICY_FN(masq_addr)(const struct uplink_info *up, ADDR_ARG_T saddr,
-						 ADDR_T *out) /* masq_addr_v4, masq_addr_v6 */
+/* masq_addr_v4, masq_addr_v6 */
+static __always_inline bool POLICY_FN(masq_addr)(const struct uplink_info *up, ADDR_ARG_T saddr, ADDR_T *out)
 {
 	const struct masq_pool *pool;
 	__u32 zero = 0;
@@ -60,8 +60,9 @@ static __always_inline bool POLICY_FN(masq_addr)(const struct uplink_info *up, A
  * and d->policy set when that policy has an address of this family (paired
  * within its pool as the network's pool pairs); else the network's stays.
  */
+/* egress_policy_v4, egress_policy_v6 */
 static __always_inline bool POLICY_FN(egress_policy)(__u32 set, ADDR_ARG_T saddr, ADDR_ARG_T daddr,
-						     DEC_T *d, bool count) /* egress_policy_v4, egress_policy_v6 */
+						     DEC_T *d, bool count)
 {
 	EGRESS_KEY_T k = { .prefixlen = 32 + ADDR_BITS, .set = set, .daddr = ADDR_OF(daddr) };
 	const struct egress_hit *h = bpf_map_lookup_elem(&MAP_EGRESS, &k);
@@ -85,8 +86,8 @@ static __always_inline bool POLICY_FN(egress_policy)(__u32 set, ADDR_ARG_T saddr
 	return true;
 }
 
+/* rule_excepts_v4, rule_excepts_v6 */
 static __always_inline bool POLICY_FN(rule_excepts)(__u32 rule_id, ADDR_ARG_T daddr)
-	/* rule_excepts_v4, rule_excepts_v6 */
 {
 	EXCEPT_KEY_T k = {
 		.prefixlen = 32 + ADDR_BITS,
@@ -101,9 +102,9 @@ static __always_inline bool POLICY_FN(rule_excepts)(__u32 rule_id, ADDR_ARG_T da
  * @count: account the "skipped" counters. The fast path asks quietly: when it
  * falls back, the uplink program decides (and counts) the same packet again.
  */
+/* masq_decide_v4, masq_decide_v6 */
 static __always_inline void POLICY_FN(masq_decide)(__u32 ifindex, const struct uplink_info *up,
-						   ADDR_ARG_T saddr, ADDR_ARG_T daddr, DEC_T *d,
-						   bool count) /* masq_decide_v4, masq_decide_v6 */
+						   ADDR_ARG_T saddr, ADDR_ARG_T daddr, DEC_T *d, bool count)
 {
 	RULE_KEY_T rk = {
 		.prefixlen = 32 + ADDR_BITS,

@@ -6,6 +6,7 @@
  * the packet (rewrite.h, icmp_err.h); new pairs come from part 2 (snat_create).
  */
 
+/* rule_account_v4, rule_account_v6 */
 static __always_inline void NAT_FN(rule_account)(__u32 rule_id, __u32 len)
 {
 	struct rule_stats *rs = bpf_map_lookup_elem(&rule_stats, &rule_id);
@@ -17,6 +18,7 @@ static __always_inline void NAT_FN(rule_account)(__u32 rule_id, __u32 len)
 }
 
 /* Egress, a later fragment: translate its address like its first fragment's. */
+/* snat_fragment_v4, snat_fragment_v6 */
 static __noinline int NAT_FN(snat_fragment)(struct __sk_buff *skb, const struct uplink_info *up,
 						 const FLOW_T *f)
 {
@@ -61,6 +63,7 @@ static __noinline int NAT_FN(snat_fragment)(struct __sk_buff *skb, const struct 
  * The outer source is translated only when it is the pod's.
  * NAT_NOT_OURS when it is about no masqueraded flow.
  */
+/* icmp_err_egress_v4, icmp_err_egress_v6 */
 static __noinline int NAT_FN(icmp_err_egress)(struct __sk_buff *skb, const FLOW_T *f)
 {
 	INNER_T in;
@@ -97,6 +100,7 @@ static __noinline int NAT_FN(icmp_err_egress)(struct __sk_buff *skb, const FLOW_
  * NAT_HOST_NEW: the flow needs a pair (snat_egress makes it, at the one call of
  * snat_create, so the deepest call chain stays within the BPF stack).
  */
+/* host_egress_v4, host_egress_v6 */
 static __noinline int NAT_FN(host_egress)(struct __sk_buff *skb, const FLOW_T *f)
 {
 	ENTRY_T *fwd;
@@ -135,6 +139,7 @@ static __noinline int NAT_FN(host_egress)(struct __sk_buff *skb, const FLOW_T *f
 	return bpf_map_lookup_elem(&MAP_REV, &rk) ? NAT_HOST_NEW : MASQ_PASS;
 }
 
+/* snat_egress_v4, snat_egress_v6 */
 static __noinline int NAT_FN(snat_egress)(struct __sk_buff *skb, const struct uplink_info *up)
 {
 	ENTRY_T *fwd = NULL;

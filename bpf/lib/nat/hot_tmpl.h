@@ -13,6 +13,7 @@
  * NULL when it has none, or none can be made (nat_hot holds NAT_HOT_MAX). A call
  * of its own: the key lives on a frame that is gone before the search runs.
  */
+/* hot_get_v4, hot_get_v6 */
 static __noinline struct nat_hot *NAT_FN(hot_get)(const KEY_T *rk, bool make)
 {
 	struct nat_hot_key k = { .rport = rk->sport, .proto = rk->proto, .v6 = NAT_IS_V6 };
@@ -38,6 +39,7 @@ static __noinline struct nat_hot *NAT_FN(hot_get)(const KEY_T *rk, bool make)
  * NAT_QUIET_NS (a RST may show on the other half only: closing and quiet is
  * enough here). An open pair, or one closing, reset or unanswered just now: no.
  */
+/* hot_maybe_reusable_v4, hot_maybe_reusable_v6 */
 static __always_inline bool NAT_FN(hot_maybe_reusable)(const ENTRY_T *e, __u64 now)
 {
 	if ((e->flags & NAT_F_FIN) && (e->close & NAT_C_PEER_FIN))
@@ -53,6 +55,7 @@ static __always_inline bool NAT_FN(hot_maybe_reusable)(const ENTRY_T *e, __u64 n
  * pair's source, when a pair holds the port and is neither expired nor (TCP)
  * maybe reusable now (hot_maybe_reusable). Lookups only.
  */
+/* hot_scan_port_v4, hot_scan_port_v6 */
 static long NAT_FN(hot_scan_port)(__u32 i, void *ctx)
 {
 	struct NAT_FN(probe) *p = ctx;
@@ -77,6 +80,7 @@ static long NAT_FN(hot_scan_port)(__u32 i, void *ctx)
  * reusable soon, or for another SYN). Stops once claimed, or after NAT_HOT_PROBES
  * tries.
  */
+/* hot_probe_v4, hot_probe_v6 */
 static long NAT_FN(hot_probe)(__u32 i, void *ctx)
 {
 	struct NAT_FN(probe) *p = ctx;
@@ -108,6 +112,7 @@ static long NAT_FN(hot_probe)(__u32 i, void *ctx)
  * held (any pair, whatever its state) counts one in p->start and goes on; free
  * stops the sampling. A lookup, never a claim.
  */
+/* busy_sample_v4, busy_sample_v6 */
 static long NAT_FN(busy_sample)(__u32 i, void *ctx)
 {
 	struct NAT_FN(probe) *p = ctx;
@@ -126,6 +131,7 @@ static long NAT_FN(busy_sample)(__u32 i, void *ctx)
  * over_share - nat_hot_over_share for source @src: a call of its own, so the
  * source's id is made on a frame of its own (snat_new's is on the deepest chain).
  */
+/* over_share_v4, over_share_v6 */
 static __noinline int NAT_FN(over_share)(struct nat_hot *h, const ADDR_T *src, __u32 range, __u64 now)
 {
 	return src ? nat_hot_over_share(h, NAT_FN(src_id)(src), range, now) : 0;
@@ -135,6 +141,7 @@ static __noinline int NAT_FN(over_share)(struct nat_hot *h, const ADDR_T *src, _
  * hot_ready - the endpoint's bitmap, scanned if it never was: its bits and its
  * sources' counts made from the reverse map (nat_hot_reset, hot_scan_port).
  */
+/* hot_ready_v4, hot_ready_v6 */
 static __always_inline void NAT_FN(hot_ready)(struct NAT_FN(probe) *p, __u64 now)
 {
 	if (!p->hot || p->hot->scanned_ns)
@@ -154,6 +161,7 @@ static __always_inline void NAT_FN(hot_ready)(struct NAT_FN(probe) *p, __u64 now
  * all still settling (NAT_SETTLE_NS). The walk (hot_probe) follows, so a port
  * free anywhere is still found.
  */
+/* hot_jump_v4, hot_jump_v6 */
 static long NAT_FN(hot_jump)(__u32 i, void *ctx)
 {
 	struct NAT_FN(probe) *p = ctx;
@@ -173,6 +181,7 @@ static long NAT_FN(hot_jump)(__u32 i, void *ctx)
 
 /* hot_search - one bitmap search: NAT_HOT_JUMPS random tries, then a walk from
  * p->start round the range once. */
+/* hot_search_v4, hot_search_v6 */
 static __always_inline void NAT_FN(hot_search)(struct NAT_FN(probe) *p)
 {
 	bpf_loop(NAT_HOT_JUMPS, NAT_FN(hot_jump), p, 0);

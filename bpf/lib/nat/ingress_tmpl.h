@@ -8,6 +8,7 @@
  */
 
 /* Ingress, a later fragment of a reply: follow its first fragment, or leave it to the host. */
+/* rnat_fragment_v4, rnat_fragment_v6 */
 static __noinline int NAT_FN(rnat_fragment)(struct __sk_buff *skb, const FLOW_T *f)
 {
 	struct frag_ports *p = NAT_FN(frag_lookup)(f);
@@ -35,6 +36,7 @@ static __noinline int NAT_FN(rnat_fragment)(struct __sk_buff *skb, const FLOW_T 
  * big, TTL exceeded, unreachable...), from the remote or a router on the way:
  * the quoted packet is ours as it left, so its reversed tuple is the reverse key.
  */
+/* icmp_err_ingress_v4, icmp_err_ingress_v6 */
 static __noinline int NAT_FN(icmp_err_ingress)(struct __sk_buff *skb, const FLOW_T *f)
 {
 	INNER_T in;
@@ -65,6 +67,7 @@ static __noinline int NAT_FN(icmp_err_ingress)(struct __sk_buff *skb, const FLOW
  * netfilter's loose tracking picks up a connection in the middle), UDP, echo
  * requests. The packet itself always goes on untouched.
  */
+/* inbound_track_v4, inbound_track_v6 */
 static __noinline void NAT_FN(inbound_track)(struct __sk_buff *skb, const struct uplink_info *up,
 					     const FLOW_T *f, __u64 now)
 {
@@ -119,6 +122,7 @@ static __noinline void NAT_FN(inbound_track)(struct __sk_buff *skb, const struct
  * translated to the pod endpoint. NAT_NOT_OURS when no open mapping admits it.
  * TCP and UDP only: ICMP echo ids are not opened.
  */
+/* open_ingress_v4, open_ingress_v6 */
 static __noinline int NAT_FN(open_ingress)(struct __sk_buff *skb, const FLOW_T *f,
 					   const struct masq_config *cfg, __u64 now)
 {
@@ -182,6 +186,7 @@ static __noinline int NAT_FN(open_ingress)(struct __sk_buff *skb, const FLOW_T *
 	return MASQ_PASS;
 }
 
+/* rnat_ingress_v4, rnat_ingress_v6 */
 static __noinline int NAT_FN(rnat_ingress)(struct __sk_buff *skb, const struct uplink_info *up)
 {
 	ENTRY_T *rev;

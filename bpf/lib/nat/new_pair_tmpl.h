@@ -14,6 +14,7 @@
  * REQ-3: a port below it is not preserved). True when the endpoint has a binding
  * to @nat_addr (it is then kept as it is, whatever port this flow gets).
  */
+/* map_prefer_v4, map_prefer_v6 */
 static __noinline bool NAT_FN(map_prefer)(const FLOW_T *f, const struct masq_config *cfg,
 					  const DEC_T *d, __be16 *want)
 {
@@ -35,6 +36,7 @@ static __noinline bool NAT_FN(map_prefer)(const FLOW_T *f, const struct masq_con
 }
 
 /* map_bind - record @f's endpoint's mapping (nat_addr, port) for its next flows. */
+/* map_bind_v4, map_bind_v6 */
 static __noinline void NAT_FN(map_bind)(const FLOW_T *f, const ADDR_T *nat_addr, __be16 port)
 {
 	EP_T bk = { .addr = f->saddr, .port = f->sport, .proto = f->proto };
@@ -44,6 +46,7 @@ static __noinline void NAT_FN(map_bind)(const FLOW_T *f, const ADDR_T *nat_addr,
 }
 
 /* open_put - @f's endpoint, mapped to (@nat_addr, @port), lets others in (natFiltering). */
+/* open_put_v4, open_put_v6 */
 static __noinline void NAT_FN(open_put)(const FLOW_T *f, const DEC_T *d, __be16 port, __u64 now)
 {
 	EP_T k = { .addr = d->nat_addr, .port = port, .proto = f->proto };
@@ -57,6 +60,7 @@ static __noinline void NAT_FN(open_put)(const FLOW_T *f, const DEC_T *d, __be16 
 }
 
 /* permit_put - address-dependent filtering: the remote @f goes to may answer from any port. */
+/* permit_put_v4, permit_put_v6 */
 static __noinline void NAT_FN(permit_put)(const FLOW_T *f, const DEC_T *d, __be16 port, __u64 now)
 {
 	PERMITKEY_T pk = { .remote = f->daddr, .addr = d->nat_addr, .port = port, .proto = f->proto };
@@ -70,6 +74,7 @@ static __noinline void NAT_FN(permit_put)(const FLOW_T *f, const DEC_T *d, __be1
  * no port free (REFUSED_NO_PORT), over its share of a busy endpoint's ports
  * (REFUSED_OVER_SHARE), or at its pod's port limit (REFUSED_OVER_LIMIT).
  */
+/* refused_v4, refused_v6 */
 static __noinline void NAT_FN(refused)(const ADDR_T *a, int why)
 {
 	struct refusal_key k = { .v6 = NAT_IS_V6 };
@@ -101,6 +106,7 @@ static __noinline void NAT_FN(refused)(const ADDR_T *a, int why)
 }
 
 /* count_key - @p's new flow's port_counts key: its pod and its remote endpoint. */
+/* count_key_v4, count_key_v6 */
 static __always_inline void NAT_FN(count_key)(const struct NAT_FN(probe) *p, struct port_count_key *k)
 {
 	__builtin_memcpy(k->src, &p->fk.saddr, sizeof(ADDR_T));
@@ -118,6 +124,7 @@ static __always_inline void NAT_FN(count_key)(const struct NAT_FN(probe) *p, str
  * (limit_exact). Leaves only, here and in limit_exact: the IPv6 fast path's
  * call chain leaves no stack for a frame that calls on.
  */
+/* limit_reached_v4, limit_reached_v6 */
 static __noinline int NAT_FN(limit_reached)(const struct NAT_FN(probe) *p, __u32 limit)
 {
 	struct port_count_key k = {};
@@ -136,6 +143,7 @@ static __noinline int NAT_FN(limit_reached)(const struct NAT_FN(probe) *p, __u32
  * slot of its own in the record: it holds none there (or the record counts over
  * NAT_HOT_SLOTS sources: not enforced this time).
  */
+/* limit_exact_v4, limit_exact_v6 */
 static __noinline int NAT_FN(limit_exact)(struct NAT_FN(probe) *p, __u32 limit, __u64 now)
 {
 	struct port_count_key k = {};
@@ -160,6 +168,7 @@ static __noinline int NAT_FN(limit_exact)(struct NAT_FN(probe) *p, __u32 limit, 
  * endpoint: its bound there grows by one; a first bound starts from the
  * endpoint's record when it has one (its count already has this port).
  */
+/* limit_count_v4, limit_count_v6 */
 static __noinline void NAT_FN(limit_count)(struct NAT_FN(probe) *p)
 {
 	struct port_count_key k = {};
@@ -199,6 +208,7 @@ static __noinline void NAT_FN(limit_count)(struct NAT_FN(probe) *p)
  * and its port search, once, whoever calls it (the uplink's pod and host
  * paths, the fast path); its pointers may be NULL as far as it knows.
  */
+/* snat_new_v4, snat_new_v6 */
 __attribute__((noinline)) int NAT_FN(snat_new)(struct __sk_buff *skb, const FLOW_T *f, const DEC_T *d,
 					       __u64 now)
 {
@@ -372,6 +382,7 @@ over_limit:
  * The forward half of @f's flow. A call of its own: the key lives in a frame
  * that is gone before snat_new's port search, the deepest chain, runs.
  */
+/* fwd_of_v4, fwd_of_v6 */
 static __noinline ENTRY_T *NAT_FN(fwd_of)(const FLOW_T *f)
 {
 	KEY_T fk = {
@@ -386,6 +397,7 @@ static __noinline ENTRY_T *NAT_FN(fwd_of)(const FLOW_T *f)
  * snat_create - snat_new, then the new flow's forward half: NULL with *reason
  * set when there is none.
  */
+/* snat_create_v4, snat_create_v6 */
 static __always_inline ENTRY_T *NAT_FN(snat_create)(struct __sk_buff *skb, const FLOW_T *f, const DEC_T *d,
 						    __u64 now, __u32 *reason)
 {

@@ -8,6 +8,7 @@
  */
 
 /* The forward half of a pair, in its key's shard of MAP_FWD. */
+/* fwd_get_v4, fwd_get_v6 */
 static __always_inline ENTRY_T *NAT_FN(fwd_get)(const KEY_T *k)
 {
 	void *m = NAT_FWD_SHARD(&MAP_FWD, k, SHARD_FN);
@@ -20,6 +21,7 @@ static __always_inline ENTRY_T *NAT_FN(fwd_get)(const KEY_T *k)
  * lookup of an established flow only (every other lookup calls the global
  * function, which the verifier checks once).
  */
+/* fwd_get_hot_v4, fwd_get_hot_v6 */
 static __always_inline ENTRY_T *NAT_FN(fwd_get_hot)(const KEY_T *k)
 {
 	__u32 i = nat_shard((const __u32 *)k, sizeof(*k) / 4, nat_seed);
@@ -28,6 +30,7 @@ static __always_inline ENTRY_T *NAT_FN(fwd_get_hot)(const KEY_T *k)
 	return m ? bpf_map_lookup_elem(m, k) : NULL;
 }
 
+/* fwd_del_v4, fwd_del_v6 */
 static __always_inline void NAT_FN(fwd_del)(const KEY_T *k)
 {
 	void *m = NAT_FWD_SHARD(&MAP_FWD, k, SHARD_FN);
@@ -36,6 +39,7 @@ static __always_inline void NAT_FN(fwd_del)(const KEY_T *k)
 		bpf_map_delete_elem(m, k);
 }
 
+/* nat_expired_v4, nat_expired_v6 */
 static __always_inline bool NAT_FN(nat_expired)(const ENTRY_T *e, const struct masq_config *cfg,
 						__u8 proto, __u64 now)
 {
@@ -56,6 +60,7 @@ static __always_inline bool NAT_FN(nat_expired)(const ENTRY_T *e, const struct m
  * the 32 bits a busy endpoint's share counts key (masq_abi.h nat_hot); never 0.
  * IPv6: the words XORed (pods of one node differ in the low ones).
  */
+/* src_id_v4, src_id_v6 */
 static __always_inline __u32 NAT_FN(src_id)(const ADDR_T *a)
 {
 	const __u32 *w = (const __u32 *)a;
@@ -67,6 +72,7 @@ static __always_inline __u32 NAT_FN(src_id)(const ADDR_T *a)
 }
 
 /* Where the FIN of @f ends (the ack number that acknowledges it); a call of its own: no header copy on the caller's stack. */
+/* fin_end_of_v4, fin_end_of_v6 */
 static __noinline __u32 NAT_FN(fin_end_of)(struct __sk_buff *skb, const FLOW_T *f)
 {
 	__u32 fin_end = 0;
@@ -84,6 +90,7 @@ static __noinline __u32 NAT_FN(fin_end_of)(struct __sk_buff *skb, const FLOW_T *
  * there), so the endpoint's next port search tries it. Callers ask only once a
  * bitmap was ever made (nat_hot_on).
  */
+/* hot_release_v4, hot_release_v6 */
 static __noinline void NAT_FN(hot_release)(const ADDR_T *r, const ADDR_T *n, __u32 ports, __u8 proto, __u32 id)
 {
 	struct nat_hot_key k = { .rport = (__be16)(ports >> 16), .proto = proto, .v6 = NAT_IS_V6 };
@@ -116,6 +123,7 @@ static __noinline void NAT_FN(hot_release)(const ADDR_T *r, const ADDR_T *n, __u
  * own: the sync has found @o already. True when the pair just ended (its close
  * completed, or a RST): its port's bit in a busy endpoint's bitmap goes.
  */
+/* tcp_close_sync_v4, tcp_close_sync_v6 */
 static __always_inline bool NAT_FN(tcp_close_sync)(struct __sk_buff *skb, const FLOW_T *f, ENTRY_T *e, ENTRY_T *o)
 {
 	__be32 ack;
@@ -145,6 +153,7 @@ static __always_inline bool NAT_FN(tcp_close_sync)(struct __sk_buff *skb, const 
  * first FIN (where it ends is recorded here), and an ACK while the other
  * direction's FIN waits for one; a handful a connection, none of an open flow's.
  */
+/* nat_touch_v4, nat_touch_v6 */
 static __always_inline bool NAT_FN(nat_touch)(struct __sk_buff *skb, ENTRY_T *e, const FLOW_T *f, __u64 now)
 {
 	/* Plain adds, not atomics: a flow's packets come in on one CPU at a time
@@ -189,6 +198,7 @@ static __always_inline bool NAT_FN(nat_touch)(struct __sk_buff *skb, ENTRY_T *e,
  * by a pod packet @f: its mapping's open entry, and for address-dependent
  * filtering the remote's permit, stay active (outbound refresh, RFC 4787 REQ-6).
  */
+/* open_refresh_v4, open_refresh_v6 */
 static __noinline void NAT_FN(open_refresh)(const FLOW_T *f, const ENTRY_T *fwd, __u64 now)
 {
 	EP_T k = { .addr = fwd->addr, .port = fwd->port, .proto = f->proto };
@@ -212,6 +222,7 @@ static __noinline void NAT_FN(open_refresh)(const FLOW_T *f, const ENTRY_T *fwd,
  * reverse half is gone (the pair is being removed) or belongs to another flow:
  * the caller starts this flow afresh.
  */
+/* snat_sync_rev_v4, snat_sync_rev_v6 */
 static __noinline bool NAT_FN(snat_sync_rev)(struct __sk_buff *skb, const FLOW_T *f, ENTRY_T *fwd, __u64 now)
 {
 	KEY_T rk = {
@@ -239,6 +250,7 @@ static __noinline bool NAT_FN(snat_sync_rev)(struct __sk_buff *skb, const FLOW_T
  * reverse half in step. False when the pair is gone from under it: the caller
  * deletes the forward half and starts the flow afresh.
  */
+/* snat_refresh_v4, snat_refresh_v6 */
 static __always_inline bool NAT_FN(snat_refresh)(struct __sk_buff *skb, const FLOW_T *f, ENTRY_T *fwd, __u64 now)
 {
 	return !NAT_FN(nat_touch)(skb, fwd, f, now) || NAT_FN(snat_sync_rev)(skb, f, fwd, now);
@@ -249,6 +261,7 @@ static __always_inline bool NAT_FN(snat_refresh)(struct __sk_buff *skb, const FL
  * forward half that is gone or belongs to a newer pair is left alone: a reply
  * never recreates state.
  */
+/* rnat_sync_fwd_v4, rnat_sync_fwd_v6 */
 static __noinline void NAT_FN(rnat_sync_fwd)(struct __sk_buff *skb, const FLOW_T *f, ENTRY_T *rev, __u64 now)
 {
 	KEY_T fk = {
@@ -273,6 +286,7 @@ static __noinline void NAT_FN(rnat_sync_fwd)(struct __sk_buff *skb, const FLOW_T
  * callback): a pair idle past its timeout goes, reverse half first, then the
  * forward half the walk stands on; each only if it is still this pair's.
  */
+/* gc_pair_v4, gc_pair_v6 */
 static long NAT_FN(gc_pair)(void *map, const KEY_T *key, ENTRY_T *fwd, struct nat_gc_walk *w)
 {
 	KEY_T fk = *key;
@@ -309,6 +323,7 @@ static long NAT_FN(gc_pair)(void *map, const KEY_T *key, ENTRY_T *fwd, struct na
 }
 
 /* Remember a first fragment's ports for the fragments that follow it. */
+/* frag_remember_v4, frag_remember_v6 */
 static __noinline void NAT_FN(frag_remember)(const FLOW_T *f)
 {
 	FRAGKEY_T k = { .saddr = f->saddr, .daddr = f->daddr, .id = f->frag_id, .proto = f->frag_proto };
@@ -317,6 +332,7 @@ static __noinline void NAT_FN(frag_remember)(const FLOW_T *f)
 	bpf_map_update_elem(&MAP_FRAG, &k, &p, BPF_ANY);
 }
 
+/* frag_lookup_v4, frag_lookup_v6 */
 static __always_inline struct frag_ports *NAT_FN(frag_lookup)(const FLOW_T *f)
 {
 	FRAGKEY_T k = { .saddr = f->saddr, .daddr = f->daddr, .id = f->frag_id, .proto = f->frag_proto };

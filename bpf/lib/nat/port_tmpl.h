@@ -10,6 +10,7 @@
  */
 
 /* State of one port search, shared with the bpf_loop() callback. */
+/* struct probe_v4, struct probe_v6 */
 struct NAT_FN(probe) {
 	KEY_T fk;           /* the new flow's forward key */
 	KEY_T rk;           /* the candidate reverse key (its dport is the candidate port) */
@@ -48,6 +49,7 @@ struct NAT_FN(probe) {
  * reused (as netfilter's does). ICMP ids have no socket lookup (host echo
  * requests get a pair instead).
  */
+/* host_holds_v4, host_holds_v6 */
 __attribute__((noinline)) int NAT_FN(host_holds)(struct __sk_buff *skb, const KEY_T *rk)
 {
 	/* The key starts like the socket tuple (masq_abi.h asserts it): no copy, no
@@ -83,6 +85,7 @@ __attribute__((noinline)) int NAT_FN(host_holds)(struct __sk_buff *skb, const KE
  * check comes after the claim, so a host socket hashed meanwhile is either seen
  * here or its first packet finds the claim (host_egress remaps it).
  */
+/* claim_checked_v4, claim_checked_v6 */
 static __always_inline long NAT_FN(claim_checked)(struct NAT_FN(probe) *p, __u32 i)
 {
 	if (NAT_FN(host_holds)(p->skb, &p->rk)) {
@@ -108,6 +111,7 @@ static __always_inline long NAT_FN(claim_checked)(struct NAT_FN(probe) *p, __u32
  * sent a packet (the reverse half carried none): once quiet for NAT_QUIET_NS. An open or half-closed pair
  * that both directions used: never (its timeout frees it).
  */
+/* tcp_reusable_v4, tcp_reusable_v6 */
 static __always_inline __u32 NAT_FN(tcp_reusable)(const struct NAT_FN(probe) *p, const ENTRY_T *old,
 						  const ENTRY_T *fwd)
 {
@@ -142,6 +146,7 @@ static __always_inline __u32 NAT_FN(tcp_reusable)(const struct NAT_FN(probe) *p,
  * half does not outlive it (gc_pair and flush remove the reverse half first;
  * snat_create removes a claim it could not complete).
  */
+/* take_over_v4, take_over_v6 */
 static __always_inline long NAT_FN(take_over)(struct NAT_FN(probe) *p, __u32 i, ENTRY_T *old, __u32 cnt)
 {
 	ENTRY_T *fwd;
@@ -181,6 +186,7 @@ out:
 }
 
 /* nat_off_port - the port (host order) at offset @off of the ports a pair may take. */
+/* nat_off_port_v4, nat_off_port_v6 */
 static __always_inline __u32 NAT_FN(nat_off_port)(const struct NAT_FN(probe) *p,
 						  const struct masq_config *cfg, __u32 off)
 {
@@ -195,6 +201,7 @@ static __always_inline __u32 NAT_FN(nat_off_port)(const struct NAT_FN(probe) *p,
  * try_port - try to claim p->rk's port: free, or its pair expired (the stale
  * forward half goes), or its TCP pair over or never answered (take_over).
  */
+/* try_port_v4, try_port_v6 */
 static __always_inline int NAT_FN(try_port)(struct NAT_FN(probe) *p, __u32 i, const struct masq_config *cfg)
 {
 	ENTRY_T *old;
@@ -231,6 +238,7 @@ static __always_inline int NAT_FN(try_port)(struct NAT_FN(probe) *p, __u32 i, co
  * 1 (stop) once claimed. Run through bpf_loop() so the verifier checks it once,
  * not once per probe.
  */
+/* probe_port_v4, probe_port_v6 */
 static long NAT_FN(probe_port)(__u32 i, void *ctx)
 {
 	struct NAT_FN(probe) *p = ctx;
@@ -258,6 +266,7 @@ static long NAT_FN(probe_port)(__u32 i, void *ctx)
 }
 
 /* The sweep's probes (after the random ones failed, with no bitmap to be had). */
+/* probe_sweep_v4, probe_sweep_v6 */
 static long NAT_FN(probe_sweep)(__u32 i, void *ctx)
 {
 	return NAT_FN(probe_port)(NAT_PREFERRED + NAT_PROBES + i, ctx);
