@@ -49,11 +49,23 @@ static __always_inline const struct pod_l2 *fp_pod_l2(const struct pod_info *pod
 	return &pod->l2;
 }
 
+/*
+ * bpf_fib_lookup() of @p without its neighbour lookup (bpf_redirect_neigh()
+ * resolves the next hop itself). True: a forward, its neighbour known or not.
+ */
+static __always_inline bool fp_fib_forward(struct __sk_buff *skb, struct bpf_fib_lookup *p)
+{
+	long rc = bpf_fib_lookup(skb, p, sizeof(*p), BPF_FIB_LOOKUP_SKIP_NEIGH);
+
+	if (rc < 0) /* a kernel before 6.3 refuses the flag (EINVAL) and touches nothing */
+		rc = bpf_fib_lookup(skb, p, sizeof(*p), 0);
+	return rc == BPF_FIB_LKUP_RET_NO_NEIGH || rc == BPF_FIB_LKUP_RET_SUCCESS;
+}
+
 /* The forwarding decision for @f entering at r->ifindex, MTU-checked against r->tot_len. */
 static __noinline int fp_route_v4(struct __sk_buff *skb, const struct flow4 *f, struct fp_route *r)
 {
 	struct bpf_fib_lookup p = {};
-	long rc;
 
 	p.family = AF_INET;
 	p.tos = r->tos;
@@ -66,11 +78,7 @@ static __noinline int fp_route_v4(struct __sk_buff *skb, const struct flow4 *f, 
 	p.ipv4_src = f->saddr;
 	p.ipv4_dst = f->daddr;
 	p.ifindex = r->ifindex;
-	/* No neighbour lookup here: bpf_redirect_neigh() resolves the next hop itself. */
-	rc = bpf_fib_lookup(skb, &p, sizeof(p), BPF_FIB_LOOKUP_SKIP_NEIGH);
-	if (rc < 0) /* a kernel before 6.3 refuses the flag (EINVAL) and touches nothing */
-		rc = bpf_fib_lookup(skb, &p, sizeof(p), 0);
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
+	if (!fp_fib_forward(skb, &p))
 		return -1;
 	r->ifindex = p.ifindex;
 	r->nh = p.ipv4_dst;
@@ -105,7 +113,6 @@ static __noinline int fp_route_v6(struct __sk_buff *skb, const struct flow6 *f, 
 				  struct in6_addr *nh)
 {
 	struct bpf_fib_lookup p = {};
-	long rc;
 
 	p.family = AF_INET6;
 	p.l4_protocol = f->proto;
@@ -117,10 +124,7 @@ static __noinline int fp_route_v6(struct __sk_buff *skb, const struct flow6 *f, 
 	__builtin_memcpy(p.ipv6_src, &f->saddr, sizeof(p.ipv6_src));
 	__builtin_memcpy(p.ipv6_dst, &f->daddr, sizeof(p.ipv6_dst));
 	p.ifindex = r->ifindex;
-	rc = bpf_fib_lookup(skb, &p, sizeof(p), BPF_FIB_LOOKUP_SKIP_NEIGH);
-	if (rc < 0) /* a kernel before 6.3 refuses the flag (EINVAL) and touches nothing */
-		rc = bpf_fib_lookup(skb, &p, sizeof(p), 0);
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
+	if (!fp_fib_forward(skb, &p))
 		return -1;
 	r->ifindex = p.ifindex;
 	__builtin_memcpy(nh, p.ipv6_dst, sizeof(*nh));
