@@ -11,27 +11,21 @@
 
 /*
  * One macro per map kind, so that each map is one line: @name, @max entries of
- * @key_t -> @value_t, pinned by name. The fields keep the order libbpf's
- * examples use (type, max_entries, key, value, map_flags, pinning).
+ * @key_t -> @value_t, pinned by name; @... are further fields (map_flags). The
+ * fields keep the order libbpf's examples use (type, max_entries, key, value,
+ * map_flags, pinning).
  */
-#define MAP_PINNED(name, type_, max, key_t, value_t)				\
+#define MAP_PINNED(name, type_, max, key_t, value_t, ...)			\
 	struct {								\
 		__uint(type, type_);						\
 		__uint(max_entries, max);					\
 		__type(key, key_t);						\
 		__type(value, value_t);						\
+		__VA_ARGS__							\
 		__uint(pinning, LIBBPF_PIN_BY_NAME);				\
 	} name SEC(".maps")
 
-#define MAP_PINNED_FLAGS(name, type_, max, key_t, value_t, flags)		\
-	struct {								\
-		__uint(type, type_);						\
-		__uint(max_entries, max);					\
-		__type(key, key_t);						\
-		__type(value, value_t);						\
-		__uint(map_flags, flags);					\
-		__uint(pinning, LIBBPF_PIN_BY_NAME);				\
-	} name SEC(".maps")
+#define MAP_FLAGS(flags) __uint(map_flags, flags);
 
 /* Indexed by a __u32. */
 #define ARRAY_MAP(name, max, value_t) MAP_PINNED(name, BPF_MAP_TYPE_ARRAY, max, __u32, value_t)
@@ -40,12 +34,12 @@
 #define LRU_HASH_MAP(name, max, key_t, value_t) MAP_PINNED(name, BPF_MAP_TYPE_LRU_HASH, max, key_t, value_t)
 /* Written by the plugin only (or allocated as records are made): no upfront memory. */
 #define HASH_MAP(name, max, key_t, value_t)						\
-	MAP_PINNED_FLAGS(name, BPF_MAP_TYPE_HASH, max, key_t, value_t, BPF_F_NO_PREALLOC)
+	MAP_PINNED(name, BPF_MAP_TYPE_HASH, max, key_t, value_t, MAP_FLAGS(BPF_F_NO_PREALLOC))
 #define PERCPU_HASH_MAP(name, max, key_t, value_t)					\
-	MAP_PINNED_FLAGS(name, BPF_MAP_TYPE_PERCPU_HASH, max, key_t, value_t, BPF_F_NO_PREALLOC)
+	MAP_PINNED(name, BPF_MAP_TYPE_PERCPU_HASH, max, key_t, value_t, MAP_FLAGS(BPF_F_NO_PREALLOC))
 /* Longest-prefix match; the kernel requires BPF_F_NO_PREALLOC. */
 #define LPM_MAP(name, max, key_t, value_t)						\
-	MAP_PINNED_FLAGS(name, BPF_MAP_TYPE_LPM_TRIE, max, key_t, value_t, BPF_F_NO_PREALLOC)
+	MAP_PINNED(name, BPF_MAP_TYPE_LPM_TRIE, max, key_t, value_t, MAP_FLAGS(BPF_F_NO_PREALLOC))
 
 /*
  * A map of one kind for each family, @name4 and @name6, alike but for their
@@ -109,7 +103,7 @@ ARRAY_MAP(egress_policies, EGRESS_POLICIES_MAX, struct egress_policy);
 		__uint(pinning, LIBBPF_PIN_BY_NAME);				\
 		__array(values, struct shard);					\
 	} fwd SEC(".maps");							\
-	MAP_PINNED_FLAGS(rev, BPF_MAP_TYPE_HASH, 65536, key_t, entry_t, NAT_MAP_FLAGS)
+	MAP_PINNED(rev, BPF_MAP_TYPE_HASH, 65536, key_t, entry_t, MAP_FLAGS(NAT_MAP_FLAGS))
 
 NAT_PAIR_MAPS(nat4_shard, nat4_fwd, nat4_rev, struct nat4_key, struct nat4_entry);
 LPM_MAP(rules6, MAX_RULES, struct rule6_key, struct rule6_info);
