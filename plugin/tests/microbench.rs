@@ -10,6 +10,8 @@
 //! shown on the first line ("baseline": a frame the program leaves at once) —
 //! read the others relative to it.
 
+// The BPF_PROG_TEST_RUN binary's support, shared (this binary stays apart: bench.sh runs it by name).
+#[path = "prog_test_run/support/mod.rs"]
 mod support;
 
 use std::net::Ipv4Addr;

@@ -5,15 +5,13 @@
 //! portRange is kept as it is; filtering stays address-and-port-dependent.
 //! Needs root and a bpffs at /sys/fs/bpf; attaches nothing anywhere.
 
-mod support;
-
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use ebpf_masq::bpf::abi::{
     counter, NAT_C_ACKED_PEER, NAT_C_FIN_FIRST, NAT_C_PEER_FIN, NAT_FILTER_AD, NAT_FILTER_EI, NAT_F_BY_RULE, NAT_F_FIN,
     NAT_F_OPEN, NAT_F_RST, NAT_F_TCP_CLOSING,
 };
-use support::{harness::*, packet::*, packet6::*};
+use crate::support::{harness::*, packet::*, packet6::*};
 
 const MASQ: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
 const TO_ADDR: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 99);

@@ -13,8 +13,6 @@
 //! and the reply half: reverse-translated, MACs set, redirected to the pod.
 //! Needs root and a bpffs at /sys/fs/bpf.
 
-mod support;
-
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use aya::maps::{HashMap, MapData};
@@ -22,7 +20,7 @@ use ebpf_masq::bpf::abi::{
     self, counter, Nat4Entry, Nat4Key, PodInfo, PodL2, EXCL_NATIVE_ROUTING, FP_CB_MARK, NAT_F_FAST,
 };
 use ebpf_masq::bpf::maps;
-use support::{harness::*, lab::in_lab, packet::*, packet6::*};
+use crate::support::{harness::*, lab::in_lab, packet::*, packet6::*};
 
 const MASQ: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
 const POD: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 5);

@@ -7,15 +7,13 @@
 //! has) and RFC 4787 REQ-3 (ports come from the range, never outside it).
 //! Needs root and a bpffs at /sys/fs/bpf; attaches nothing anywhere.
 
-mod support;
-
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
 use ebpf_masq::bpf::abi::counter;
 use ebpf_masq::bpf::nat_hot::{self, Released};
 use ebpf_masq::bpf::{port_counts, refusals};
-use support::{harness::*, packet::*, packet6::*};
+use crate::support::{harness::*, packet::*, packet6::*};
 
 const MASQ: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
 const POD: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 5);

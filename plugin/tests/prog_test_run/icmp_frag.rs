@@ -1,15 +1,13 @@
 //! ICMP / ICMPv6 error translation (RFC 5508) and IPv4 / IPv6 fragments through
 //! the real pinned uplink programs, with BPF_PROG_TEST_RUN. Same style as
-//! prog_test_run.rs: every output is compared with a frame built from scratch,
+//! core.rs: every output is compared with a frame built from scratch,
 //! every checksum (outer, quoted IP header, quoted L4, reassembled L4) recomputed.
 //! Needs root and a bpffs at /sys/fs/bpf; attaches nothing anywhere.
-
-mod support;
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use ebpf_masq::bpf::abi::{counter, EXCL_NATIVE_ROUTING};
-use support::{harness::*, icmp::*, packet::*, packet6::*};
+use crate::support::{harness::*, icmp::*, packet::*, packet6::*};
 
 const MASQ: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
 const POD: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 5);

@@ -4,8 +4,6 @@
 //! the output bytes (checksums re-verified from scratch) and the map state.
 //! Needs root and a bpffs at /sys/fs/bpf; attaches nothing anywhere.
 
-mod support;
-
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::ops::RangeInclusive;
 
@@ -14,7 +12,7 @@ use ebpf_masq::bpf::nat_hot::Released;
 use ebpf_masq::bpf::abi::{
     self, counter, EXCL_LINK_LOCAL, EXCL_NATIVE_ROUTING, NAT_F_BY_RULE, NAT_GC_ARMED, NAT_GC_NEW6,
 };
-use support::{harness::*, packet::*};
+use crate::support::{harness::*, packet::*};
 
 const MASQ: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
 const POD: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 5);

@@ -1,16 +1,14 @@
 //! IPv6 masquerade through the real pinned uplink programs, with BPF_PROG_TEST_RUN:
 //! SNAT and reverse NAT of TCP/UDP/ICMPv6 echo, pass-through cases, extension
-//! headers and masquerade rules. Same style as prog_test_run.rs: every output is
+//! headers and masquerade rules. Same style as core.rs: every output is
 //! compared with a frame built from scratch and its checksums recomputed.
 //! Needs root and a bpffs at /sys/fs/bpf; attaches nothing anywhere.
-
-mod support;
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::ops::RangeInclusive;
 
 use ebpf_masq::bpf::abi::{counter, EXCL_LINK_LOCAL, EXCL_NATIVE_ROUTING, NAT_F_BY_RULE};
-use support::{harness::*, packet::*, packet6::*};
+use crate::support::{harness::*, packet::*, packet6::*};
 
 const MASQ4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
 const PORTS: RangeInclusive<u16> = 20000..=20099;
@@ -221,7 +219,7 @@ fn host_own_v6_traffic_passes() {
 
 /// An echo reply leaving answers a ping that reached the pod directly: no flow of
 /// ours. To an excluded destination it is untouched; to a masqueraded one it may
-/// not leave with the pod's address (dropped, as prog_test_run.rs expects for IPv4).
+/// not leave with the pod's address (dropped, as core.rs expects for IPv4).
 #[test]
 fn echo6_reply_leaving() {
     let dp = node6();

@@ -11,12 +11,10 @@
 //! Needs root and a bpffs at /sys/fs/bpf; attaches nothing anywhere. The socket
 //! tests run in a netns of their own (the lookups see the calling thread's).
 
-mod support;
-
 use std::net::{Ipv4Addr, Ipv6Addr, TcpListener, TcpStream, UdpSocket};
 
 use ebpf_masq::bpf::abi::{counter, NAT_F_HOST};
-use support::{harness::*, packet::*, packet6::*};
+use crate::support::{harness::*, packet::*, packet6::*};
 
 const MASQ: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
 const POD: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 5);
@@ -42,7 +40,7 @@ fn in_netns<T: Send>(f: impl FnOnce() -> T + Send) -> T {
     std::thread::scope(|s| {
         s.spawn(|| {
             nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("unshare(CLONE_NEWNET)");
-            support::lab::sh("ip link set lo up");
+            crate::support::lab::sh("ip link set lo up");
             f()
         })
         .join()

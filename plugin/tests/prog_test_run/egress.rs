@@ -7,12 +7,10 @@
 //! mapping when a policy changes; replies come back; IPv6 the same.
 //! Needs root and a bpffs at /sys/fs/bpf; attaches nothing anywhere.
 
-mod support;
-
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use ebpf_masq::bpf::abi::{counter, EGRESS_F_NO_NAT, EXCL_NATIVE_ROUTING};
-use support::{harness::*, packet::*, packet6::*};
+use crate::support::{harness::*, packet::*, packet6::*};
 
 const MASQ: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
 const PARTNER_ADDR: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 50);

@@ -6,12 +6,10 @@
 //! masqueraded. IPv4 and IPv6, TCP, UDP, ICMP echo, fragments, ICMP errors, the
 //! fast path's fallback, expiry. Needs root and a bpffs at /sys/fs/bpf.
 
-mod support;
-
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use ebpf_masq::bpf::abi::{counter, Nat4Entry, Nat4Key, EXCL_NATIVE_ROUTING, NAT_F_BY_RULE, NAT_F_INBOUND};
-use support::{harness::*, icmp::*, packet::*, packet6::*};
+use crate::support::{harness::*, icmp::*, packet::*, packet6::*};
 
 const MASQ: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
 const POD: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 5);

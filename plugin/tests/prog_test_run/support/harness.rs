@@ -32,7 +32,7 @@ pub const LO: u32 = 1;
 pub const TC_ACT_UNSPEC: i32 = -1;
 pub const TC_ACT_SHOT: i32 = 2;
 
-/// enum masq_drop_reason: the mirror's (tests name them `drop::*`; not every test binary does).
+/// enum masq_drop_reason: the mirror's (tests name them `drop::*`).
 #[allow(unused_imports)]
 pub use ebpf_masq::bpf::abi::drop_reason as drop;
 
@@ -632,7 +632,7 @@ fn remove_pin_dir(p: &std::path::Path) {
     }
 }
 
-// ---- IPv6 maps and fragment state (prog_test_run_v6, prog_test_run_icmp_frag) ----
+// ---- IPv6 maps and fragment state (v6, icmp_frag) ----
 
 use std::net::Ipv6Addr;
 
