@@ -18,12 +18,9 @@ use std::net::Ipv4Addr;
 
 use ebpf_masq::bpf::abi::{counter, drop_reason, EXCL_NATIVE_ROUTING};
 use ebpf_masq::bpf::nat_hot::{self, Released};
+use support::node::{MASQ, NATIVE_DST, POD, REMOTE};
 use support::{harness::*, packet::*};
 
-const MASQ: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
-const POD: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 5);
-const REMOTE: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 10);
-const NATIVE_DST: Ipv4Addr = Ipv4Addr::new(10, 2, 3, 4);
 const VETH: u32 = 1;
 const RUNS: usize = 20_000;
 

@@ -11,6 +11,7 @@
 
 use std::{
     net::Ipv4Addr,
+    ops::RangeInclusive,
     path::PathBuf,
     sync::atomic::{AtomicU32, Ordering},
 };
@@ -38,6 +39,9 @@ pub use ebpf_masq::bpf::abi::drop_reason as drop;
 
 /// natMaxEntries of every test data plane.
 pub const NAT_MAX_ENTRIES_IN_TESTS: u32 = 4096;
+
+/// The portRange every test data plane starts with.
+pub const PORTS: RangeInclusive<u16> = 20000..=20099;
 
 pub fn monotonic_ns() -> u64 {
     ebpf_masq::pod::monotonic_ns()
@@ -67,6 +71,12 @@ impl Run {
     pub fn dropped(self) {
         assert_eq!(self.ret, TC_ACT_SHOT, "expected drop (2), got {}", self.ret);
     }
+}
+
+/// The program passed the packet and left every byte as it was.
+#[track_caller]
+pub fn expect_untouched(run: Run, frame: &[u8]) {
+    assert_eq!(run.passed(), frame, "packet modified");
 }
 
 pub struct Dataplane {
@@ -100,7 +110,7 @@ impl Dataplane {
             pins,
         };
         std::mem::forget(guard); // Dataplane's Drop takes over
-        dp.set_config(20000, 20099, 3600);
+        dp.set_config(*PORTS.start(), *PORTS.end(), 3600);
         dp
     }
 
