@@ -47,7 +47,8 @@
 //! backticked or as a JSON key.
 //!
 //! **Test files.** docs/testing.md's table has a row for every
-//! `plugin/tests/*.rs` and `integration/test_*.py`.
+//! `plugin/tests/*.rs`, every module of a test binary kept in a folder
+//! (`plugin/tests/*/*.rs`; not its `support/`) and `integration/test_*.py`.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -512,7 +513,8 @@ fn check_config_table(readme: &Doc) -> Vec<String> {
 fn check_test_table(testing: &Doc, repo: &Repo) -> Vec<String> {
     let test_file = |f: &&String| {
         let (dir, name) = f.rsplit_once('/').unwrap_or(("", f));
-        (dir == "plugin/tests" && name.ends_with(".rs"))
+        let in_tests = dir == "plugin/tests" || dir.strip_prefix("plugin/tests/").is_some_and(|d| !d.contains('/'));
+        (in_tests && name.ends_with(".rs"))
             || (dir == "integration" && name.starts_with("test_") && name.ends_with(".py"))
     };
     (repo.files.iter().filter(test_file))

@@ -10,18 +10,17 @@
 //! shown on the first line ("baseline": a frame the program leaves at once) —
 //! read the others relative to it.
 
+// The BPF_PROG_TEST_RUN binary's support, shared (this binary stays apart: bench.sh runs it by name).
+#[path = "prog_test_run/support/mod.rs"]
 mod support;
 
 use std::net::Ipv4Addr;
 
 use ebpf_masq::bpf::abi::{counter, drop_reason, EXCL_NATIVE_ROUTING};
 use ebpf_masq::bpf::nat_hot::{self, Released};
+use support::node::{MASQ, NATIVE_DST, POD, REMOTE};
 use support::{harness::*, packet::*};
 
-const MASQ: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
-const POD: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 5);
-const REMOTE: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 10);
-const NATIVE_DST: Ipv4Addr = Ipv4Addr::new(10, 2, 3, 4);
 const VETH: u32 = 1;
 const RUNS: usize = 20_000;
 

@@ -7,20 +7,14 @@
 //! has) and RFC 4787 REQ-3 (ports come from the range, never outside it).
 //! Needs root and a bpffs at /sys/fs/bpf; attaches nothing anywhere.
 
-mod support;
-
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
 use ebpf_masq::bpf::abi::counter;
 use ebpf_masq::bpf::nat_hot::{self, Released};
 use ebpf_masq::bpf::{port_counts, refusals};
-use support::{harness::*, packet::*, packet6::*};
+use crate::support::{harness::*, node::*, packet::*, packet6::*};
 
-const MASQ: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
-const POD: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 5);
-const POD2: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 7);
-const REMOTE: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 10);
 /// 4,096 ports: four times the old sweep, so a search bounded by it missed the last ones.
 const LO_PORT: u16 = 20000;
 const HI_PORT: u16 = 24095;
@@ -28,10 +22,7 @@ const HI_PORT: u16 = 24095;
 const POD_PORT0: u16 = 30000;
 
 fn node() -> Dataplane {
-    let dp = Dataplane::with_nat_max_entries(16_384); // room for a pair on every port
-    dp.add_uplink(LO, MASQ);
-    dp.add_pod(POD, 7, true);
-    dp.add_pod(POD2, 8, true);
+    let dp = pods_node_sized(16_384); // room for a pair on every port
     dp.set_config(LO_PORT, HI_PORT, 3600);
     dp
 }

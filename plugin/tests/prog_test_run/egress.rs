@@ -7,17 +7,13 @@
 //! mapping when a policy changes; replies come back; IPv6 the same.
 //! Needs root and a bpffs at /sys/fs/bpf; attaches nothing anywhere.
 
-mod support;
-
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use ebpf_masq::bpf::abi::{counter, EGRESS_F_NO_NAT, EXCL_NATIVE_ROUTING};
-use support::{harness::*, packet::*, packet6::*};
+use crate::support::{harness::*, node::*, packet::*, packet6::*};
 
-const MASQ: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
 const PARTNER_ADDR: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 50);
 const OTHER_ADDR: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 60);
-const POD: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 5);
 const PARTNER: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 7); // inside 198.51.100.0/24
 const PARTNER_WIDE: Ipv4Addr = Ipv4Addr::new(198, 51, 7, 1); // inside 198.51.0.0/16 only
 const ELSEWHERE: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 10);

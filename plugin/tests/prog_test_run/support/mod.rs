@@ -4,3 +4,4 @@ pub mod packet;
 pub mod packet6;
 pub mod icmp;
 pub mod lab;
+pub mod node;

@@ -6,22 +6,13 @@
 //! masqueraded. IPv4 and IPv6, TCP, UDP, ICMP echo, fragments, ICMP errors, the
 //! fast path's fallback, expiry. Needs root and a bpffs at /sys/fs/bpf.
 
-mod support;
-
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use ebpf_masq::bpf::abi::{counter, Nat4Entry, Nat4Key, EXCL_NATIVE_ROUTING, NAT_F_BY_RULE, NAT_F_INBOUND};
-use support::{harness::*, icmp::*, packet::*, packet6::*};
+use crate::support::{harness::*, icmp::*, node::*, packet::*, packet6::*};
 
-const MASQ: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
-const POD: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 5);
-const POD_NO_NAT: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 6);
-const STRANGER: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 99);
-const REMOTE: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 10);
 /// Inside the native-routing CIDR 10.0.0.0/8: its flows are never masqueraded anyway.
 const NATIVE_PEER: Ipv4Addr = Ipv4Addr::new(10, 2, 3, 4);
-const TUNNEL_CLIENT: Ipv4Addr = Ipv4Addr::new(192, 168, 6, 7);
-const VETH: u32 = 7;
 
 fn node() -> Dataplane {
     let dp = Dataplane::new();
@@ -30,11 +21,6 @@ fn node() -> Dataplane {
     dp.add_pod(POD, VETH, true);
     dp.add_pod(POD_NO_NAT, VETH + 2, false);
     dp
-}
-
-#[track_caller]
-fn untouched(run: Run, frame: &[u8]) {
-    assert_eq!(run.passed(), frame, "packet modified");
 }
 
 /// The one forward half of a flow begun outside, under the pod's reply key.
@@ -51,17 +37,17 @@ fn assert_inbound(dp: &Dataplane, key: Nat4Key, pod: Ipv4Addr, port: u16) -> Nat
 fn tcp_opened_by_a_remote_to_a_pod_is_answered_untranslated() {
     let dp = node();
     let syn = tcp(REMOTE, POD, 51000, 8080, SYN);
-    untouched(dp.ingress(&syn), &syn);
+    expect_untouched(dp.ingress(&syn), &syn);
     let e = assert_inbound(&dp, nat_key(POD, REMOTE, 8080, 51000, TCP), POD, 8080);
     assert_eq!((e.packets, e.bytes), (1, syn.len() as u64));
     assert_eq!(dp.counter(counter::INBOUND_CREATED), 1);
 
     let syn_ack = tcp(POD, REMOTE, 8080, 51000, SYN | ACK);
-    untouched(dp.egress(&syn_ack), &syn_ack);
+    expect_untouched(dp.egress(&syn_ack), &syn_ack);
     let ack = tcp(REMOTE, POD, 51000, 8080, ACK);
-    untouched(dp.ingress(&ack), &ack);
+    expect_untouched(dp.ingress(&ack), &ack);
     let data = tcp(POD, REMOTE, 8080, 51000, ACK);
-    untouched(dp.egress(&data), &data);
+    expect_untouched(dp.egress(&data), &data);
     assert_eq!(dp.counter(counter::INBOUND_PKTS), 2);
     assert_eq!(dp.counter(counter::INBOUND_CREATED), 1, "later packets find the state");
     assert_eq!(dp.get_fwd(&nat_key(POD, REMOTE, 8080, 51000, TCP)).unwrap().packets, 4);
@@ -77,10 +63,10 @@ fn tcp_opened_by_a_remote_to_a_pod_is_answered_untranslated() {
 fn udp_and_ping_opened_by_a_remote_are_answered_untranslated() {
     let dp = node();
     let q = udp(REMOTE, POD, 5353, 53);
-    untouched(dp.ingress(&q), &q);
+    expect_untouched(dp.ingress(&q), &q);
     assert_inbound(&dp, nat_key(POD, REMOTE, 53, 5353, UDP), POD, 53);
     let a = udp(POD, REMOTE, 53, 5353);
-    untouched(dp.egress(&a), &a);
+    expect_untouched(dp.egress(&a), &a);
 
     // The pod's echo reply to a remote's ping: tracked by the request, the reply
     // leaves as it is (without the request's state it would be dropped).
@@ -88,11 +74,11 @@ fn udp_and_ping_opened_by_a_remote_are_answered_untranslated() {
     dp.egress(&unsolicited).dropped();
     assert_eq!(dp.drops(drop::UNSUPPORTED_PROTO), 1);
     let ping = echo_request(REMOTE, POD, 0x77, 1);
-    untouched(dp.ingress(&ping), &ping);
+    expect_untouched(dp.ingress(&ping), &ping);
     let e = dp.get_fwd(&nat_key(POD, REMOTE, 0, 0x77, ICMP)).expect("echo state under the reply's key");
     assert_eq!(e.flags, NAT_F_INBOUND);
     let pong = echo_reply(POD, REMOTE, 0x77, 1);
-    untouched(dp.egress(&pong), &pong);
+    expect_untouched(dp.egress(&pong), &pong);
     assert_eq!(dp.counter(counter::INBOUND_CREATED), 2);
     assert_eq!(dp.counter(counter::INBOUND_PKTS), 2);
     assert_eq!(dp.drops(drop::UNSUPPORTED_PROTO), 1, "no new drop");
@@ -109,7 +95,7 @@ fn only_what_would_be_masqueraded_is_tracked() {
         echo_reply(REMOTE, POD, 0x77, 1),          // replies and errors never open a flow
         icmp4_error(REMOTE, POD, 3, 3, 0, &quote(&udp(POD, REMOTE, 1, 2), Some(8))),
     ] {
-        untouched(dp.ingress(&frame), &frame);
+        expect_untouched(dp.ingress(&frame), &frame);
     }
     assert!(dp.nat_is_empty(), "{:?}", dp.fwd());
     assert_eq!(dp.counter(counter::INBOUND_CREATED), 0);
@@ -127,7 +113,7 @@ fn a_pods_masqueraded_flow_is_not_taken_for_an_inbound_one() {
     assert_eq!(dp.counter(counter::INBOUND_CREATED), 0);
     // A packet with the reversed tuple sent to the pod's own address finds the pair and leaves it alone.
     let direct = udp(REMOTE, POD, 53, 40000);
-    untouched(dp.ingress(&direct), &direct);
+    expect_untouched(dp.ingress(&direct), &direct);
     let fe = dp.get_fwd(&nat_key(POD, REMOTE, 40000, 53, UDP)).unwrap();
     assert_eq!(fe.flags & NAT_F_INBOUND, 0);
     assert_eq!(dp.counter(counter::INBOUND_CREATED), 0);
@@ -138,11 +124,11 @@ fn a_remote_reaching_a_tunnel_client_by_rule_is_answered_untranslated() {
     let dp = node();
     dp.add_rule(LO, Ipv4Addr::new(192, 168, 6, 0), 24, 3, None);
     let syn = tcp(REMOTE, TUNNEL_CLIENT, 51000, 22, SYN);
-    untouched(dp.ingress(&syn), &syn);
+    expect_untouched(dp.ingress(&syn), &syn);
     let e = assert_inbound(&dp, nat_key(TUNNEL_CLIENT, REMOTE, 22, 51000, TCP), TUNNEL_CLIENT, 22);
     assert_eq!((e.flags & NAT_F_BY_RULE, e.rule_id), (NAT_F_BY_RULE, 3));
     let syn_ack = tcp(TUNNEL_CLIENT, REMOTE, 22, 51000, SYN | ACK);
-    untouched(dp.egress(&syn_ack), &syn_ack);
+    expect_untouched(dp.egress(&syn_ack), &syn_ack);
     assert_eq!(dp.rule_stats(3).packets, 0, "rule counters count masqueraded packets only");
     // The client's own flows are still masqueraded by the rule.
     let out = dp.egress(&tcp(TUNNEL_CLIENT, REMOTE, 40000, 443, SYN)).passed();
@@ -153,21 +139,21 @@ fn a_remote_reaching_a_tunnel_client_by_rule_is_answered_untranslated() {
 fn fragments_and_icmp_errors_of_an_inbound_flow_leave_untranslated() {
     let dp = node();
     let q = udp(REMOTE, POD, 5353, 53);
-    untouched(dp.ingress(&q), &q);
+    expect_untouched(dp.ingress(&q), &q);
     // A big answer, fragmented by the pod: first fragment (UDP header) then a later one.
     let mut seg = udp(POD, REMOTE, 53, 5353)[14 + 20..].to_vec();
     seg.extend_from_slice(&[0xab; 16]);
     let first = ipv4_frame(POD, REMOTE, UDP, 0x2000, &seg);
     let later = ipv4_frame(POD, REMOTE, UDP, 3, &[0xcd; 24]);
-    untouched(dp.egress(&first), &first);
-    untouched(dp.egress(&later), &later);
+    expect_untouched(dp.egress(&first), &first);
+    expect_untouched(dp.egress(&later), &later);
     assert_eq!(dp.drops(drop::FRAG_NO_STATE), 0);
     assert_eq!(dp.counter(counter::INBOUND_PKTS), 2);
     // The pod's port unreachable about a datagram of a flow begun outside.
     let q2 = udp(REMOTE, POD, 5354, 9999);
-    untouched(dp.ingress(&q2), &q2);
+    expect_untouched(dp.ingress(&q2), &q2);
     let err = icmp4_error(POD, REMOTE, 3, 3, 0, &quote(&q2, None));
-    untouched(dp.egress(&err), &err);
+    expect_untouched(dp.egress(&err), &err);
     assert_eq!(dp.total_drops(), 0);
 }
 
@@ -176,7 +162,7 @@ fn inbound_state_expires_like_a_pair() {
     let dp = node();
     dp.set_timeouts(20000, 20099, 3600, 3600, 1);
     let q = udp(REMOTE, POD, 5353, 53);
-    untouched(dp.ingress(&q), &q);
+    expect_untouched(dp.ingress(&q), &q);
     assert_eq!(dp.fwd().len(), 1);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(6);
     while !dp.nat_is_empty() && std::time::Instant::now() < deadline {
@@ -204,11 +190,11 @@ fn fast_path_leaves_an_inbound_flow_to_the_stack() {
     );
     dp.set_fast_path(true);
     let syn = tcp(REMOTE, POD, 51000, 8080, SYN);
-    untouched(dp.ingress(&syn), &syn);
+    expect_untouched(dp.ingress(&syn), &syn);
     let syn_ack = tcp(POD, REMOTE, 8080, 51000, SYN | ACK);
-    untouched(dp.veth(&syn_ack), &syn_ack);
+    expect_untouched(dp.veth(&syn_ack), &syn_ack);
     assert_eq!((dp.counter(counter::FP_FALLBACK), dp.counter(counter::FP_EGRESS)), (1, 0));
-    untouched(dp.egress(&syn_ack), &syn_ack);
+    expect_untouched(dp.egress(&syn_ack), &syn_ack);
     assert_eq!(dp.counter(counter::INBOUND_PKTS), 1);
     assert!(dp.rev().is_empty());
 }
@@ -226,15 +212,15 @@ fn ipv6_tcp_and_ping_opened_by_a_remote_are_answered_untranslated() {
     dp.add_uplink6(LO, Some(MASQ), masq);
     dp.add_pod6(pod, VETH, true);
     let syn = tcp6(remote, pod, 51000, 8080, SYN);
-    untouched(dp.ingress(&syn), &syn);
+    expect_untouched(dp.ingress(&syn), &syn);
     let e = dp.get_fwd6(&nat6_key(pod, remote, 8080, 51000, TCP)).expect("inbound state");
     assert_eq!((e.flags, e.addr, e.port), (NAT_F_INBOUND, pod.octets(), 8080u16.to_be_bytes()));
     let syn_ack = tcp6(pod, remote, 8080, 51000, SYN | ACK);
-    untouched(dp.egress(&syn_ack), &syn_ack);
+    expect_untouched(dp.egress(&syn_ack), &syn_ack);
     let ping = echo6_request(remote, pod, 0x77, 1);
-    untouched(dp.ingress(&ping), &ping);
+    expect_untouched(dp.ingress(&ping), &ping);
     let pong = echo6_reply(pod, remote, 0x77, 1);
-    untouched(dp.egress(&pong), &pong);
+    expect_untouched(dp.egress(&pong), &pong);
     assert_eq!((dp.counter(counter::INBOUND_CREATED), dp.counter(counter::INBOUND_PKTS)), (2, 2));
     assert!(dp.rev6().is_empty());
     assert_eq!((dp.counter(counter::SNAT_PKTS_V6), dp.total_drops()), (0, 0));
@@ -243,6 +229,6 @@ fn ipv6_tcp_and_ping_opened_by_a_remote_are_answered_untranslated() {
     assert_eq!(summary6(&out).src, masq);
     // Sent to the node's address: not a flow to a pod.
     let to_node = tcp6(remote, masq, 51000, 22, SYN);
-    untouched(dp.ingress(&to_node), &to_node);
+    expect_untouched(dp.ingress(&to_node), &to_node);
     assert_eq!(dp.counter(counter::INBOUND_CREATED), 2);
 }

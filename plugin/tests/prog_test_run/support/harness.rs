@@ -11,6 +11,7 @@
 
 use std::{
     net::Ipv4Addr,
+    ops::RangeInclusive,
     path::PathBuf,
     sync::atomic::{AtomicU32, Ordering},
 };
@@ -32,12 +33,15 @@ pub const LO: u32 = 1;
 pub const TC_ACT_UNSPEC: i32 = -1;
 pub const TC_ACT_SHOT: i32 = 2;
 
-/// enum masq_drop_reason: the mirror's (tests name them `drop::*`; not every test binary does).
+/// enum masq_drop_reason: the mirror's (tests name them `drop::*`).
 #[allow(unused_imports)]
 pub use ebpf_masq::bpf::abi::drop_reason as drop;
 
 /// natMaxEntries of every test data plane.
 pub const NAT_MAX_ENTRIES_IN_TESTS: u32 = 4096;
+
+/// The portRange every test data plane starts with.
+pub const PORTS: RangeInclusive<u16> = 20000..=20099;
 
 pub fn monotonic_ns() -> u64 {
     ebpf_masq::pod::monotonic_ns()
@@ -67,6 +71,12 @@ impl Run {
     pub fn dropped(self) {
         assert_eq!(self.ret, TC_ACT_SHOT, "expected drop (2), got {}", self.ret);
     }
+}
+
+/// The program passed the packet and left every byte as it was.
+#[track_caller]
+pub fn expect_untouched(run: Run, frame: &[u8]) {
+    assert_eq!(run.passed(), frame, "packet modified");
 }
 
 pub struct Dataplane {
@@ -100,7 +110,7 @@ impl Dataplane {
             pins,
         };
         std::mem::forget(guard); // Dataplane's Drop takes over
-        dp.set_config(20000, 20099, 3600);
+        dp.set_config(*PORTS.start(), *PORTS.end(), 3600);
         dp
     }
 
@@ -632,7 +642,7 @@ fn remove_pin_dir(p: &std::path::Path) {
     }
 }
 
-// ---- IPv6 maps and fragment state (prog_test_run_v6, prog_test_run_icmp_frag) ----
+// ---- IPv6 maps and fragment state (v6, icmp_frag) ----
 
 use std::net::Ipv6Addr;
 

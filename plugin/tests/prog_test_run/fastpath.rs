@@ -13,8 +13,6 @@
 //! and the reply half: reverse-translated, MACs set, redirected to the pod.
 //! Needs root and a bpffs at /sys/fs/bpf.
 
-mod support;
-
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use aya::maps::{HashMap, MapData};
@@ -22,13 +20,8 @@ use ebpf_masq::bpf::abi::{
     self, counter, Nat4Entry, Nat4Key, PodInfo, PodL2, EXCL_NATIVE_ROUTING, FP_CB_MARK, NAT_F_FAST,
 };
 use ebpf_masq::bpf::maps;
-use support::{harness::*, lab::in_lab, packet::*, packet6::*};
+use crate::support::{harness::*, lab::in_lab, node::*, packet::*, packet6::*};
 
-const MASQ: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
-const POD: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 5);
-const POD_NO_NAT: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 6);
-const REMOTE: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 10);
-const NATIVE_DST: Ipv4Addr = Ipv4Addr::new(10, 2, 3, 4);
 const SVC: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 10);
 const POD_MAC: [u8; 6] = [0x02, 0xbb, 0, 0, 0, 5];
 const BRIDGE_MAC: [u8; 6] = [0x02, 0xcc, 0, 0, 0, 1];

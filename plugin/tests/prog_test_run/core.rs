@@ -4,8 +4,6 @@
 //! the output bytes (checksums re-verified from scratch) and the map state.
 //! Needs root and a bpffs at /sys/fs/bpf; attaches nothing anywhere.
 
-mod support;
-
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::ops::RangeInclusive;
 
@@ -14,36 +12,21 @@ use ebpf_masq::bpf::nat_hot::Released;
 use ebpf_masq::bpf::abi::{
     self, counter, EXCL_LINK_LOCAL, EXCL_NATIVE_ROUTING, NAT_F_BY_RULE, NAT_GC_ARMED, NAT_GC_NEW6,
 };
-use support::{harness::*, packet::*};
+use crate::support::{harness::*, node::*, packet::*};
 
-const MASQ: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
-const POD: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 5);
-const POD2: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 7);
-const POD_NO_NAT: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 6);
-const STRANGER: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 99);
-const REMOTE: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 10);
-const REMOTE2: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 20);
-/// Inside the native-routing CIDR 10.0.0.0/8.
-const NATIVE_DST: Ipv4Addr = Ipv4Addr::new(10, 2, 3, 4);
 const LINK_LOCAL_DST: Ipv4Addr = Ipv4Addr::new(169, 254, 169, 254);
-const VETH: u32 = 7;
-const PORTS: RangeInclusive<u16> = 20000..=20099;
 
-/// A node: uplink = loopback (the test_run device) masquerading to MASQ,
-/// native routing 10.0.0.0/8, link-local excluded, POD (natOutgoing) and
-/// POD_NO_NAT registered behind VETH.
+/// A node: `pods_node`, and native routing 10.0.0.0/8, link-local excluded,
+/// POD_NO_NAT registered behind VETH + 2.
 fn node() -> Dataplane {
     node_sized(NAT_MAX_ENTRIES_IN_TESTS)
 }
 
 /// `node` with another natMaxEntries.
 fn node_sized(nat_max_entries: u32) -> Dataplane {
-    let dp = Dataplane::with_nat_max_entries(nat_max_entries);
-    dp.add_uplink(LO, MASQ);
+    let dp = pods_node_sized(nat_max_entries);
     dp.add_excl(Ipv4Addr::new(10, 0, 0, 0), 8, EXCL_NATIVE_ROUTING);
     dp.add_excl(Ipv4Addr::new(169, 254, 0, 0), 16, EXCL_LINK_LOCAL);
-    dp.add_pod(POD, VETH, true);
-    dp.add_pod(POD2, VETH + 1, true);
     dp.add_pod(POD_NO_NAT, VETH + 2, false);
     dp
 }
@@ -72,12 +55,6 @@ fn expect_snat_in(
     assert!(ports.contains(&s.sport), "NAT port {} outside {ports:?}", s.sport);
     assert_eq!(out, expected(s.sport), "output is not the expected rewrite");
     s.sport
-}
-
-/// The program passed the packet and left every byte as it was.
-#[track_caller]
-fn expect_untouched(run: Run, frame: &[u8]) {
-    assert_eq!(run.passed(), frame, "packet modified");
 }
 
 /// Nothing masqueraded, nothing created, nothing dropped.

@@ -5,33 +5,18 @@
 //! portRange is kept as it is; filtering stays address-and-port-dependent.
 //! Needs root and a bpffs at /sys/fs/bpf; attaches nothing anywhere.
 
-mod support;
-
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use ebpf_masq::bpf::abi::{
     counter, NAT_C_ACKED_PEER, NAT_C_FIN_FIRST, NAT_C_PEER_FIN, NAT_FILTER_AD, NAT_FILTER_EI, NAT_F_BY_RULE, NAT_F_FIN,
     NAT_F_OPEN, NAT_F_RST, NAT_F_TCP_CLOSING,
 };
-use support::{harness::*, packet::*, packet6::*};
+use crate::support::{harness::*, node::*, packet::*, packet6::*};
 
-const MASQ: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
 const TO_ADDR: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 99);
-const POD: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 5);
-const POD2: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 7);
 const POD3: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 9);
-const REMOTE: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 10);
-const REMOTE2: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 20);
-const TUNNEL_CLIENT: Ipv4Addr = Ipv4Addr::new(192, 168, 6, 7);
 
-/// The test data plane's portRange is 20000-20099; pod ports 40000+ are outside it.
-fn node() -> Dataplane {
-    let dp = Dataplane::new();
-    dp.add_uplink(LO, MASQ);
-    dp.add_pod(POD, 7, true);
-    dp.add_pod(POD2, 8, true);
-    dp
-}
+// The nodes are `pods_node()`: the test data plane's portRange is 20000-20099; pod ports 40000+ are outside it.
 
 /// The NAT source port egress gave `frame` (which must leave masqueraded to `nat`).
 #[track_caller]
@@ -46,7 +31,7 @@ fn mapped(dp: &Dataplane, frame: &[u8], nat: Ipv4Addr) -> u16 {
 
 #[test]
 fn one_pod_endpoint_keeps_its_mapping_for_every_remote() {
-    let dp = node();
+    let dp = pods_node();
     let p = mapped(&dp, &udp(POD, REMOTE, 40000, 3478), MASQ);
     // Another remote address, another remote port, both: the same mapping (REQ-1).
     assert_eq!(mapped(&dp, &udp(POD, REMOTE2, 40000, 3478), MASQ), p);
@@ -67,7 +52,7 @@ fn one_pod_endpoint_keeps_its_mapping_for_every_remote() {
 
 #[test]
 fn filtering_stays_address_and_port_dependent() {
-    let dp = node();
+    let dp = pods_node();
     let p = mapped(&dp, &udp(POD, REMOTE, 40000, 3478), MASQ);
     // Someone else sending to the mapping is not let in (RFC 4787 REQ-8's default here).
     for frame in [udp(REMOTE2, MASQ, 3478, p), udp(REMOTE, MASQ, 3479, p)] {
@@ -78,7 +63,7 @@ fn filtering_stays_address_and_port_dependent() {
 
 #[test]
 fn a_free_pod_port_inside_the_range_is_preserved() {
-    let dp = node();
+    let dp = pods_node();
     assert_eq!(mapped(&dp, &udp(POD, REMOTE, 20042, 53), MASQ), 20042);
     assert_eq!(dp.counter(counter::MAP_PRESERVED), 1);
     // Another pod with the same port towards the same remote endpoint: a random port...
@@ -98,7 +83,7 @@ fn a_free_pod_port_inside_the_range_is_preserved() {
 
 #[test]
 fn a_mapping_taken_towards_one_remote_gives_a_new_port_there_only() {
-    let dp = node();
+    let dp = pods_node();
     let p = mapped(&dp, &udp(POD, REMOTE, 40000, 3478), MASQ);
     // POD2's flow to REMOTE2:3478 happens to hold p there (as if preserved): put it so.
     let _ = mapped(&dp, &udp(POD2, REMOTE2, p, 3478), MASQ);
@@ -112,7 +97,7 @@ fn a_mapping_taken_towards_one_remote_gives_a_new_port_there_only() {
 
 #[test]
 fn a_binding_to_another_address_is_not_used() {
-    let dp = node();
+    let dp = pods_node();
     dp.add_rule(LO, Ipv4Addr::new(192, 168, 6, 0), 24, 1, Some(TO_ADDR));
     let p = mapped(&dp, &udp(TUNNEL_CLIENT, REMOTE, 40000, 53), TO_ADDR);
     assert_eq!(mapped(&dp, &udp(TUNNEL_CLIENT, REMOTE2, 40000, 53), TO_ADDR), p);
@@ -139,7 +124,7 @@ fn ipv6_endpoint_keeps_its_mapping() {
 
 /// One NAT port (20000) and long timeouts: only a takeover can free it.
 fn one_port_node() -> Dataplane {
-    let dp = node();
+    let dp = pods_node();
     dp.set_config(20000, 20000, 3600);
     dp
 }
@@ -428,7 +413,7 @@ fn a_pod_reopening_its_finished_tuple_keeps_the_pair_and_reopens_it() {
 
 #[test]
 fn endpoint_independent_filtering_lets_any_remote_reach_an_active_mapping() {
-    let dp = node();
+    let dp = pods_node();
     dp.set_pod_filtering(POD, NAT_FILTER_EI);
     let p = mapped(&dp, &udp(POD, REMOTE, 40000, 3478), MASQ);
     // Someone the pod never sent to, from any port: in, to the pod endpoint, on a pair of its own.
@@ -451,7 +436,7 @@ fn endpoint_independent_filtering_lets_any_remote_reach_an_active_mapping() {
 
 #[test]
 fn address_dependent_filtering_admits_other_ports_of_known_remotes_only() {
-    let dp = node();
+    let dp = pods_node();
     dp.set_pod_filtering(POD, NAT_FILTER_AD);
     let p = mapped(&dp, &udp(POD, REMOTE, 40000, 3478), MASQ);
     let other_port = udp(REMOTE, MASQ, 3479, p);
@@ -466,7 +451,7 @@ fn address_dependent_filtering_admits_other_ports_of_known_remotes_only() {
 
 #[test]
 fn an_idle_open_mapping_closes_and_tcp_may_be_opened_too() {
-    let dp = node();
+    let dp = pods_node();
     dp.set_config(20000, 20099, 1);
     dp.set_pod_filtering(POD, NAT_FILTER_EI);
     let p = mapped(&dp, &udp(POD, REMOTE, 40000, 3478), MASQ);
@@ -483,7 +468,7 @@ fn an_idle_open_mapping_closes_and_tcp_may_be_opened_too() {
 
 #[test]
 fn filtering_by_rule_opens_a_tunnel_clients_mapping() {
-    let dp = node();
+    let dp = pods_node();
     dp.add_rule_filtered(LO, Ipv4Addr::new(192, 168, 6, 0), 24, 1, NAT_FILTER_EI);
     dp.set_open_mappings(true);
     let p = mapped(&dp, &udp(TUNNEL_CLIENT, REMOTE, 40000, 3478), MASQ);

@@ -11,48 +11,20 @@
 //! Needs root and a bpffs at /sys/fs/bpf; attaches nothing anywhere. The socket
 //! tests run in a netns of their own (the lookups see the calling thread's).
 
-mod support;
-
 use std::net::{Ipv4Addr, Ipv6Addr, TcpListener, TcpStream, UdpSocket};
 
 use ebpf_masq::bpf::abi::{counter, NAT_F_HOST};
-use support::{harness::*, packet::*, packet6::*};
+use crate::support::{harness::*, lab::in_netns, node::*, packet::*, packet6::*};
 
-const MASQ: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
-const POD: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 5);
-const POD2: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 7);
-const REMOTE: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 10);
-const REMOTE2: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 20);
-
-/// portRange 20000-20099 (the harness's), no nodePortRange.
-fn node() -> Dataplane {
-    let dp = Dataplane::new();
-    dp.add_uplink(LO, MASQ);
-    dp.add_pod(POD, 7, true);
-    dp.add_pod(POD2, 8, true);
-    dp
-}
+// The nodes are `pods_node()`: portRange 20000-20099 (the harness's), no nodePortRange.
 
 fn host_pairs(dp: &Dataplane) -> usize {
     dp.fwd().iter().filter(|(_, e)| e.flags & NAT_F_HOST != 0).count()
 }
 
-/// Run `f` on a thread in a fresh netns (lo up): its sockets are the "host's".
-fn in_netns<T: Send>(f: impl FnOnce() -> T + Send) -> T {
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("unshare(CLONE_NEWNET)");
-            support::lab::sh("ip link set lo up");
-            f()
-        })
-        .join()
-        .unwrap()
-    })
-}
-
 #[test]
 fn a_host_flow_meeting_a_pods_tuple_gets_another_port_and_its_replies_come_back() {
-    let dp = node();
+    let dp = pods_node();
     // The pod holds node port 20042 towards REMOTE:443 (its own port, preserved).
     assert_eq!(summary(&dp.egress(&tcp(POD, REMOTE, 20042, 443, SYN)).passed()).sport, 20042);
     // The host connects to REMOTE:443 from 20042 too: unchanged, its SYN would
@@ -81,7 +53,7 @@ fn a_host_flow_meeting_a_pods_tuple_gets_another_port_and_its_replies_come_back(
 
 #[test]
 fn host_traffic_that_meets_no_pods_tuple_leaves_untouched_and_untracked() {
-    let dp = node();
+    let dp = pods_node();
     dp.egress(&tcp(POD, REMOTE, 20042, 443, SYN)).passed();
     // Another port, another remote port, another protocol, another remote: no clash.
     for frame in [
@@ -107,7 +79,7 @@ fn frame_reply(frame: &[u8]) -> Vec<u8> {
 
 #[test]
 fn host_pings_keep_their_id_and_a_pods_ping_never_takes_it() {
-    let dp = node();
+    let dp = pods_node();
     let req = echo_request(MASQ, REMOTE, 20077, 1);
     assert_eq!(dp.egress(&req).passed(), req, "the host's own id is kept");
     assert_eq!((dp.counter(counter::HOST_TRACKED), dp.counter(counter::HOST_REMAPPED)), (1, 0));
@@ -126,7 +98,7 @@ fn host_pings_keep_their_id_and_a_pods_ping_never_takes_it() {
 
 #[test]
 fn a_pod_ping_first_then_the_hosts_with_the_same_id_gets_another() {
-    let dp = node();
+    let dp = pods_node();
     assert_eq!(summary(&dp.egress(&echo_request(POD, REMOTE, 20077, 1)).passed()).sport, 20077);
     let out = dp.egress(&echo_request(MASQ, REMOTE, 20077, 1)).passed();
     let id = summary(&out).sport;
@@ -156,7 +128,7 @@ fn ipv6_host_flow_meeting_a_pods_tuple_is_remapped() {
 #[test]
 fn a_port_a_host_socket_would_answer_is_passed_over() {
     in_netns(|| {
-        let dp = node();
+        let dp = pods_node();
         dp.set_config(20000, 20001, 3600); // two ports
         let _listener = TcpListener::bind("0.0.0.0:20000").unwrap(); // kubelet, a hostNetwork server
         let _bound = UdpSocket::bind("0.0.0.0:20001").unwrap(); // WireGuard, VXLAN, DNS
@@ -212,7 +184,7 @@ fn a_host_connection_holds_its_own_tuple_only() {
 
 #[test]
 fn node_port_range_is_never_handed_out() {
-    let dp = node();
+    let dp = pods_node();
     dp.set_node_port_range(20010, 20099); // ten ports left: 20000-20009
     // A pod's own port inside nodePortRange is not kept.
     let p = summary(&dp.egress(&udp(POD, REMOTE, 20050, 53)).passed()).sport;
@@ -242,7 +214,7 @@ fn node_port_range_is_never_handed_out() {
 /// finds none; a host pair that outlives its pod's pair keeps being found.
 #[test]
 fn host_pairs_are_looked_up_only_while_some_exist() {
-    let dp = node();
+    let dp = pods_node();
     dp.set_timeouts(20000, 20099, 3600, 3600, 2);
     assert_eq!(dp.nat_gc().hosts, 0);
     dp.egress(&udp(POD, REMOTE, 20042, 53)).passed();
@@ -273,7 +245,7 @@ fn host_pairs_are_looked_up_only_while_some_exist() {
 fn a_pods_host_port_is_never_handed_out() {
     use aya::maps::{HashMap, MapData};
     use ebpf_masq::bpf::abi::{HostPort, MAP_HOST_PORTS};
-    let dp = node();
+    let dp = pods_node();
     dp.set_config(20000, 20001, 3600);
     let mut hp: HashMap<MapData, HostPort, u32> = ebpf_masq::bpf::maps::open(&dp.pins, MAP_HOST_PORTS).unwrap();
     hp.insert(HostPort { port: 20000, proto: TCP, pad: 0 }, 0, 0).unwrap();

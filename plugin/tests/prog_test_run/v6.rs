@@ -1,55 +1,32 @@
 //! IPv6 masquerade through the real pinned uplink programs, with BPF_PROG_TEST_RUN:
 //! SNAT and reverse NAT of TCP/UDP/ICMPv6 echo, pass-through cases, extension
-//! headers and masquerade rules. Same style as prog_test_run.rs: every output is
+//! headers and masquerade rules. Same style as core.rs: every output is
 //! compared with a frame built from scratch and its checksums recomputed.
 //! Needs root and a bpffs at /sys/fs/bpf; attaches nothing anywhere.
 
-mod support;
-
 use std::net::{Ipv4Addr, Ipv6Addr};
-use std::ops::RangeInclusive;
 
 use ebpf_masq::bpf::abi::{counter, EXCL_LINK_LOCAL, EXCL_NATIVE_ROUTING, NAT_F_BY_RULE};
-use support::{harness::*, packet::*, packet6::*};
+use crate::support::{harness::*, node::*, packet::*, packet6::*};
 
-const MASQ4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
-const PORTS: RangeInclusive<u16> = 20000..=20099;
-const VETH: u32 = 7;
-
-fn a(s: &str) -> Ipv6Addr {
-    s.parse().unwrap()
-}
-fn masq() -> Ipv6Addr {
-    a("2001:db8:ffff::1")
-}
-fn pod() -> Ipv6Addr {
-    a("fd00:10:1::5")
-}
 fn pod_no_nat() -> Ipv6Addr {
-    a("fd00:10:1::6")
+    a6("fd00:10:1::6")
 }
 fn stranger() -> Ipv6Addr {
-    a("fd00:10:1::99")
-}
-fn remote() -> Ipv6Addr {
-    a("2001:db8:100::10")
-}
-/// Inside the native-routing CIDR fd00::/8.
-fn native_dst() -> Ipv6Addr {
-    a("fd00:20::4")
+    a6("fd00:10:1::99")
 }
 fn link_local_dst() -> Ipv6Addr {
-    a("fe80::1")
+    a6("fe80::1")
 }
 
-/// A dual-stack node: uplink = loopback masquerading to masq() (and MASQ4), native
-/// routing fd00::/8, fe80::/10 excluded, pod() (natOutgoing) and pod_no_nat() behind VETH.
+/// A dual-stack node: uplink = loopback masquerading to masq6() (and MASQ), native
+/// routing fd00::/8, fe80::/10 excluded, pod6() (natOutgoing) and pod_no_nat() behind VETH.
 fn node6() -> Dataplane {
     let dp = Dataplane::new();
-    dp.add_uplink6(LO, Some(MASQ4), masq());
-    dp.add_excl6(a("fd00::"), 8, EXCL_NATIVE_ROUTING);
-    dp.add_excl6(a("fe80::"), 10, EXCL_LINK_LOCAL);
-    dp.add_pod6(pod(), VETH, true);
+    dp.add_uplink6(LO, Some(MASQ), masq6());
+    dp.add_excl6(a6("fd00::"), 8, EXCL_NATIVE_ROUTING);
+    dp.add_excl6(a6("fe80::"), 10, EXCL_LINK_LOCAL);
+    dp.add_pod6(pod6(), VETH, true);
     dp.add_pod6(pod_no_nat(), VETH + 1, false);
     dp
 }
@@ -76,11 +53,6 @@ fn expect_rnat6(dp: &Dataplane, frame: &[u8], expected: Vec<u8>) {
 }
 
 #[track_caller]
-fn expect_untouched(run: Run, frame: &[u8]) {
-    assert_eq!(run.passed(), frame, "packet modified");
-}
-
-#[track_caller]
 fn assert_no_nat6(dp: &Dataplane) {
     assert!(dp.nat6_is_empty(), "NAT entries created: {:?} / {:?}", dp.fwd6(), dp.rev6());
     assert_eq!(dp.counter(counter::SNAT_PKTS_V6), 0);
@@ -93,9 +65,9 @@ fn assert_no_nat6(dp: &Dataplane) {
 #[test]
 fn snat6_tcp_from_pod() {
     let dp = node6();
-    let frame = tcp6(pod(), remote(), 40000, 443, SYN);
-    let port = expect_snat6(&dp, &frame, masq(), |p| tcp6(masq(), remote(), p, 443, SYN));
-    let (fe, _) = dp.assert_single_pair6(nat6_key(pod(), remote(), 40000, 443, TCP), masq(), port);
+    let frame = tcp6(pod6(), remote6(), 40000, 443, SYN);
+    let port = expect_snat6(&dp, &frame, masq6(), |p| tcp6(masq6(), remote6(), p, 443, SYN));
+    let (fe, _) = dp.assert_single_pair6(nat6_key(pod6(), remote6(), 40000, 443, TCP), masq6(), port);
     assert_eq!((fe.packets, fe.bytes), (1, frame.len() as u64));
     assert_eq!(dp.counter(counter::SNAT_PKTS_V6), 1);
     assert_eq!(dp.counter(counter::SNAT_BYTES_V6), frame.len() as u64);
@@ -106,27 +78,27 @@ fn snat6_tcp_from_pod() {
 #[test]
 fn snat6_udp_from_pod() {
     let dp = node6();
-    let port = expect_snat6(&dp, &udp6(pod(), remote(), 5000, 53), masq(), |p| udp6(masq(), remote(), p, 53));
-    dp.assert_single_pair6(nat6_key(pod(), remote(), 5000, 53, UDP), masq(), port);
+    let port = expect_snat6(&dp, &udp6(pod6(), remote6(), 5000, 53), masq6(), |p| udp6(masq6(), remote6(), p, 53));
+    dp.assert_single_pair6(nat6_key(pod6(), remote6(), 5000, 53, UDP), masq6(), port);
     assert_eq!(dp.counter(counter::SNAT_PKTS_V6), 1);
 }
 
 #[test]
 fn snat6_icmp_echo_request() {
     let dp = node6();
-    let frame = echo6_request(pod(), remote(), 0x4242, 1);
+    let frame = echo6_request(pod6(), remote6(), 0x4242, 1);
     // ICMPv6's checksum covers the pseudo-header: the new source must be folded in.
-    let id = expect_snat6(&dp, &frame, masq(), |id| echo6_request(masq(), remote(), id, 1));
-    dp.assert_single_pair6(nat6_key(pod(), remote(), 0x4242, 0, ICMP6), masq(), id);
+    let id = expect_snat6(&dp, &frame, masq6(), |id| echo6_request(masq6(), remote6(), id, 1));
+    dp.assert_single_pair6(nat6_key(pod6(), remote6(), 0x4242, 0, ICMP6), masq6(), id);
 }
 
 #[test]
 fn snat6_second_packet_reuses_its_port() {
     let dp = node6();
-    let p1 = expect_snat6(&dp, &tcp6(pod(), remote(), 40000, 443, SYN), masq(), |p| tcp6(masq(), remote(), p, 443, SYN));
-    let p2 = expect_snat6(&dp, &tcp6(pod(), remote(), 40000, 443, ACK), masq(), |p| tcp6(masq(), remote(), p, 443, ACK));
+    let p1 = expect_snat6(&dp, &tcp6(pod6(), remote6(), 40000, 443, SYN), masq6(), |p| tcp6(masq6(), remote6(), p, 443, SYN));
+    let p2 = expect_snat6(&dp, &tcp6(pod6(), remote6(), 40000, 443, ACK), masq6(), |p| tcp6(masq6(), remote6(), p, 443, ACK));
     assert_eq!(p1, p2);
-    let (fe, _) = dp.assert_single_pair6(nat6_key(pod(), remote(), 40000, 443, TCP), masq(), p1);
+    let (fe, _) = dp.assert_single_pair6(nat6_key(pod6(), remote6(), 40000, 443, TCP), masq6(), p1);
     assert_eq!(fe.packets, 2);
 }
 
@@ -135,9 +107,9 @@ fn snat6_second_packet_reuses_its_port() {
 #[test]
 fn reply6_tcp_is_reverse_natted() {
     let dp = node6();
-    let port = expect_snat6(&dp, &tcp6(pod(), remote(), 40000, 443, SYN), masq(), |p| tcp6(masq(), remote(), p, 443, SYN));
-    let reply = tcp6(remote(), masq(), 443, port, SYN | ACK);
-    expect_rnat6(&dp, &reply, tcp6(remote(), pod(), 443, 40000, SYN | ACK));
+    let port = expect_snat6(&dp, &tcp6(pod6(), remote6(), 40000, 443, SYN), masq6(), |p| tcp6(masq6(), remote6(), p, 443, SYN));
+    let reply = tcp6(remote6(), masq6(), 443, port, SYN | ACK);
+    expect_rnat6(&dp, &reply, tcp6(remote6(), pod6(), 443, 40000, SYN | ACK));
     assert_eq!(dp.counter(counter::RNAT_PKTS_V6), 1);
     assert_eq!(dp.counter(counter::RNAT_BYTES_V6), reply.len() as u64);
 }
@@ -145,23 +117,23 @@ fn reply6_tcp_is_reverse_natted() {
 #[test]
 fn reply6_udp_is_reverse_natted() {
     let dp = node6();
-    let port = expect_snat6(&dp, &udp6(pod(), remote(), 5000, 53), masq(), |p| udp6(masq(), remote(), p, 53));
-    expect_rnat6(&dp, &udp6(remote(), masq(), 53, port), udp6(remote(), pod(), 53, 5000));
+    let port = expect_snat6(&dp, &udp6(pod6(), remote6(), 5000, 53), masq6(), |p| udp6(masq6(), remote6(), p, 53));
+    expect_rnat6(&dp, &udp6(remote6(), masq6(), 53, port), udp6(remote6(), pod6(), 53, 5000));
     assert_eq!(dp.counter(counter::RNAT_PKTS_V6), 1);
 }
 
 #[test]
 fn reply6_icmp_echo_is_reverse_natted() {
     let dp = node6();
-    let id = expect_snat6(&dp, &echo6_request(pod(), remote(), 0x4242, 7), masq(), |id| echo6_request(masq(), remote(), id, 7));
-    expect_rnat6(&dp, &echo6_reply(remote(), masq(), id, 7), echo6_reply(remote(), pod(), 0x4242, 7));
+    let id = expect_snat6(&dp, &echo6_request(pod6(), remote6(), 0x4242, 7), masq6(), |id| echo6_request(masq6(), remote6(), id, 7));
+    expect_rnat6(&dp, &echo6_reply(remote6(), masq6(), id, 7), echo6_reply(remote6(), pod6(), 0x4242, 7));
     assert_eq!(dp.counter(counter::RNAT_PKTS_V6), 1);
 }
 
 #[test]
 fn reply6_without_reverse_entry_passes() {
     let dp = node6();
-    for frame in [tcp6(remote(), masq(), 443, 20050, SYN | ACK), echo6_reply(remote(), masq(), 20050, 1)] {
+    for frame in [tcp6(remote6(), masq6(), 443, 20050, SYN | ACK), echo6_reply(remote6(), masq6(), 20050, 1)] {
         expect_untouched(dp.ingress(&frame), &frame);
     }
     assert_no_nat6(&dp);
@@ -172,7 +144,7 @@ fn reply6_without_reverse_entry_passes() {
 #[test]
 fn excluded6_native_destination_passes() {
     let dp = node6();
-    let frame = tcp6(pod(), native_dst(), 40000, 443, SYN);
+    let frame = tcp6(pod6(), native6(), 40000, 443, SYN);
     expect_untouched(dp.egress(&frame), &frame);
     assert_no_nat6(&dp);
     assert_eq!(dp.counter(counter::SKIP_EXCLUDED), 1);
@@ -181,7 +153,7 @@ fn excluded6_native_destination_passes() {
 #[test]
 fn link_local6_destination_passes_when_excluded() {
     let dp = node6();
-    let frame = udp6(pod(), link_local_dst(), 5000, 547);
+    let frame = udp6(pod6(), link_local_dst(), 5000, 547);
     expect_untouched(dp.egress(&frame), &frame);
     assert_no_nat6(&dp);
     assert_eq!(dp.counter(counter::SKIP_EXCLUDED), 1);
@@ -190,7 +162,7 @@ fn link_local6_destination_passes_when_excluded() {
 #[test]
 fn unregistered6_source_passes() {
     let dp = node6();
-    let frame = tcp6(stranger(), remote(), 40000, 443, SYN);
+    let frame = tcp6(stranger(), remote6(), 40000, 443, SYN);
     expect_untouched(dp.egress(&frame), &frame);
     assert_no_nat6(&dp);
 }
@@ -198,7 +170,7 @@ fn unregistered6_source_passes() {
 #[test]
 fn nat_outgoing_false_pod6_passes() {
     let dp = node6();
-    let frame = udp6(pod_no_nat(), remote(), 5000, 53);
+    let frame = udp6(pod_no_nat(), remote6(), 5000, 53);
     expect_untouched(dp.egress(&frame), &frame);
     assert_no_nat6(&dp);
     assert_eq!(dp.counter(counter::SKIP_NO_NAT_OUTGOING), 1);
@@ -207,12 +179,12 @@ fn nat_outgoing_false_pod6_passes() {
 #[test]
 fn host_own_v6_traffic_passes() {
     let dp = node6();
-    let syn = tcp6(masq(), remote(), 20050, 443, SYN);
+    let syn = tcp6(masq6(), remote6(), 20050, 443, SYN);
     expect_untouched(dp.egress(&syn), &syn);
     assert_no_nat6(&dp);
     // An echo request leaves as it is too, but with a host pair on its own id (no
     // socket lookup finds a ping id, so a pod's ping must see it in the table).
-    let ping = echo6_request(masq(), remote(), 20050, 1);
+    let ping = echo6_request(masq6(), remote6(), 20050, 1);
     expect_untouched(dp.egress(&ping), &ping);
     let fwd = dp.fwd6();
     assert_eq!(fwd.len(), 1, "{fwd:?}");
@@ -221,14 +193,14 @@ fn host_own_v6_traffic_passes() {
 
 /// An echo reply leaving answers a ping that reached the pod directly: no flow of
 /// ours. To an excluded destination it is untouched; to a masqueraded one it may
-/// not leave with the pod's address (dropped, as prog_test_run.rs expects for IPv4).
+/// not leave with the pod's address (dropped, as core.rs expects for IPv4).
 #[test]
 fn echo6_reply_leaving() {
     let dp = node6();
-    let to_native = echo6_reply(pod(), native_dst(), 0x4242, 3);
+    let to_native = echo6_reply(pod6(), native6(), 0x4242, 3);
     expect_untouched(dp.egress(&to_native), &to_native);
     assert_no_nat6(&dp);
-    dp.egress(&echo6_reply(pod(), remote(), 0x4242, 3)).dropped();
+    dp.egress(&echo6_reply(pod6(), remote6(), 0x4242, 3)).dropped();
     assert_eq!(dp.drops(drop::UNSUPPORTED_PROTO), 1);
     assert!(dp.nat6_is_empty());
 }
@@ -236,9 +208,9 @@ fn echo6_reply_leaving() {
 #[test]
 fn uplink_without_v6_address_leaves_v6_alone() {
     let dp = Dataplane::new();
-    dp.add_uplink(LO, MASQ4); // IPv4 only
-    dp.add_pod6(pod(), VETH, true);
-    let frame = tcp6(pod(), remote(), 40000, 443, SYN);
+    dp.add_uplink(LO, MASQ); // IPv4 only
+    dp.add_pod6(pod6(), VETH, true);
+    let frame = tcp6(pod6(), remote6(), 40000, 443, SYN);
     expect_untouched(dp.egress(&frame), &frame);
     assert_no_nat6(&dp);
 }
@@ -252,7 +224,7 @@ fn dual_stack_uplink_still_masquerades_v4() {
     let out = dp.egress(&udp(pod4, remote4, 5000, 53)).passed();
     assert_checksums(&out);
     let p = summary(&out).sport;
-    assert_eq!(out, udp(MASQ4, remote4, p, 53));
+    assert_eq!(out, udp(MASQ, remote4, p, 53));
     assert!(dp.nat6_is_empty());
     assert_eq!((dp.counter(counter::SNAT_PKTS_V4), dp.counter(counter::SNAT_PKTS_V6)), (1, 0));
 }
@@ -261,11 +233,11 @@ fn dual_stack_uplink_still_masquerades_v4() {
 
 fn ext_header_round_trip(ext: u8) {
     let dp = node6();
-    let frame = udp6_ext(ext, pod(), remote(), 5000, 53);
+    let frame = udp6_ext(ext, pod6(), remote6(), 5000, 53);
     assert_eq!(summary6(&frame).l4_off, 48);
-    let port = expect_snat6(&dp, &frame, masq(), |p| udp6_ext(ext, masq(), remote(), p, 53));
-    dp.assert_single_pair6(nat6_key(pod(), remote(), 5000, 53, UDP), masq(), port);
-    expect_rnat6(&dp, &udp6_ext(ext, remote(), masq(), 53, port), udp6_ext(ext, remote(), pod(), 53, 5000));
+    let port = expect_snat6(&dp, &frame, masq6(), |p| udp6_ext(ext, masq6(), remote6(), p, 53));
+    dp.assert_single_pair6(nat6_key(pod6(), remote6(), 5000, 53, UDP), masq6(), port);
+    expect_rnat6(&dp, &udp6_ext(ext, remote6(), masq6(), 53, port), udp6_ext(ext, remote6(), pod6(), 53, 5000));
     assert_eq!((dp.counter(counter::SNAT_PKTS_V6), dp.counter(counter::RNAT_PKTS_V6)), (1, 1));
     assert_eq!(dp.total_drops(), 0);
 }
@@ -283,23 +255,23 @@ fn dest_options_before_udp_is_translated() {
 // ---- masquerade rules (rules6 / rule_except6) ----
 
 fn tunnel_client() -> Ipv6Addr {
-    a("fd66::7")
+    a6("fd66::7")
 }
 
 #[test]
 fn rule6_masquerades_a_non_pod_source() {
     let dp = node6();
-    dp.add_rule6(LO, a("fd66::"), 64, 3, None);
-    let frame = tcp6(tunnel_client(), remote(), 40000, 443, SYN);
-    let port = expect_snat6(&dp, &frame, masq(), |p| tcp6(masq(), remote(), p, 443, SYN));
-    let (fe, re) = dp.assert_single_pair6(nat6_key(tunnel_client(), remote(), 40000, 443, TCP), masq(), port);
+    dp.add_rule6(LO, a6("fd66::"), 64, 3, None);
+    let frame = tcp6(tunnel_client(), remote6(), 40000, 443, SYN);
+    let port = expect_snat6(&dp, &frame, masq6(), |p| tcp6(masq6(), remote6(), p, 443, SYN));
+    let (fe, re) = dp.assert_single_pair6(nat6_key(tunnel_client(), remote6(), 40000, 443, TCP), masq6(), port);
     assert_eq!((fe.flags & NAT_F_BY_RULE, fe.rule_id), (NAT_F_BY_RULE, 3));
     assert_eq!((re.flags & NAT_F_BY_RULE, re.rule_id), (NAT_F_BY_RULE, 3));
     let st = dp.rule_stats(3);
     assert_eq!((st.packets, st.bytes), (1, frame.len() as u64));
     // Rules ignore the pod exclusions (fd00::/8 native routing).
-    expect_snat6(&dp, &tcp6(tunnel_client(), native_dst(), 40001, 22, SYN), masq(), |p| {
-        tcp6(masq(), native_dst(), p, 22, SYN)
+    expect_snat6(&dp, &tcp6(tunnel_client(), native6(), 40001, 22, SYN), masq6(), |p| {
+        tcp6(masq6(), native6(), p, 22, SYN)
     });
     assert_eq!(dp.rule_stats(3).packets, 2);
 }
@@ -307,41 +279,41 @@ fn rule6_masquerades_a_non_pod_source() {
 #[test]
 fn rule6_except_destination_passes() {
     let dp = node6();
-    dp.add_rule6(LO, a("fd66::"), 64, 0, None);
-    dp.add_rule_except6(0, a("2001:db8:200::"), 48);
-    let frame = tcp6(tunnel_client(), a("2001:db8:200::9"), 40000, 443, SYN);
+    dp.add_rule6(LO, a6("fd66::"), 64, 0, None);
+    dp.add_rule_except6(0, a6("2001:db8:200::"), 48);
+    let frame = tcp6(tunnel_client(), a6("2001:db8:200::9"), 40000, 443, SYN);
     expect_untouched(dp.egress(&frame), &frame);
     assert_no_nat6(&dp);
     assert_eq!(dp.rule_stats(0).packets, 0);
     // Outside the except list the rule applies.
-    expect_snat6(&dp, &tcp6(tunnel_client(), remote(), 40000, 443, SYN), masq(), |p| tcp6(masq(), remote(), p, 443, SYN));
+    expect_snat6(&dp, &tcp6(tunnel_client(), remote6(), 40000, 443, SYN), masq6(), |p| tcp6(masq6(), remote6(), p, 443, SYN));
 }
 
 #[test]
 fn rule6_to_address_is_used() {
     let dp = node6();
-    let to = a("2001:db8:ffff::99");
-    dp.add_rule6(LO, a("fd67::"), 64, 1, Some(to));
-    let src = a("fd67::20");
-    let port = expect_snat6(&dp, &udp6(src, remote(), 6000, 123), to, |p| udp6(to, remote(), p, 123));
-    let (fe, _) = dp.assert_single_pair6(nat6_key(src, remote(), 6000, 123, UDP), to, port);
+    let to = a6("2001:db8:ffff::99");
+    dp.add_rule6(LO, a6("fd67::"), 64, 1, Some(to));
+    let src = a6("fd67::20");
+    let port = expect_snat6(&dp, &udp6(src, remote6(), 6000, 123), to, |p| udp6(to, remote6(), p, 123));
+    let (fe, _) = dp.assert_single_pair6(nat6_key(src, remote6(), 6000, 123, UDP), to, port);
     assert_eq!((fe.flags & NAT_F_BY_RULE, fe.rule_id), (NAT_F_BY_RULE, 1));
     assert_eq!(dp.rule_stats(1).packets, 1);
-    expect_rnat6(&dp, &udp6(remote(), to, 123, port), udp6(remote(), src, 123, 6000));
+    expect_rnat6(&dp, &udp6(remote6(), to, 123, port), udp6(remote6(), src, 123, 6000));
 }
 
 /// A rule with toAddress works even on an uplink without an IPv6 address.
 #[test]
 fn rule6_to_address_without_uplink_v6() {
     let dp = Dataplane::new();
-    dp.add_uplink(LO, MASQ4);
-    let to = a("2001:db8:ffff::99");
-    dp.add_rule6(LO, a("fd67::"), 64, 2, Some(to));
-    let src = a("fd67::20");
-    expect_snat6(&dp, &udp6(src, remote(), 6000, 123), to, |p| udp6(to, remote(), p, 123));
+    dp.add_uplink(LO, MASQ);
+    let to = a6("2001:db8:ffff::99");
+    dp.add_rule6(LO, a6("fd67::"), 64, 2, Some(to));
+    let src = a6("fd67::20");
+    expect_snat6(&dp, &udp6(src, remote6(), 6000, 123), to, |p| udp6(to, remote6(), p, 123));
     // Without toAddress there is nothing to masquerade to: untouched.
-    dp.add_rule6(LO, a("fd68::"), 64, 4, None);
-    let frame = udp6(a("fd68::1"), remote(), 6000, 123);
+    dp.add_rule6(LO, a6("fd68::"), 64, 4, None);
+    let frame = udp6(a6("fd68::1"), remote6(), 6000, 123);
     expect_untouched(dp.egress(&frame), &frame);
 }
 
@@ -368,7 +340,7 @@ fn ipv6_pairs_expire_and_the_sweep_walks_nat6_only_while_they_exist() {
     // pair tries again (nat_gc_ensure), as here; the failure is counted.
     for p in 40000..40005 {
         let failed = dp.counter(counter::NAT_GC_ARM_FAILED);
-        expect_snat6(&dp, &udp6(pod(), remote(), p, 53), masq(), |n| udp6(masq(), remote(), n, 53));
+        expect_snat6(&dp, &udp6(pod6(), remote6(), p, 53), masq6(), |n| udp6(masq6(), remote6(), n, 53));
         if dp.nat_gc().armed & NAT_GC_ARMED != 0 {
             break;
         }

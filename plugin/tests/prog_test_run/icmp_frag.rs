@@ -1,45 +1,22 @@
 //! ICMP / ICMPv6 error translation (RFC 5508) and IPv4 / IPv6 fragments through
 //! the real pinned uplink programs, with BPF_PROG_TEST_RUN. Same style as
-//! prog_test_run.rs: every output is compared with a frame built from scratch,
+//! core.rs: every output is compared with a frame built from scratch,
 //! every checksum (outer, quoted IP header, quoted L4, reassembled L4) recomputed.
 //! Needs root and a bpffs at /sys/fs/bpf; attaches nothing anywhere.
-
-mod support;
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use ebpf_masq::bpf::abi::{counter, EXCL_NATIVE_ROUTING};
-use support::{harness::*, icmp::*, packet::*, packet6::*};
+use crate::support::{harness::*, icmp::*, node::*, packet::*, packet6::*};
 
-const MASQ: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
-const POD: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 5);
-const REMOTE: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 10);
 const ROUTER: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 254);
-/// Inside the native-routing CIDR 10.0.0.0/8.
-const NATIVE_DST: Ipv4Addr = Ipv4Addr::new(10, 2, 3, 4);
-const VETH: u32 = 7;
 /// The IPv4 identification ipv4_frame() writes.
 const IP_ID: u16 = 0x1234;
 const IP_MF: u16 = 0x2000;
 const ICMP_PKT_TOO_BIG_MTU: u32 = 1400;
 
-fn a6(s: &str) -> Ipv6Addr {
-    s.parse().unwrap()
-}
-fn masq6() -> Ipv6Addr {
-    a6("2001:db8:ffff::1")
-}
-fn pod6() -> Ipv6Addr {
-    a6("fd00:10:1::5")
-}
-fn remote6() -> Ipv6Addr {
-    a6("2001:db8:100::10")
-}
 fn router6() -> Ipv6Addr {
     a6("2001:db8:50::fe")
-}
-fn native6() -> Ipv6Addr {
-    a6("fd00:20::4")
 }
 
 /// Dual-stack node: uplink = loopback masquerading to MASQ / masq6(), native
@@ -66,11 +43,6 @@ fn open6(dp: &Dataplane, frame: &[u8]) -> u16 {
     let s = summary6(&dp.egress(frame).passed());
     assert_eq!(s.src, masq6(), "flow not masqueraded");
     s.sport
-}
-
-#[track_caller]
-fn expect_untouched(run: Run, frame: &[u8]) {
-    assert_eq!(run.passed(), frame, "packet modified");
 }
 
 fn quoted_of4(frame: &[u8]) -> Quoted<Ipv4Addr> {
