@@ -117,7 +117,7 @@
 # open), ramp (clients raised 4..128 until a connection fails). With --quick:
 # 10 s, 20,000 held, clients 4 and 16.
 #
-# --sweep: what the NAT expiry sweep (one bpf_timer per node, bpf/lib/nat_gc.h) takes from
+# --sweep: what the NAT expiry sweep (one bpf_timer per node, bpf/lib/nat/gc.h) takes from
 # a CPU. One ebpf node with the defaults; a busy-looping probe
 # (scripts/bench/gap.py) pinned to each CPU in turn counts the times it lost
 # the CPU for more than 0.25 ms (and 1 ms), --duration s per CPU (default here

@@ -29,7 +29,7 @@ struct masq_config {
 	__u32 tcp_closing_timeout_s; /* after FIN or RST was seen */
 	__u32 udp_timeout_s;
 	__u32 icmp_timeout_s;
-	__u32 nat_seed;            /* the NAT shard hash's key (nat_shard.h): random per node,
+	__u32 nat_seed;            /* the NAT shard hash's key (nat/shard.h): random per node,
 				    * chosen by the loader, built into the programs, kept here */
 	__u32 nat_shards;          /* forward shards in use (a power of two, at most NAT_SHARDS_MAX),
 				    * also built into the programs */

@@ -39,7 +39,7 @@
 #define NAT_SHARD_ENTRIES 1024   /* a shard holds at least this many pairs */
 /*
  * The NAT halves: plain hash maps, never LRU, so no half is ever evicted without
- * its partner; the expiry sweep removes both (nat_gc.h). Not
+ * its partner; the expiry sweep removes both (nat/gc.h). Not
  * preallocated: memory follows the flows in use, and creating a map of a million
  * entries costs nothing at the first ADD.
  */
@@ -247,7 +247,7 @@ struct nat_gc {
  * NAT_PROBES random ones) all found their port held: from then on a port search towards
  * that endpoint (protocol, node address, remote address and port) looks for its port
  * in the bitmap instead of at random, so it finds a free or reusable port whenever one
- * exists (nat_port_tmpl.h hot_probe). A bit per port of portRange (less
+ * exists (nat/hot_tmpl.h hot_probe). A bit per port of portRange (less
  * nodePortRange), by offset: set = held by a pair that is open or half-closed (its
  * close, or its removal by the sweep, clears it); clear = free, or held by a closing
  * or never-answered pair that may be reusable, or not known yet. A hint: a clear bit

@@ -1,4 +1,4 @@
-//! The busy endpoints' port bitmaps (`nat_hot`, bpf/lib/nat_hot.h) as seen from
+//! The busy endpoints' port bitmaps (`nat_hot`, bpf/lib/nat/hot.h) as seen from
 //! user space: pairs the plugin removes itself (a pod's DEL) give their ports'
 //! bits back, as the programs do for the pairs they remove, so a busy endpoint's
 //! next search finds those ports at once rather than at its next full scan.
@@ -44,7 +44,7 @@ pub fn key_of(rev: &Released) -> NatHotKey {
 }
 
 /// A node port's offset among the ports a pair may take (portRange less
-/// nodePortRange, in order): bpf/lib/nat_hot.h `nat_port_off`.
+/// nodePortRange, in order): bpf/lib/nat/hot.h `nat_port_off`.
 pub fn port_offset(c: &NodeConfig, port: u16) -> Option<u32> {
     let skipped = c.skip_max != 0 && (c.skip_min..=c.skip_max).contains(&port);
     if port < c.port_min || port > c.port_max || skipped {
@@ -91,7 +91,7 @@ pub fn release(pins: &Pins, removed: &[Released]) -> Result<()> {
 }
 
 /// Clear offset `off`'s bit and, if it was set, count one port fewer for
-/// source `id` (bpf/lib/nat_hot.h `nat_hot_mark` with NAT_HOT_CLEAR).
+/// source `id` (bpf/lib/nat/hot.h `nat_hot_mark` with NAT_HOT_CLEAR).
 pub fn clear(h: &mut NatHot, off: u32, id: u32) {
     let (w, bit) = ((off / 64) as usize % h.bits.len(), 1u64 << (off % 64));
     if h.bits[w] & bit == 0 {
@@ -104,7 +104,7 @@ pub fn clear(h: &mut NatHot, off: u32, id: u32) {
     }
 }
 
-/// Source `id`'s slot in `h`, as bpf/lib/nat_hot.h `hot_slot` finds it (never made here).
+/// Source `id`'s slot in `h`, as bpf/lib/nat/hot.h `hot_slot` finds it (never made here).
 pub fn slot(h: &mut NatHot, id: u32) -> Option<&mut abi::NatHotSrc> {
     let n = h.src.len();
     let first = (id.wrapping_mul(2_654_435_761) >> 26) as usize;

@@ -15,7 +15,7 @@ use super::{
 };
 use crate::error::{Context, Result};
 
-/// The key the programs count `a` under (bpf/lib/nat_port_tmpl.h `refused`).
+/// The key the programs count `a` under (bpf/lib/nat/new_pair_tmpl.h `refused`).
 pub fn key_of(a: IpAddr) -> RefusalKey {
     RefusalKey { addr: abi::addr_words(a), v6: u32::from(a.is_ipv6()) }
 }

@@ -146,7 +146,7 @@ fn stamp_pair(dp: &Dataplane, port: u16, then: u64) {
 }
 
 /// A completed close gives its port once its last ACK is NAT_SETTLE_NS (10 ms,
-/// bpf/lib/nat_port.h) old: wait that long and more (the programs read the coarse
+/// bpf/lib/nat/port.h) old: wait that long and more (the programs read the coarse
 /// clock, a tick behind at most). Waiting only makes the outcome surer.
 fn settle() {
     std::thread::sleep(std::time::Duration::from_millis(40));

@@ -11,7 +11,7 @@ pub fn shards_for(nat_max_entries: u32) -> u32 {
     (1u32 << (31 - fit.leading_zeros())).min(NAT_SHARDS_MAX)
 }
 
-/// A source address as a busy endpoint's counts key it (bpf/lib/nat_pair_tmpl.h
+/// A source address as a busy endpoint's counts key it (bpf/lib/nat/pair_tmpl.h
 /// `src_id`): the native-endian words of the address XORed; never 0.
 pub fn src_id(a: std::net::IpAddr) -> u32 {
     let id = addr_words(a).iter().fold(0, |id, w| id ^ w); // IPv4: words 1-3 are 0
@@ -33,14 +33,14 @@ pub fn addr_words(a: std::net::IpAddr) -> [u32; 4] {
     w
 }
 
-/// Per-word offsets of the shard hash (`nat_shard_keys` in bpf/lib/nat_shard.h, checked
+/// Per-word offsets of the shard hash (`nat_shard_keys` in bpf/lib/nat/shard.h, checked
 /// against it by a test), each
 /// xor-ed with the node's seed.
 pub(super) const NAT_SHARD_KEYS: [u32; 10] =
     [0xc2c063fe, 0x239eed24, 0x958507ad, 0xf768064f, 0x0e9a8df5, 0x55113dc3, 0xe0c67744, 0x5966eb44, 0xfcb042d9, 0x4ca82984];
 
 /// The shard of a forward NAT key: the same keyed NH hash as `nat_shard()` in
-/// bpf/lib/nat.h, over the key's native-endian 32-bit words (16 or 40 bytes),
+/// bpf/lib/nat/nat.h, over the key's native-endian 32-bit words (16 or 40 bytes),
 /// for `shards` shards (a power of two).
 pub fn nat_shard(key_bytes: &[u8], seed: u32, shards: u32) -> u32 {
     let w: Vec<u32> = key_bytes.chunks_exact(4).map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect();

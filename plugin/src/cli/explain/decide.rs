@@ -364,7 +364,7 @@ pub fn explain<L: Lookups>(l: &L, pkt: &Packet, out: &OutIf) -> Result<Explanati
         c.step(format!("no usable port range ({}-{})", cfg.port_min, cfg.port_max));
         return Ok(c.drop(Why::NoPortRange, format!("dropped (drops.no_port): no port range configured; the policy says {reason}")));
     }
-    // The ports snat_create tries, in its order (nat_port_tmpl.h map_prefer, probe_port).
+    // The ports snat_create tries, in its order (bpf/lib/nat/new_pair_tmpl.h map_prefer, nat/port_tmpl.h probe_port).
     let mut tries = Vec::new();
     if let Some(own) = sport.filter(|_| matches!(l4, L4::Ok)) {
         if let Some((a, p)) = l.binding(src, own, proto)? {

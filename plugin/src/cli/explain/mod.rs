@@ -5,7 +5,7 @@
 //! policy step), `explanation` (what the walk answers), `lookups` (the maps and
 //! routes it reads); this file is the command. Reads only, never writes.
 //!
-//! [`explain`] mirrors `snat_egress` (bpf/lib/nat_egress_tmpl.h, both families) and
+//! [`explain`] mirrors `snat_egress` (bpf/lib/nat/egress_tmpl.h, both families) and
 //! `masq_decide_v4`/`masq_decide_v6` (bpf/lib/policy.h) step by step; keep them
 //! in step. It takes its map lookups through the [`Lookups`] trait, so the
 //! decision is unit-tested without maps; [`MapLookups`] answers them from the
