@@ -92,7 +92,7 @@ int masq_veth_in(struct __sk_buff *skb)
 	__u32 ifindex = skb->ifindex;
 	struct veth_info *vi = bpf_map_lookup_elem(&veths, &ifindex);
 	const struct pod_info *pod = NULL;
-	const struct masq_config *cfg;
+	const struct node_config *cfg;
 	__u32 zero = 0;
 
 	int check = veth_source_check(skb, ifindex, vi, &pod);
@@ -111,7 +111,7 @@ int masq_veth_in(struct __sk_buff *skb)
 	}
 	if (check == SOURCE_LOCAL)
 		return MASQ_PASS;
-	cfg = bpf_map_lookup_elem(&masq_config, &zero);
+	cfg = bpf_map_lookup_elem(&node_config, &zero);
 	if (!cfg || !(cfg->flags & MASQ_F_FAST_PATH) || !pod)
 		return MASQ_PASS;
 	if (skb->protocol == bpf_htons(ETH_P_IP))

@@ -23,9 +23,7 @@ fn main() {
     let multiarch = format!("/usr/include/{arch}-linux-gnu");
 
     for entry in ["include", "lib"] {
-        for f in std::fs::read_dir(bpf_dir.join(entry)).expect("read bpf dir") {
-            println!("cargo:rerun-if-changed={}", f.unwrap().path().display());
-        }
+        rerun_if_any_changed(&bpf_dir.join(entry));
     }
     for prog in PROGRAMS {
         let src = bpf_dir.join(format!("{prog}.c"));
@@ -158,4 +156,17 @@ fn generate_abi(include: &Path, multiarch: &str, out_dir: &Path) {
     code.push_str(&macros.join(", "));
     code.push_str("];\n");
     std::fs::write(out_dir.join("abi.rs"), code).expect("write abi.rs");
+}
+
+/// A rerun-if-changed line for every file under `dir`, sub-folders too (bpf/lib/nat/),
+/// so an edited header rebuilds the objects by its own name.
+fn rerun_if_any_changed(dir: &std::path::Path) {
+    for f in std::fs::read_dir(dir).expect("read bpf dir") {
+        let path = f.expect("read bpf dir entry").path();
+        if path.is_dir() {
+            rerun_if_any_changed(&path);
+        } else {
+            println!("cargo:rerun-if-changed={}", path.display());
+        }
+    }
 }

@@ -18,10 +18,10 @@
 #include <linux/types.h>
 #include <linux/in6.h>
 
-#define MASQ_LAYOUT_VERSION 16
+#define MASQ_LAYOUT_VERSION 17
 
 /* ---- config (ARRAY, 1 entry): node-wide knobs written by the plugin ---- */
-struct masq_config {
+struct node_config {
 	__u16 port_min;            /* host byte order, inclusive */
 	__u16 port_max;            /* host byte order, inclusive */
 	__u32 flags;               /* MASQ_F_* */
@@ -80,7 +80,7 @@ struct pod_info {
 	__u32 ifindex;             /* host-side veth in the node netns */
 	__u32 flags;               /* POD_F_*, the NAT_FILTER_* bits, the port limit (PORT_LIMIT_SHIFT) */
 	struct pod_l2 l2;
-	__u32 egress;              /* the egressPolicies that select the pod: bit i = policy i (0: none) */
+	__u32 policies;              /* the egressPolicies that select the pod: bit i = policy i (0: none) */
 };
 
 /* ---- svc4 / svc6 (LPM_TRIE, key lpm4_key / lpm6_key, value __u32 index in serviceCIDRs):
@@ -115,41 +115,41 @@ struct masq_pool {
 };
 
 /* ---- egress policies (egressPolicies): which address a selected pod's traffic leaves with,
- * per destination. A pod's pod_info.egress is the mask of the policies selecting it; the
- * plugin flattens each mask's policies into egress4/egress6 (LPM_TRIE, key: the mask, then
+ * per destination. A pod's pod_info.policies is the mask of the policies selecting it; the
+ * plugin flattens each mask's policies into policy_dst4/policy_dst6 (LPM_TRIE, key: the mask, then
  * the destination), each destination labelled with the first policy of the mask that holds
  * it, so one longest-prefix lookup gives the first match. A policy's addresses are its
  * masq_pool slot (1 + index).
  */
 #define EGRESS_POLICIES_MAX 32
-#define EGRESS_ENTRIES_MAX 4096
-#define EGRESS_F_NO_NAT 0x1        /* natOutgoing: false: not masqueraded */
-struct egress4_key {
+#define POLICY_DSTS_MAX 4096
+#define POLICY_F_NO_NAT 0x1        /* natOutgoing: false: not masqueraded */
+struct policy_dst4_key {
 	__u32 prefixlen;           /* 32 (the mask) + destination prefix length */
-	__u32 set;                 /* a pod_info.egress mask */
+	__u32 set;                 /* a pod_info.policies mask */
 	__be32 daddr;
 };
-struct egress6_key {
+struct policy_dst6_key {
 	__u32 prefixlen;
 	__u32 set;
 	struct in6_addr daddr;
 };
-struct egress_hit {
+struct policy_hit {
 	__u32 policy;              /* index into egressPolicies */
-	__u32 flags;               /* EGRESS_F_* */
+	__u32 flags;               /* POLICY_F_* */
 };
 /* egress_policies (ARRAY, EGRESS_POLICIES_MAX entries), plugin-written, read by status,
  * nat list, explain and metrics (the programs never read it): what policy i is. */
 #define EGRESS_NAME_LEN 64
-#define EGRESS_SPEC_LEN 1976
+#define POLICY_SPEC_LEN 1976
 struct egress_policy {
 	__u32 used;                /* 1: slot i holds policy i */
-	__u32 flags;               /* EGRESS_F_* */
+	__u32 flags;               /* POLICY_F_* */
 	char name[EGRESS_NAME_LEN];  /* NUL-terminated */
-	char spec[EGRESS_SPEC_LEN];  /* the policy as compact JSON (selector, destinations, action) */
+	char spec[POLICY_SPEC_LEN];  /* the policy as compact JSON (selector, destinations, action) */
 };
-/* egress_stats (PERCPU_ARRAY, EGRESS_POLICIES_MAX entries): per policy */
-struct egress_stats {
+/* policy_stats (PERCPU_ARRAY, EGRESS_POLICIES_MAX entries): per policy */
+struct policy_stats {
 	__u64 packets;             /* translated with the policy's address */
 	__u64 bytes;
 	__u64 flows;               /* pairs made with it */
@@ -431,13 +431,13 @@ enum masq_drop_reason {
 };
 
 /* ---- size checks (the NAT tables' in masq_abi_nat.h) ---- */
-_Static_assert(sizeof(struct masq_config) == 40, "masq_config size");
+_Static_assert(sizeof(struct node_config) == 40, "node_config size");
 _Static_assert(sizeof(struct masq_pool) == 8 + 4 * MASQ_POOL_MAX + 16 * MASQ_POOL_MAX, "masq_pool size");
 _Static_assert(sizeof(struct pod_info) == 32, "pod_info size");
-_Static_assert(sizeof(struct egress4_key) == 12, "egress4_key size");
-_Static_assert(sizeof(struct egress6_key) == 24, "egress6_key size");
-_Static_assert(sizeof(struct egress_hit) == 8, "egress_hit size");
-_Static_assert(sizeof(struct egress_stats) == 32, "egress_stats size");
+_Static_assert(sizeof(struct policy_dst4_key) == 12, "policy_dst4_key size");
+_Static_assert(sizeof(struct policy_dst6_key) == 24, "policy_dst6_key size");
+_Static_assert(sizeof(struct policy_hit) == 8, "policy_hit size");
+_Static_assert(sizeof(struct policy_stats) == 32, "policy_stats size");
 _Static_assert(sizeof(struct egress_policy) == 2048, "egress_policy size");
 _Static_assert(EGRESS_POLICIES_MAX <= 32, "a pod's policies are a 32-bit mask");
 _Static_assert(sizeof(struct pod_l2) == 20, "pod_l2 size");

@@ -19,7 +19,7 @@
  * nat4_rev is one HASH map (not preallocated) of natMaxEntries entries.
  * nat4_fwd is an ARRAY_OF_MAPS of up to NAT_SHARDS_MAX such hash maps: the
  * loader picks the largest power of two that leaves every shard at least
- * NAT_SHARD_ENTRIES pairs (masq_config.nat_shards: one shard below 2,048
+ * NAT_SHARD_ENTRIES pairs (node_config.nat_shards: one shard below 2,048
  * natMaxEntries, 64 shards of 16,384 at the default); a forward key lives in the shard its
  * keyed hash picks (nat_shard). The expiry sweep walks one shard per run, so a
  * run holds its CPU for the walk of one shard, never of a whole table.

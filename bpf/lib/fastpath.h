@@ -54,7 +54,7 @@ static __always_inline int fp_ttl_dec4(struct __sk_buff *skb, __u8 ttl, __u8 pro
 static __always_inline bool fp_enabled(void)
 {
 	__u32 zero = 0;
-	const struct masq_config *cfg = bpf_map_lookup_elem(&masq_config, &zero);
+	const struct node_config *cfg = bpf_map_lookup_elem(&node_config, &zero);
 
 	return cfg && (cfg->flags & MASQ_F_FAST_PATH);
 }

@@ -4,7 +4,7 @@
  * check: a registered pod's IPv4 packet to a masqueraded destination is routed
  * with bpf_fib_lookup() (as the stack would route it from the pod's L3
  * interface, with the packet's length for the MTU), translated with the NAT
- * engine's own pair (snat_create / nat_touch / snat_sync_rev: the same pair the
+ * engine's own pair (snat_flow_entry / nat_touch / snat_sync_rev: the same pair the
  * uplink egress program would make, marked NAT_F_FAST), its TTL decremented,
  * and sent with bpf_redirect_neigh() to the uplink, skipping the host stack.
  *
@@ -137,7 +137,7 @@ static __noinline int fp_route_v6(struct __sk_buff *skb, const struct flow6 *f, 
  * TC_ACT_REDIRECT when sent, MASQ_PASS when left to the stack, a drop only when
  * a rewrite half-failed.
  */
-static __noinline int fp_egress_v4(struct __sk_buff *skb, const struct masq_config *cfg,
+static __noinline int fp_egress_v4(struct __sk_buff *skb, const struct node_config *cfg,
 				const struct pod_info *pod)
 {
 	struct nat4_entry *fwd;
@@ -207,7 +207,7 @@ static __noinline int fp_egress_v4(struct __sk_buff *skb, const struct masq_conf
 			goto fallback;
 		d.ifindex = r.ifindex;
 		d.nat_flags = NAT_F_FAST;
-		fwd = snat_create_v4(skb, &f, &d, now, &reason);
+		fwd = snat_flow_entry_v4(skb, &f, &d, now, &reason);
 		if (!fwd) {
 			/* No port, or no room: the normal path would search again and
 			 * find the same (one search a new flow). Anything else: it decides. */
@@ -225,7 +225,7 @@ static __noinline int fp_egress_v4(struct __sk_buff *skb, const struct masq_conf
 	count_add(CNT_SNAT_BYTES_V4, f.len);
 	count_add(CNT_FP_EGRESS, 1);
 	if (fwd->policy)
-		egress_account(fwd->policy, f.len);
+		policy_account(fwd->policy, f.len);
 	{
 		struct bpf_redir_neigh nh = { .nh_family = AF_INET, .ipv4_nh = r.nh };
 
@@ -240,7 +240,7 @@ fallback:
 
 /*
  * fp_egress_v6's flow lives in a per-CPU scratch map, not on its stack: the IPv6
- * chain down to snat_create_v6 and its port probe would not fit the 512-byte BPF
+ * chain down to snat_flow_entry_v6 and its port probe would not fit the 512-byte BPF
  * stack otherwise. Not pinned: each loaded object has its own.
  */
 struct {
@@ -252,7 +252,7 @@ struct {
 
 /*
  * The IPv6 pieces below are calls of their own: their keys (40 bytes each) then
- * live in frames that are gone before the deepest call (snat_create_v6) is made,
+ * live in frames that are gone before the deepest call (snat_flow_entry_v6) is made,
  * which keeps the chain inside the 512-byte BPF stack.
  */
 static __always_inline void fp_key_v6(const struct flow6 *f, struct nat6_key *k)
@@ -318,7 +318,7 @@ static __noinline struct nat6_entry *fp_new_flow_v6(struct __sk_buff *skb, const
 		return NULL;
 	d.ifindex = ifindex;
 	d.nat_flags = NAT_F_FAST;
-	fwd = snat_create_v6(skb, f, &d, now, reason);
+	fwd = snat_flow_entry_v6(skb, f, &d, now, reason);
 	if (!fwd) {
 		if (*reason != DROP_NO_PORT && *reason != DROP_NAT_FULL && *reason != DROP_OVER_SHARE &&
 		    *reason != DROP_OVER_LIMIT)
@@ -333,7 +333,7 @@ static __noinline struct nat6_entry *fp_new_flow_v6(struct __sk_buff *skb, const
  * fp_egress_v6 - the IPv6 twin of fp_egress_v4: the same fallbacks, plus any
  * extension header (the stack handles those); hop limit instead of TTL.
  */
-static __noinline int fp_egress_v6(struct __sk_buff *skb, const struct masq_config *cfg,
+static __noinline int fp_egress_v6(struct __sk_buff *skb, const struct node_config *cfg,
 				const struct pod_info *pod)
 {
 	struct nat6_entry *fwd;
@@ -397,7 +397,7 @@ static __noinline int fp_egress_v6(struct __sk_buff *skb, const struct masq_conf
 	count_add(CNT_SNAT_BYTES_V6, f->len);
 	count_add(CNT_FP_EGRESS, 1);
 	if (fwd->policy)
-		egress_account(fwd->policy, f->len);
+		policy_account(fwd->policy, f->len);
 	{
 		struct bpf_redir_neigh n = { .nh_family = AF_INET6 };
 

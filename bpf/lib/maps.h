@@ -49,7 +49,7 @@
 	kind(name4, max, key4_t, value4_t);						\
 	kind(name6, max, key6_t, value6_t)
 
-ARRAY_MAP(masq_config, 1, struct masq_config);
+ARRAY_MAP(node_config, 1, struct node_config);
 MAP_PER_FAMILY(HASH_MAP, 65536, pods4, __be32, struct pod_info,
 				pods6, struct in6_addr, struct pod_info);
 MAP_PER_FAMILY(LPM_MAP, 1024, svc4, struct lpm4_key, __u32,
@@ -76,9 +76,9 @@ MAP_PER_FAMILY(LPM_MAP, 1024, excl4, struct lpm4_key, struct excl_info,
 LPM_MAP(rules4, MAX_RULES, struct rule4_key, struct rule_info);
 LPM_MAP(rule_except4, 4096, struct rule_except4_key, __u32);
 PERCPU_ARRAY_MAP(rule_stats, MAX_RULES, struct rule_stats);
-MAP_PER_FAMILY(LPM_MAP, EGRESS_ENTRIES_MAX, egress4, struct egress4_key, struct egress_hit,
-					    egress6, struct egress6_key, struct egress_hit);
-PERCPU_ARRAY_MAP(egress_stats, EGRESS_POLICIES_MAX, struct egress_stats);
+MAP_PER_FAMILY(LPM_MAP, POLICY_DSTS_MAX, policy_dst4, struct policy_dst4_key, struct policy_hit,
+					    policy_dst6, struct policy_dst6_key, struct policy_hit);
+PERCPU_ARRAY_MAP(policy_stats, EGRESS_POLICIES_MAX, struct policy_stats);
 ARRAY_MAP(egress_policies, EGRESS_POLICIES_MAX, struct egress_policy);
 
 /*

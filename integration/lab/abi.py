@@ -1,8 +1,8 @@
 """The data plane's map values as the tests read them with bpftool: decoded by the
 layout the loaded programs' own BTF gives (bpftool -j btf dump id N, N a pinned
 map's btf_id), never by byte offsets copied into the tests. Struct members are
-named by path ("l2.l3_ifindex"); the header (bpf/include/masq_abi.h) and its
-Rust mirror stay the only places that spell a layout out.
+named by path ("l2.l3_ifindex"); the headers (bpf/include/) stay the only place
+that spells a layout out (Rust's view is generated from them).
 """
 
 import json
@@ -78,9 +78,9 @@ class Btf:
 
 
 def btf_of(topo, layout=None):
-    """The programs' BTF, from the node's pinned masq_config map (of `layout`, default the current)."""
+    """The programs' BTF, from the node's pinned node_config map (of `layout`, default the current)."""
     from .netlab import LAYOUT
-    return Btf(topo.node, f"{topo.lab.pin_path}/v{layout or LAYOUT}/maps/masq_config")
+    return Btf(topo.node, f"{topo.lab.pin_path}/v{layout or LAYOUT}/maps/node_config")
 
 
 def hexes(b):

@@ -248,7 +248,7 @@ fn cmd_add(env: &CniEnv, conf: &NetConf, pins: &Pins) -> Result<serde_json::Valu
     // The egress policies that select the pod (its annotation may narrow them to
     // one, never widen): a refused annotation fails the ADD before anything is done.
     let annotation = conf.pod_annotations.get(crate::config::EGRESS_POLICY_ANNOTATION).map(String::as_str);
-    let egress = node::egress::mask_of(&conf.masq, &who.namespace, &who.name, annotation)?;
+    let policies = node::egress_policy::mask_of(&conf.masq, &who.namespace, &who.name, annotation)?;
     // The port limit: the network's, or the pod's annotation when lower (a higher
     // or malformed one fails the ADD here too).
     let port_limit = port_limit_of(conf)?;
@@ -257,7 +257,7 @@ fn cmd_add(env: &CniEnv, conf: &NetConf, pins: &Pins) -> Result<serde_json::Valu
     // (or a policy address the node does not own) leaves no trace.
     let uplinks = node::resolve_uplinks(&conf.masq)?;
     let _lock = node::lock(pins)?;
-    node::reconcile_for_pod(pins, &conf.masq, &uplinks, egress)?;
+    node::reconcile_for_pod(pins, &conf.masq, &uplinks, policies)?;
     let key = pod::attachment_key(&env.container_id, &env.ifname);
     let reg = Registration {
         veth_ifindex: veth.index,
@@ -270,7 +270,7 @@ fn cmd_add(env: &CniEnv, conf: &NetConf, pins: &Pins) -> Result<serde_json::Valu
             pod::meta_of(&who.namespace, &who.name, &conf.pod_annotations),
             &conf.host_ports.iter().map(|&(port, proto)| abi::HostPort { port, proto, pad: 0 }).collect::<Vec<_>>(),
         ),
-        egress,
+        policies,
         port_limit,
     };
     pod::register(pins, &key, &reg)?;

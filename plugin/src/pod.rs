@@ -61,7 +61,7 @@ pub struct Registration {
     pub meta: PodMeta,
     /// The egressPolicies that select it (bit i = policy i), in its pods4/pods6
     /// entries; node reconcile re-evaluates it for every pod when the policies change.
-    pub egress: u32,
+    pub policies: u32,
     /// The most ports the pod may hold towards one remote endpoint on one node
     /// address (podPortLimit, or a lower ebpf-masq.io/port-limit); 0: none. In the
     /// flags of its attachment record, pods4/pods6 entries and veths entry.
@@ -219,7 +219,7 @@ pub fn register(pins: &Pins, key: &AttachmentKey, reg: &Registration) -> Result<
         if reg.meta.host_ports[0].port != 0 {
             sync_host_ports(pins)?;
         }
-        let pod = PodInfo { ifindex: reg.veth_ifindex, flags: reg.pod_flags(), l2: reg.l2, egress: reg.egress };
+        let pod = PodInfo { ifindex: reg.veth_ifindex, flags: reg.pod_flags(), l2: reg.l2, policies: reg.policies };
         // The addresses first, then the veth's entry: an address a veths entry
         // holds is always one pods4/pods6 gives to that veth (the veth program
         // trusts the entry without asking them).
@@ -252,11 +252,11 @@ pub fn register(pins: &Pins, key: &AttachmentKey, reg: &Registration) -> Result<
     Ok(())
 }
 
-/// A registered pod's egress policy mask (`PodInfo.egress`) becomes `mask` in its
+/// A registered pod's egress policy mask (`PodInfo.policies`) becomes `mask` in its
 /// pods4/pods6 entries (those still its veth's) and its veth's entry. True when
 /// anything changed. New flows follow it; established pairs keep their address.
 /// The entries' flags (natOutgoing, natFiltering, the port limit) are kept.
-pub fn set_egress(pins: &Pins, info: &AttachmentInfo, mask: u32) -> Result<bool> {
+pub fn set_policies(pins: &Pins, info: &AttachmentInfo, mask: u32) -> Result<bool> {
     let mut p4: HashMap<MapData, [u8; 4], PodInfo> = maps::open(pins, abi::MAP_PODS4)?;
     let mut p6: HashMap<MapData, [u8; 16], PodInfo> = maps::open(pins, abi::MAP_PODS6)?;
     let mut changed = false;
@@ -264,23 +264,23 @@ pub fn set_egress(pins: &Pins, info: &AttachmentInfo, mask: u32) -> Result<bool>
         match a {
             IpAddr::V4(v4) => {
                 if let Ok(p) = p4.get(&v4.octets(), 0) {
-                    if p.ifindex == info.veth_ifindex && p.egress != mask {
-                        p4.insert(v4.octets(), PodInfo { egress: mask, ..p }, 0).bpf_ctx("write pods4")?;
+                    if p.ifindex == info.veth_ifindex && p.policies != mask {
+                        p4.insert(v4.octets(), PodInfo { policies: mask, ..p }, 0).bpf_ctx("write pods4")?;
                         changed = true;
                     }
                 }
             }
             IpAddr::V6(v6) => {
                 if let Ok(p) = p6.get(&v6.octets(), 0) {
-                    if p.ifindex == info.veth_ifindex && p.egress != mask {
-                        p6.insert(v6.octets(), PodInfo { egress: mask, ..p }, 0).bpf_ctx("write pods6")?;
+                    if p.ifindex == info.veth_ifindex && p.policies != mask {
+                        p6.insert(v6.octets(), PodInfo { policies: mask, ..p }, 0).bpf_ctx("write pods6")?;
                         changed = true;
                     }
                 }
             }
         }
     }
-    Ok(maps::veth_set_egress(pins, info.veth_ifindex, mask)? || changed)
+    Ok(maps::veth_set_policies(pins, info.veth_ifindex, mask)? || changed)
 }
 
 /// What CHECK asks of the data plane for a registered pod: each of its addresses
@@ -468,7 +468,7 @@ mod tests {
             nat_filtering: 0,
             l2: PodL2::default(),
             meta: PodMeta::default(),
-            egress: 0,
+            policies: 0,
             port_limit: 0,
         };
         assert_eq!(reg.to_info().unwrap_err().code, 7);
@@ -501,7 +501,7 @@ mod tests {
             nat_filtering,
             l2: PodL2::default(),
             meta: PodMeta::default(),
-            egress: 0,
+            policies: 0,
             port_limit,
         }
     }

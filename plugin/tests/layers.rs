@@ -197,7 +197,7 @@ fn graph() -> BTreeMap<String, BTreeSet<String>> {
             g.entry(module).or_insert_with(BTreeSet::new).extend(imports(&file, &code));
         }
     }
-    // `crate::config::MasqConfig` names an item re-exported by config/mod.rs:
+    // `crate::config::MasqOptions` names an item re-exported by config/mod.rs:
     // a target that is no room is its top module's.
     let rooms: BTreeSet<String> = g.keys().cloned().collect();
     for deps in g.values_mut() {

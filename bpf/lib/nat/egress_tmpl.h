@@ -3,7 +3,7 @@
  * NAT engine, part 5 of 6 (engine_tmpl.h includes it, once per family): egress
  * translation (snat_egress, the uplink's egress program): pod flows, later
  * fragments, ICMP errors leaving, the host's own flows (host_egress). Rewrites
- * the packet (rewrite.h, icmp_err.h); new pairs come from part 2 (snat_create).
+ * the packet (rewrite.h, icmp_err.h); new pairs come from part 2 (snat_flow_entry).
  */
 
 /* rule_account_v4, rule_account_v6 */
@@ -98,7 +98,7 @@ static __noinline int NAT_FN(icmp_err_egress)(struct __sk_buff *skb, const FLOW_
  * Everything else passes untouched, at the cost of one reverse lookup for a
  * UDP datagram or a TCP SYN, and one forward lookup while host pairs exist.
  * NAT_HOST_NEW: the flow needs a pair (snat_egress makes it, at the one call of
- * snat_create, so the deepest call chain stays within the BPF stack).
+ * snat_flow_entry, so the deepest call chain stays within the BPF stack).
  */
 /* host_egress_v4, host_egress_v6 */
 static __noinline int NAT_FN(host_egress)(struct __sk_buff *skb, const FLOW_T *f)
@@ -228,7 +228,7 @@ static __noinline int NAT_FN(snat_egress)(struct __sk_buff *skb, const struct up
 
 create:
 	d.ifindex = skb->ifindex;
-	fwd = NAT_FN(snat_create)(skb, &f, &d, now, &reason);
+	fwd = NAT_FN(snat_flow_entry)(skb, &f, &d, now, &reason);
 	if (!fwd) {
 		/* A host echo request goes as it is (its id is likely free); any
 		 * other flow must not leave: its replies would reach somebody else. */
@@ -250,7 +250,7 @@ rewrite:
 	if (fwd->flags & NAT_F_BY_RULE)
 		NAT_FN(rule_account)(fwd->rule_id, f.len);
 	else if (fwd->policy)
-		egress_account(fwd->policy, f.len);
+		policy_account(fwd->policy, f.len);
 	if (REWRITE(skb, &f, true, &fwd->addr, fwd->port))
 		return drop_with(DROP_CSUM);
 	count_add(CNT_SNAT_PKTS, 1);

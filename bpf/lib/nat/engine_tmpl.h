@@ -18,7 +18,7 @@
  *
  * Mapping is endpoint-independent (RFC 4787 REQ-1, RFC 5382 REQ-1): a new flow
  * tries its pod endpoint's existing mapping first (MAP_BIND), then the pod's own
- * port (preservation), then random ones (snat_create). Filtering is address-and-
+ * port (preservation), then random ones (snat_flow_entry). Filtering is address-and-
  * port-dependent by default: only the remote a pair was made for reaches it back;
  * a pod or rule with natFiltering address-dependent or endpoint-independent has its
  * mappings in MAP_OPEN, and a packet from another remote to one (open_ingress) gets
@@ -52,7 +52,7 @@
  *                    the sweep's visit (gc_pair); a first fragment's ports
  *   port_tmpl.h      the port search: its state, a port's claim, the probes
  *   hot_tmpl.h       the port search towards a busy endpoint, by its bitmap
- *   new_pair_tmpl.h  a new flow's pair (snat_new, snat_create) and its records
+ *   new_pair_tmpl.h  a new flow's pair (snat_make_pair, snat_flow_entry) and its records
  *   egress_tmpl.h    egress translation (snat_egress)
  *   ingress_tmpl.h   ingress translation (rnat_ingress)
  * README.md in this folder lists every function each part makes per family.

@@ -3,7 +3,7 @@
  * The expiry sweep: the node's one bpf_timer (in nat_gc), armed by new pairs
  * (nat_gc_ensure), walking one forward shard a run (nat_gc_run). The visit to one
  * pair, which removes it, is per family: gc_pair in pair_tmpl.h. Touches
- * nat_gc, masq_config and the forward shards; never a packet.
+ * nat_gc, node_config and the forward shards; never a packet.
  */
 #ifndef MASQ_NAT_GC_H
 #define MASQ_NAT_GC_H
@@ -26,7 +26,7 @@
 
 /* What one sweep has seen (bpf_for_each_map_elem context). */
 struct nat_gc_walk {
-	const struct masq_config *cfg;
+	const struct node_config *cfg;
 	struct nat_gc *gc;
 	__u64 now;
 };
@@ -86,7 +86,7 @@ static int nat_gc_run(void *map, __u32 *key, struct nat_gc *gc)
 	gc->last_checked = 0;
 	gc->last_run_ns = w.now;
 	gc->runs++;
-	w.cfg = bpf_map_lookup_elem(&masq_config, &zero);
+	w.cfg = bpf_map_lookup_elem(&node_config, &zero);
 	if (!w.cfg) {
 		/* No config to judge by (never expected): nothing walked, come back. */
 		__sync_fetch_and_or(&gc->armed, NAT_GC_ARMED);

@@ -214,7 +214,7 @@ __attribute__((noinline)) __u32 nat_hot_next(const struct nat_hot *h, __u32 off,
  * (portRange less nodePortRange, in order), or NAT_OFF_NONE: the inverse of the
  * port search's offset -> port (port_tmpl.h nat_off_port).
  */
-static __always_inline __u32 nat_port_off(const struct masq_config *cfg, __u16 port)
+static __always_inline __u32 nat_port_off(const struct node_config *cfg, __u16 port)
 {
 	__u32 off;
 

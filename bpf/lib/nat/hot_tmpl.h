@@ -59,7 +59,7 @@ static __always_inline bool NAT_FN(hot_maybe_reusable)(const ENTRY_T *e, __u64 n
 static long NAT_FN(hot_scan_port)(__u32 i, void *ctx)
 {
 	struct NAT_FN(probe) *p = ctx;
-	const struct masq_config *cfg = bpf_map_lookup_elem(&masq_config, &nat_zero_key);
+	const struct node_config *cfg = bpf_map_lookup_elem(&node_config, &nat_zero_key);
 	ENTRY_T *e;
 
 	if (!cfg || !p->hot || i >= p->range)
@@ -84,7 +84,7 @@ static long NAT_FN(hot_scan_port)(__u32 i, void *ctx)
 static long NAT_FN(hot_probe)(__u32 i, void *ctx)
 {
 	struct NAT_FN(probe) *p = ctx;
-	const struct masq_config *cfg = bpf_map_lookup_elem(&masq_config, &nat_zero_key);
+	const struct node_config *cfg = bpf_map_lookup_elem(&node_config, &nat_zero_key);
 	/* p->start runs from the search's origin (p->left's upper half) once round the
 	 * range: each port is looked at once a search, however many it probes. */
 	__u32 pos = p->start, origin = p->left >> 16, off, next;
@@ -102,7 +102,7 @@ static long NAT_FN(hot_probe)(__u32 i, void *ctx)
 	p->start = pos + (next - off) + 1;
 	p->left--;
 	p->rk.dport = bpf_htons(NAT_FN(nat_off_port)(p, cfg, next));
-	/* A port found held gets its bit (try_port); the one claimed too (snat_new). */
+	/* A port found held gets its bit (try_port); the one claimed too (snat_make_pair). */
 	r = NAT_FN(try_port)(p, NAT_PREFERRED + NAT_PROBES + i, cfg);
 	return r == TRY_CLAIMED || r == TRY_FULL;
 }
@@ -116,7 +116,7 @@ static long NAT_FN(hot_probe)(__u32 i, void *ctx)
 static long NAT_FN(busy_sample)(__u32 i, void *ctx)
 {
 	struct NAT_FN(probe) *p = ctx;
-	const struct masq_config *cfg = bpf_map_lookup_elem(&masq_config, &nat_zero_key);
+	const struct node_config *cfg = bpf_map_lookup_elem(&node_config, &nat_zero_key);
 
 	if (!cfg || !p->range)
 		return 1;
@@ -129,7 +129,7 @@ static long NAT_FN(busy_sample)(__u32 i, void *ctx)
 
 /*
  * over_share - nat_hot_over_share for source @src: a call of its own, so the
- * source's id is made on a frame of its own (snat_new's is on the deepest chain).
+ * source's id is made on a frame of its own (snat_make_pair's is on the deepest chain).
  */
 /* over_share_v4, over_share_v6 */
 static __noinline int NAT_FN(over_share)(struct nat_hot *h, const ADDR_T *src, __u32 range, __u64 now)
@@ -165,7 +165,7 @@ static __always_inline void NAT_FN(hot_ready)(struct NAT_FN(probe) *p, __u64 now
 static long NAT_FN(hot_jump)(__u32 i, void *ctx)
 {
 	struct NAT_FN(probe) *p = ctx;
-	const struct masq_config *cfg = bpf_map_lookup_elem(&masq_config, &nat_zero_key);
+	const struct node_config *cfg = bpf_map_lookup_elem(&node_config, &nat_zero_key);
 	__u32 next;
 	int r;
 

@@ -124,7 +124,7 @@ static __noinline void NAT_FN(inbound_track)(struct __sk_buff *skb, const struct
  */
 /* open_ingress_v4, open_ingress_v6 */
 static __noinline int NAT_FN(open_ingress)(struct __sk_buff *skb, const FLOW_T *f,
-					   const struct masq_config *cfg, __u64 now)
+					   const struct node_config *cfg, __u64 now)
 {
 	EP_T k = { .addr = f->daddr, .port = f->dport, .proto = f->proto };
 	__u64 timeout = nat_timeout_ns(cfg, f->proto, 0);
@@ -213,7 +213,7 @@ static __noinline int NAT_FN(rnat_ingress)(struct __sk_buff *skb, const struct u
 		/* The host's own traffic (the common case) reads neither clock nor more maps
 		 * unless some mapping is open (natFiltering). */
 		__u32 zero = 0;
-		const struct masq_config *cfg = bpf_map_lookup_elem(&masq_config, &zero);
+		const struct node_config *cfg = bpf_map_lookup_elem(&node_config, &zero);
 
 		if (cfg && (cfg->flags & MASQ_F_OPEN_MAPPINGS)) {
 			int ret = NAT_FN(open_ingress)(skb, &f, cfg, bpf_ktime_get_coarse_ns());

@@ -13,7 +13,7 @@
 #include "../inner.h"
 #include "../rewrite.h"
 #include "../icmp_err.h"
-#include "../policy.h"
+#include "../decide.h"
 #include "../fastpath.h"
 #include "port.h"
 #include "pair.h"

@@ -2,7 +2,7 @@
 /*
  * NAT engine, part 4 of 6 (engine_tmpl.h includes it, once per family): a new
  * flow's pair. The ports it prefers (map_prefer), the port limit (limit_*),
- * snat_new (the port search of parts 2 and 3, then the forward half), and the
+ * snat_make_pair (the port search of parts 2 and 3, then the forward half), and the
  * records a pair leaves: the mapping hint (MAP_BIND), natFiltering's open
  * mappings and permits (MAP_OPEN, MAP_PERMIT), refusals. Never touches the packet.
  */
@@ -15,7 +15,7 @@
  * to @nat_addr (it is then kept as it is, whatever port this flow gets).
  */
 /* map_prefer_v4, map_prefer_v6 */
-static __noinline bool NAT_FN(map_prefer)(const FLOW_T *f, const struct masq_config *cfg,
+static __noinline bool NAT_FN(map_prefer)(const FLOW_T *f, const struct node_config *cfg,
 					  const DEC_T *d, __be16 *want)
 {
 	EP_T bk = { .addr = f->saddr, .port = f->sport, .proto = f->proto };
@@ -195,8 +195,8 @@ static __noinline void NAT_FN(limit_count)(struct NAT_FN(probe) *p)
 }
 
 /*
- * snat_new - claim a port for a new flow from @f with decision @d and insert
- * both halves. Returns NAT_NEW_OK (the pair exists: made now, or by another CPU
+ * snat_make_pair - claim a port for a new flow from @f with decision @d and insert
+ * both halves. Returns NAT_PAIR_MADE (the pair exists: made now, or by another CPU
  * meanwhile) or a drop reason: DROP_NO_PORT when no port was free within the
  * probe budget (also counted as CNT_ALLOC_FAIL), DROP_OVER_SHARE when the
  * remote endpoint is busy and the flow's source holds over its share of its
@@ -208,12 +208,12 @@ static __noinline void NAT_FN(limit_count)(struct NAT_FN(probe) *p)
  * and its port search, once, whoever calls it (the uplink's pod and host
  * paths, the fast path); its pointers may be NULL as far as it knows.
  */
-/* snat_new_v4, snat_new_v6 */
-__attribute__((noinline)) int NAT_FN(snat_new)(struct __sk_buff *skb, const FLOW_T *f, const DEC_T *d,
+/* snat_make_pair_v4, snat_make_pair_v6 */
+__attribute__((noinline)) int NAT_FN(snat_make_pair)(struct __sk_buff *skb, const FLOW_T *f, const DEC_T *d,
 					       __u64 now)
 {
 	/* Looked up here (an array lookup the verifier inlines): a BPF call has five arguments. */
-	const struct masq_config *cfg = bpf_map_lookup_elem(&masq_config, &nat_zero_key);
+	const struct node_config *cfg = bpf_map_lookup_elem(&node_config, &nat_zero_key);
 	struct NAT_FN(probe) p = {};
 	void *shard;
 	long err;
@@ -342,7 +342,7 @@ __attribute__((noinline)) int NAT_FN(snat_new)(struct __sk_buff *skb, const FLOW
 		 * (EEXIST), use its pair; otherwise the insert failed for real. */
 		bpf_map_delete_elem(&MAP_REV, &p.rk);
 		if (err == -EEXIST)
-			return NAT_NEW_OK;
+			return NAT_PAIR_MADE;
 		return err == -E2BIG ? DROP_NAT_FULL : DROP_NAT_INSERT;
 	}
 	if (d->nat_flags & NAT_F_HOST) {
@@ -365,9 +365,9 @@ __attribute__((noinline)) int NAT_FN(snat_new)(struct __sk_buff *skb, const FLOW
 			NAT_FN(permit_put)(f, d, p.rk.dport, now);
 	}
 	count_add(CNT_NAT_CREATED, 1);
-	egress_flow(d->policy);
+	policy_count_flow(d->policy);
 	nat_gc_ensure(NAT_IS_V6, d->nat_flags & NAT_F_HOST);
-	return NAT_NEW_OK;
+	return NAT_PAIR_MADE;
 over_share:
 	if (p.tried)
 		count_add(CNT_PORT_PROBES, p.tried);
@@ -380,7 +380,7 @@ over_limit:
 
 /*
  * The forward half of @f's flow. A call of its own: the key lives in a frame
- * that is gone before snat_new's port search, the deepest chain, runs.
+ * that is gone before snat_make_pair's port search, the deepest chain, runs.
  */
 /* fwd_of_v4, fwd_of_v6 */
 static __noinline ENTRY_T *NAT_FN(fwd_of)(const FLOW_T *f)
@@ -394,17 +394,17 @@ static __noinline ENTRY_T *NAT_FN(fwd_of)(const FLOW_T *f)
 }
 
 /*
- * snat_create - snat_new, then the new flow's forward half: NULL with *reason
+ * snat_flow_entry - snat_make_pair, then the new flow's forward half: NULL with *reason
  * set when there is none.
  */
-/* snat_create_v4, snat_create_v6 */
-static __always_inline ENTRY_T *NAT_FN(snat_create)(struct __sk_buff *skb, const FLOW_T *f, const DEC_T *d,
+/* snat_flow_entry_v4, snat_flow_entry_v6 */
+static __always_inline ENTRY_T *NAT_FN(snat_flow_entry)(struct __sk_buff *skb, const FLOW_T *f, const DEC_T *d,
 						    __u64 now, __u32 *reason)
 {
-	int r = NAT_FN(snat_new)(skb, f, d, now);
+	int r = NAT_FN(snat_make_pair)(skb, f, d, now);
 	ENTRY_T *fwd;
 
-	if (r != NAT_NEW_OK) {
+	if (r != NAT_PAIR_MADE) {
 		*reason = r;
 		return NULL;
 	}

@@ -15,7 +15,7 @@
  */
 #define NAT_UDP_STREAM_NS (2 * NSEC_PER_SEC)
 
-static __always_inline __u64 nat_timeout_ns(const struct masq_config *cfg, __u8 proto, __u8 flags)
+static __always_inline __u64 nat_timeout_ns(const struct node_config *cfg, __u8 proto, __u8 flags)
 {
 	__u32 s;
 

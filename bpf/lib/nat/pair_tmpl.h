@@ -40,7 +40,7 @@ static __always_inline void NAT_FN(fwd_del)(const KEY_T *k)
 }
 
 /* nat_expired_v4, nat_expired_v6 */
-static __always_inline bool NAT_FN(nat_expired)(const ENTRY_T *e, const struct masq_config *cfg,
+static __always_inline bool NAT_FN(nat_expired)(const ENTRY_T *e, const struct node_config *cfg,
 						__u8 proto, __u64 now)
 {
 	__u64 seen = e->last_seen_ns;
@@ -95,7 +95,7 @@ static __noinline void NAT_FN(hot_release)(const ADDR_T *r, const ADDR_T *n, __u
 {
 	struct nat_hot_key k = { .rport = (__be16)(ports >> 16), .proto = proto, .v6 = NAT_IS_V6 };
 	__be16 nport = (__be16)ports;
-	const struct masq_config *cfg;
+	const struct node_config *cfg;
 	struct nat_hot *h;
 	__u32 off;
 
@@ -104,7 +104,7 @@ static __noinline void NAT_FN(hot_release)(const ADDR_T *r, const ADDR_T *n, __u
 	__builtin_memcpy(k.nat_addr, n, sizeof(*n));
 	__builtin_memcpy(k.remote, r, sizeof(*r));
 	h = bpf_map_lookup_elem(&nat_hot, &k);
-	cfg = bpf_map_lookup_elem(&masq_config, &nat_zero_key);
+	cfg = bpf_map_lookup_elem(&node_config, &nat_zero_key);
 	if (!h || !cfg)
 		return;
 	off = nat_port_off(cfg, bpf_ntohs(nport));

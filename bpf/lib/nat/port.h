@@ -2,7 +2,7 @@
 /*
  * The port search's rules, for both families (its code: port_tmpl.h,
  * hot_tmpl.h, new_pair_tmpl.h): which ports a new pair may take, how many it
- * tries, when a finished pair's port may go to a new flow, and snat_new's
+ * tries, when a finished pair's port may go to a new flow, and snat_make_pair's
  * answers. Constants and config reads only.
  */
 #ifndef MASQ_NAT_PORT_H
@@ -60,7 +60,7 @@
 #ifndef EEXIST
 #define EEXIST 17
 #endif
-#define NAT_NEW_OK (-1)       /* snat_new: the flow's pair exists */
+#define NAT_PAIR_MADE (-1)       /* snat_make_pair: the flow's pair exists */
 
 /* What trying one port found (port_tmpl.h try_port). */
 enum {
@@ -75,7 +75,7 @@ enum {
  * outside the ports never handed out (nodePortRange: NodePorts have no socket
  * that host_holds could find).
  */
-static __always_inline bool nat_port_ok(const struct masq_config *cfg, __u16 port)
+static __always_inline bool nat_port_ok(const struct node_config *cfg, __u16 port)
 {
 	return port >= cfg->port_min && port <= cfg->port_max &&
 	       !(cfg->skip_max && port >= cfg->skip_min && port <= cfg->skip_max);

@@ -5,7 +5,7 @@
  * (host_holds), a port's claim (try_port: a free port, or a finished or expired
  * pair taken over) and the bpf_loop() probes: preferred ports, random ones, a
  * sweep (probe_port). The bitmap search of a busy endpoint is part 3
- * (hot_tmpl.h); snat_new, which runs the search, part 4 (new_pair_tmpl.h).
+ * (hot_tmpl.h); snat_make_pair, which runs the search, part 4 (new_pair_tmpl.h).
  * Never touches the packet.
  */
 
@@ -144,7 +144,7 @@ static __always_inline __u32 NAT_FN(tcp_reusable)(const struct NAT_FN(probe) *p,
  * under that key is the stale pair's own: a pod tuple gets a new pair only after
  * its old forward half is gone, and a reverse half whose pair lost its forward
  * half does not outlive it (gc_pair and flush remove the reverse half first;
- * snat_create removes a claim it could not complete).
+ * snat_flow_entry removes a claim it could not complete).
  */
 /* take_over_v4, take_over_v6 */
 static __always_inline long NAT_FN(take_over)(struct NAT_FN(probe) *p, __u32 i, ENTRY_T *old, __u32 cnt)
@@ -162,8 +162,8 @@ static __always_inline long NAT_FN(take_over)(struct NAT_FN(probe) *p, __u32 i, 
 		if (!cnt)
 			goto out;
 	}
-	if (p->hot) { /* the stale pair's source holds this port no more (snat_new sets it for ours) */
-		const struct masq_config *cfg = bpf_map_lookup_elem(&masq_config, &nat_zero_key);
+	if (p->hot) { /* the stale pair's source holds this port no more (snat_make_pair sets it for ours) */
+		const struct node_config *cfg = bpf_map_lookup_elem(&node_config, &nat_zero_key);
 
 		if (cfg)
 			nat_hot_mark(p->hot, nat_port_off(cfg, bpf_ntohs(p->rk.dport)), NAT_HOT_CLEAR,
@@ -188,7 +188,7 @@ out:
 /* nat_off_port - the port (host order) at offset @off of the ports a pair may take. */
 /* nat_off_port_v4, nat_off_port_v6 */
 static __always_inline __u32 NAT_FN(nat_off_port)(const struct NAT_FN(probe) *p,
-						  const struct masq_config *cfg, __u32 off)
+						  const struct node_config *cfg, __u32 off)
 {
 	__u32 port = cfg->port_min + off;
 
@@ -202,7 +202,7 @@ static __always_inline __u32 NAT_FN(nat_off_port)(const struct NAT_FN(probe) *p,
  * forward half goes), or its TCP pair over or never answered (take_over).
  */
 /* try_port_v4, try_port_v6 */
-static __always_inline int NAT_FN(try_port)(struct NAT_FN(probe) *p, __u32 i, const struct masq_config *cfg)
+static __always_inline int NAT_FN(try_port)(struct NAT_FN(probe) *p, __u32 i, const struct node_config *cfg)
 {
 	ENTRY_T *old;
 	long err;
@@ -242,7 +242,7 @@ static __always_inline int NAT_FN(try_port)(struct NAT_FN(probe) *p, __u32 i, co
 static long NAT_FN(probe_port)(__u32 i, void *ctx)
 {
 	struct NAT_FN(probe) *p = ctx;
-	const struct masq_config *cfg = bpf_map_lookup_elem(&masq_config, &nat_zero_key);
+	const struct node_config *cfg = bpf_map_lookup_elem(&node_config, &nat_zero_key);
 	int r;
 
 	if (!cfg)

@@ -11,7 +11,7 @@
 
 /*
  * The node's shard seed and shard count (less one: a mask): constants of the
- * loaded programs (the loader sets them, and records them in masq_config for
+ * loaded programs (the loader sets them, and records them in node_config for
  * the plugin), so picking a shard costs no map lookup and no branch.
  */
 const volatile __u32 nat_seed = 0;

@@ -77,17 +77,17 @@ pub fn veth_forget_addr(pins: &Pins, ifindex: u32, addr: std::net::IpAddr) -> Re
 
 /// The `veths` entry of `ifindex` gets egress policy mask `mask` in every CPU's
 /// copy (counters kept; an absent entry: nothing to do). True when it changed.
-pub fn veth_set_egress(pins: &Pins, ifindex: u32, mask: u32) -> Result<bool> {
+pub fn veth_set_policies(pins: &Pins, ifindex: u32, mask: u32) -> Result<bool> {
     let mut map: PerCpuHashMap<MapData, u32, VethInfo> = open(pins, abi::MAP_VETHS)?;
     let values = match map.get(&ifindex, 0) {
         Ok(v) => v,
         Err(e) if is_key_not_found(&e) => return Ok(false),
         Err(e) => return Err(Error::bpf(format!("read veths: {e}"))),
     };
-    if values.iter().all(|v| v.pod.egress == mask) {
+    if values.iter().all(|v| v.pod.policies == mask) {
         return Ok(false);
     }
-    let set: Vec<VethInfo> = values.iter().map(|v| VethInfo { pod: abi::PodInfo { egress: mask, ..v.pod }, ..*v }).collect();
+    let set: Vec<VethInfo> = values.iter().map(|v| VethInfo { pod: abi::PodInfo { policies: mask, ..v.pod }, ..*v }).collect();
     let set = PerCpuValues::try_from(set).map_err(|e| Error::bpf(format!("veths entry: {e}")))?;
     map.insert(ifindex, set, 0).map_err(|e| Error::bpf(format!("write veths: {e}")))?;
     Ok(true)

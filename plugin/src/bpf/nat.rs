@@ -3,7 +3,7 @@
 //!
 //! The forward halves live in NAT_SHARDS hash maps behind one pinned
 //! ARRAY_OF_MAPS (`Fwd`): a key's shard is `abi::nat_shard` of its bytes, keyed
-//! by the node's `masq_config.nat_seed`, exactly as the programs pick it.
+//! by the node's `node_config.nat_seed`, exactly as the programs pick it.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -162,14 +162,14 @@ pub struct Fwd<F: Family> {
 }
 
 /// What the loader chose for a node: the shard hash's seed and the shard count
-/// (both built into the programs, recorded in `masq_config`).
+/// (both built into the programs, recorded in `node_config`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ShardParams {
     pub seed: u32,
     pub shards: u32,
 }
 
-/// The node's recorded shard parameters (`masq_config`).
+/// The node's recorded shard parameters (`node_config`).
 pub fn shard_params(pins: &Pins) -> Result<ShardParams> {
     let cfg: Array<MapData, abi::NodeConfig> = maps::open(pins, abi::MAP_CONFIG)?;
     let c = cfg.get(&0, 0).unwrap_or_default();
@@ -189,7 +189,7 @@ pub fn record_params(pins: &Pins, p: ShardParams) -> Result<()> {
     let mut c = cfg.get(&0, 0).unwrap_or_default();
     c.nat_seed = p.seed;
     c.nat_shards = p.shards;
-    cfg.set(0, c, 0).map_err(|e| Error::bpf(format!("write masq_config: {e}")))
+    cfg.set(0, c, 0).map_err(|e| Error::bpf(format!("write node_config: {e}")))
 }
 
 /// A non-zero random 32-bit value (std's per-process hash keys come from the OS RNG).

@@ -418,7 +418,7 @@ fn ip_masq_agent_configmap(a: &ManifestArgs, file: &Path) -> Result<Doc> {
 
 /// An RFC 1123 label, as Kubernetes wants names of Namespaces and Services.
 fn check_dns_label(opt: &str, s: &str) -> Result<()> {
-    if crate::config::egress::is_dns_label(s) {
+    if crate::config::egress_policy::is_dns_label(s) {
         Ok(())
     } else {
         Err(Error::new(

@@ -4,7 +4,10 @@ use serde::Serialize;
 
 use crate::{
     bpf::{abi, loader::Pins, nat},
-    cli::readers::{self, PolicyDesc},
+    cli::{
+        natlog::record::endpoint,
+        readers::{self, PolicyDesc},
+    },
     error::{code, Error, Result},
     pod::monotonic_ns,
 };
@@ -167,14 +170,6 @@ pub fn list(pins: &Pins, json: bool, policy: Option<&str>) -> Result<()> {
 }
 
 /// "addr:port", with IPv6 addresses in brackets.
-fn endpoint(addr: &str, port: u16) -> String {
-    if addr.contains(':') {
-        format!("[{addr}]:{port}")
-    } else {
-        format!("{addr}:{port}")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,7 +12,7 @@ use aya::maps::{lpm_trie::LpmTrie, Array, HashMap, MapData, PerCpuArray, PerCpuH
 use crate::{
     bpf::{
         abi::{
-            self, EgressPolicyInfo, EgressStats, PodInfo, PodStats, Rule4Data, Rule6Data, Rule6Info, RuleExcept4Data, RuleExcept6Data, RuleInfo, RuleStats,
+            self, EgressPolicyInfo, PolicyStats, PodInfo, PodStats, Rule4Data, Rule6Data, Rule6Info, RuleExcept4Data, RuleExcept6Data, RuleInfo, RuleStats,
             VethInfo,
         },
         loader::Pins,
@@ -153,9 +153,9 @@ pub struct PodRow {
     pub annotations: serde_json::Value,
     /// The pod's hostPorts ("8080/tcp"), never handed to masqueraded flows.
     pub host_ports: Vec<String>,
-    /// The egress policies selecting the pod (`PodInfo.egress` of its pods4/pods6
+    /// The egress policies selecting the pod (`PodInfo.policies` of its pods4/pods6
     /// entries): bit i = policy i.
-    pub egress: u32,
+    pub policies: u32,
 }
 
 impl PodRow {
@@ -180,8 +180,8 @@ pub fn pods(pins: &Pins) -> Result<Vec<PodRow>> {
     let pods4: Option<HashMap<MapData, [u8; 4], PodInfo>> = maps::open(pins, abi::MAP_PODS4).ok();
     let pods6: Option<HashMap<MapData, [u8; 16], PodInfo>> = maps::open(pins, abi::MAP_PODS6).ok();
     let mask_of = |a: &IpAddr| match a {
-        IpAddr::V4(a) => pods4.as_ref().and_then(|m| m.get(&a.octets(), 0).ok()).map_or(0, |p| p.egress),
-        IpAddr::V6(a) => pods6.as_ref().and_then(|m| m.get(&a.octets(), 0).ok()).map_or(0, |p| p.egress),
+        IpAddr::V4(a) => pods4.as_ref().and_then(|m| m.get(&a.octets(), 0).ok()).map_or(0, |p| p.policies),
+        IpAddr::V6(a) => pods6.as_ref().and_then(|m| m.get(&a.octets(), 0).ok()).map_or(0, |p| p.policies),
     };
     let mut out = Vec::new();
     for (k, info) in pod::list_attachments(pins)? {
@@ -197,7 +197,7 @@ pub fn pods(pins: &Pins) -> Result<Vec<PodRow>> {
         let addresses = pod::addrs_of(&info);
         let refused = crate::bpf::refusals::of(pins, &addresses)?;
         out.push(PodRow {
-            egress: addresses.iter().fold(0, |m, a| m | mask_of(a)),
+            policies: addresses.iter().fold(0, |m, a| m | mask_of(a)),
             container_id: pod::cstr(&k.container_id),
             ifname: pod::cstr(&k.ifname),
             veth: pod::cstr(&info.veth_name),
@@ -270,7 +270,7 @@ impl PolicyDesc {
                 _ => Vec::new(),
             }
         };
-        let no_nat = info.flags & abi::EGRESS_F_NO_NAT != 0 || spec["natOutgoing"] == serde_json::json!(false);
+        let no_nat = info.flags & abi::POLICY_F_NO_NAT != 0 || spec["natOutgoing"] == serde_json::json!(false);
         Some(PolicyDesc {
             index,
             name: pod::cstr(&info.name),
@@ -326,7 +326,7 @@ pub fn egress_policy_descs(pins: &Pins) -> Result<Vec<PolicyDesc>> {
     Ok(out)
 }
 
-/// One egress policy with its counters (egress_stats summed over CPUs) and the
+/// One egress policy with its counters (policy_stats summed over CPUs) and the
 /// pods it selects.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PolicyRow {
@@ -342,13 +342,13 @@ pub struct PolicyRow {
 /// Every egress policy of the node, with its counters; `pods` are the rows of [`pods`].
 pub fn egress_policies(pins: &Pins, pods: &[PodRow]) -> Result<Vec<PolicyRow>> {
     let descs = egress_policy_descs(pins)?;
-    let stats: Option<PerCpuArray<MapData, EgressStats>> =
-        if has_map(pins, abi::MAP_EGRESS_STATS) { Some(maps::open(pins, abi::MAP_EGRESS_STATS)?) } else { None };
+    let stats: Option<PerCpuArray<MapData, PolicyStats>> =
+        if has_map(pins, abi::MAP_POLICY_STATS) { Some(maps::open(pins, abi::MAP_POLICY_STATS)?) } else { None };
     let mut out = Vec::new();
     for desc in descs {
-        let mut sum = EgressStats::default();
+        let mut sum = PolicyStats::default();
         if let Some(st) = &stats {
-            for s in st.get(&desc.index, 0).map_err(e(abi::MAP_EGRESS_STATS))?.iter() {
+            for s in st.get(&desc.index, 0).map_err(e(abi::MAP_POLICY_STATS))?.iter() {
                 sum.packets += s.packets;
                 sum.bytes += s.bytes;
                 sum.flows += s.flows;
@@ -361,10 +361,10 @@ pub fn egress_policies(pins: &Pins, pods: &[PodRow]) -> Result<Vec<PolicyRow>> {
 }
 
 /// A policy's row from its counters and the node's pods.
-pub fn policy_row(desc: PolicyDesc, sum: EgressStats, pods: &[PodRow]) -> PolicyRow {
+pub fn policy_row(desc: PolicyDesc, sum: PolicyStats, pods: &[PodRow]) -> PolicyRow {
     let bit = desc.bit();
     PolicyRow {
-        pods: pods.iter().filter(|p| p.egress & bit != 0).map(PodRow::label).collect(),
+        pods: pods.iter().filter(|p| p.policies & bit != 0).map(PodRow::label).collect(),
         desc,
         packets: sum.packets,
         bytes: sum.bytes,
@@ -479,7 +479,7 @@ mod tests {
         i
     }
 
-    fn pod_row(id: &str, ns: &str, name: &str, egress: u32) -> PodRow {
+    fn pod_row(id: &str, ns: &str, name: &str, policies: u32) -> PodRow {
         PodRow {
             container_id: id.into(),
             ifname: "eth0".into(),
@@ -498,7 +498,7 @@ mod tests {
             k8s_name: name.into(),
             annotations: serde_json::json!({}),
             host_ports: vec![],
-            egress,
+            policies,
         }
     }
 
@@ -516,7 +516,7 @@ mod tests {
         assert!(!d.holds("198.51.100.1".parse().unwrap()));
 
         // natOutgoing: false, no destinations (everything), one address as a string.
-        let d = PolicyDesc::of(0, &info("optout", abi::EGRESS_F_NO_NAT, r#"{"namespaces":["b"],"natOutgoing":false}"#)).unwrap();
+        let d = PolicyDesc::of(0, &info("optout", abi::POLICY_F_NO_NAT, r#"{"namespaces":["b"],"natOutgoing":false}"#)).unwrap();
         assert_eq!((d.action.clone(), d.destinations_text()), (PolicyAction::NoNat, "every destination".to_string()));
         assert!(d.holds("10.1.1.1".parse().unwrap()));
         assert_eq!(d.action.describe(), "natOutgoing: false");
@@ -524,7 +524,7 @@ mod tests {
         assert_eq!(d.action, PolicyAction::Masquerade(vec!["192.0.2.7".into()]));
         // An unused slot is no policy; a spec that does not parse still names it.
         assert_eq!(PolicyDesc::of(2, &EgressPolicyInfo::default()), None);
-        let d = PolicyDesc::of(2, &info("odd", abi::EGRESS_F_NO_NAT, "{not json")).unwrap();
+        let d = PolicyDesc::of(2, &info("odd", abi::POLICY_F_NO_NAT, "{not json")).unwrap();
         assert_eq!((d.name.as_str(), d.action, d.namespaces.len()), ("odd", PolicyAction::NoNat, 0));
         assert_eq!(PolicyDesc::of(31, &info("last", 0, "{}")).unwrap().bit(), 1 << 31);
     }
@@ -536,11 +536,11 @@ mod tests {
             .map(|(i, n)| PolicyDesc::of(*i, &info(n, 0, r#"{"namespaces":["x"]}"#)).unwrap())
             .collect();
         let pods = [pod_row("c1", "x", "web-1", 0b101), pod_row("c2", "", "", 0b100), pod_row("c3", "x", "db", 0)];
-        let stats = EgressStats { packets: 5, bytes: 500, flows: 2, unmasqueraded: 1 };
+        let stats = PolicyStats { packets: 5, bytes: 500, flows: 2, unmasqueraded: 1 };
         let a = policy_row(descs[0].clone(), stats, &pods);
         assert_eq!((a.packets, a.bytes, a.flows, a.unmasqueraded), (5, 500, 2, 1));
         assert_eq!(a.pods, ["x/web-1"]);
-        let c = policy_row(descs[1].clone(), EgressStats::default(), &pods);
+        let c = policy_row(descs[1].clone(), PolicyStats::default(), &pods);
         assert_eq!(c.pods, ["x/web-1", "c2/eth0 (vethc2)"]);
         assert_eq!(policy_names(&descs, 0b101), ["a", "c"]);
         assert_eq!(policy_names(&descs, 0b010), Vec::<String>::new());

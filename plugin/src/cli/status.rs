@@ -78,7 +78,7 @@ pub fn pod_json(p: &readers::PodRow, veth_mode: Option<&str>, descs: &[readers::
         "k8s_name": p.k8s_name,
         "annotations": p.annotations,
         "host_ports": p.host_ports,
-        "egress_policies": readers::policy_names(descs, p.egress),
+        "egress_policies": readers::policy_names(descs, p.policies),
     })
 }
 
@@ -176,7 +176,7 @@ pub fn collect(pins: &Pins) -> Result<Value> {
         .collect();
 
     let cfg: Array<MapData, NodeConfig> = maps::open(pins, abi::MAP_CONFIG)?;
-    let c = cfg.get(&0, 0).map_err(e("masq_config"))?;
+    let c = cfg.get(&0, 0).map_err(e("node_config"))?;
 
     let pool: Option<abi::MasqPool> = maps::open::<Array<MapData, abi::MasqPool>>(pins, abi::MAP_MASQ_POOL)
         .ok()
@@ -472,7 +472,7 @@ mod tests {
             k8s_name: "web-0".into(),
             annotations: json!({"ebpf-masq.io/port-limit": "64"}),
             host_ports: vec![],
-            egress: 0,
+            policies: 0,
         }
     }
 

@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use crate::error::{Error, Result};
 
 use super::diag::{expect_bool, expect_str, key_display, quote, unknown_key_error, wrong_type};
-use super::egress::{egress_policies_to_json, parse_egress_policies};
+use super::egress_policy::{egress_policies_to_json, parse_egress_policies};
 use super::ipmasq::{ip_masq_agent_to_json, parse_ip_masq_agent_entry};
 use super::keys::{key, RULE_KEYS};
 use super::port_limit::parse_pod_port_limit;
@@ -17,7 +17,7 @@ use super::values::{
     parse_abs_path, parse_cidr, parse_cidr_list, parse_cidr_value, parse_ifname, parse_log_level,
     parse_masquerade_address, parse_nat_max_entries, parse_nat_timeouts, parse_port_range, parse_unicast_ip,
 };
-use super::{MasqConfig, MasqRule, NatFiltering, MAX_MASQ_RULES, PLUGIN_TYPE};
+use super::{MasqOptions, MasqRule, NatFiltering, MAX_MASQ_RULES, PLUGIN_TYPE};
 
 fn family(n: &IpNetwork) -> &'static str {
     if n.is_ipv4() {
@@ -111,8 +111,8 @@ fn parse_rule(idx: usize, v: &Value) -> Result<MasqRule> {
     })
 }
 
-pub(super) fn parse_masq(obj: &Map<String, Value>) -> Result<MasqConfig> {
-    let mut m = MasqConfig::default();
+pub(super) fn parse_masq(obj: &Map<String, Value>) -> Result<MasqOptions> {
+    let mut m = MasqOptions::default();
 
     if let Some(v) = obj.get(key::NAT_OUTGOING) {
         m.nat_outgoing = expect_bool(key::NAT_OUTGOING, v)?;
@@ -251,8 +251,8 @@ pub(super) fn parse_masq(obj: &Map<String, Value>) -> Result<MasqConfig> {
 /// The inverse of parsing, for writing a plugin entry back out (used by
 /// `install`): camelCase keys, "type" always, other keys only when they
 /// differ from the default.
-pub fn masq_to_json(m: &MasqConfig) -> Value {
-    let d = MasqConfig::default();
+pub fn masq_to_json(m: &MasqOptions) -> Value {
+    let d = MasqOptions::default();
     let cidrs =
         |v: &[IpNetwork]| Value::Array(v.iter().map(|c| Value::String(c.to_string())).collect());
     let mut o = Map::new();

@@ -23,7 +23,7 @@
 //! annotation that lowers it, `netconf` the whole plugin entry. It uses `crate::error` only.
 
 mod diag;
-pub mod egress;
+pub mod egress_policy;
 mod ipmasq;
 mod json;
 mod keys;
@@ -42,8 +42,8 @@ use serde_json::Value;
 use crate::error::{Error, Result};
 
 use diag::{expect_str, quote};
-pub use egress::{
-    egress_entries, egress_policies_to_json, first_match, select_policies, EgressAction, EgressPolicy, Glob, GlobKind, EGRESS_DESTINATIONS_MAX,
+pub use egress_policy::{
+    policy_dst_entries, egress_policies_to_json, first_match, select_policies, EgressAction, EgressPolicy, Glob, GlobKind, EGRESS_DESTINATIONS_MAX,
     EGRESS_POLICIES_MAX, EGRESS_POLICY_ANNOTATION,
 };
 pub use ipmasq::{
@@ -107,7 +107,7 @@ pub struct NetConf {
     pub pod_annotations: BTreeMap<String, String>,
     /// The pod's hostPorts (port, IP protocol), from runtimeConfig's portMappings.
     pub host_ports: Vec<(u16, u8)>,
-    pub masq: MasqConfig,
+    pub masq: MasqOptions,
 }
 
 /// The capability the chained entry declares, so the CRI runtime passes the
@@ -138,8 +138,11 @@ pub struct ValidAttachment {
     pub ifname: String,
 }
 
+/// Our own keys of the conflist entry, parsed and checked (what `NetConf.masq` holds).
+/// Not to be confused with `bpf::abi::NodeConfig`, the `node_config` record the data
+/// plane reads, which `node::config_maps` writes from these.
 #[derive(Debug, Clone, PartialEq)]
-pub struct MasqConfig {
+pub struct MasqOptions {
     /// "natOutgoing", default true.
     pub nat_outgoing: bool,
     /// "nativeRoutingCIDR": a string or a list of strings; default [].
@@ -193,7 +196,7 @@ pub struct MasqConfig {
     pub pod_port_limit: Option<u16>,
 }
 
-impl MasqConfig {
+impl MasqOptions {
     /// masqLinkLocal in force: ip-masq-agent's file's when the agent applies one.
     pub fn effective_masq_link_local(&self) -> (bool, bool) {
         match &self.ip_masq_agent {
@@ -277,9 +280,9 @@ pub struct MasqRule {
     pub nat_filtering: NatFiltering,
 }
 
-impl Default for MasqConfig {
+impl Default for MasqOptions {
     fn default() -> Self {
-        MasqConfig {
+        MasqOptions {
             nat_outgoing: true,
             native_routing_cidrs: Vec::new(),
             non_masquerade_cidrs: Vec::new(),
@@ -315,7 +318,7 @@ mod tests;
 mod pod_identity_tests;
 
 #[cfg(test)]
-mod egress_tests;
+mod egress_policy_tests;
 
 #[cfg(test)]
 mod ipmasq_tests;

@@ -49,5 +49,5 @@ fn the_network_key_round_trips() {
     let ann = c.pod_annotations.get(PORT_LIMIT_ANNOTATION).map(String::as_str);
     assert_eq!(effective_port_limit(c.masq.pod_port_limit, ann).unwrap(), Some(64));
     assert_eq!(masq_to_json(&c.masq)["podPortLimit"], json!(128));
-    assert_eq!(masq_to_json(&MasqConfig::default()).get("podPortLimit"), None);
+    assert_eq!(masq_to_json(&MasqOptions::default()).get("podPortLimit"), None);
 }

@@ -424,8 +424,8 @@ fn defaults() {
     assert_eq!(c.plugin_type, "ebpf-masq");
     assert_eq!(c.prev_result, None);
     assert_eq!(c.valid_attachments, None);
-    assert_eq!(c.masq, MasqConfig::default());
-    let d = MasqConfig::default();
+    assert_eq!(c.masq, MasqOptions::default());
+    let d = MasqOptions::default();
     assert!(d.nat_outgoing);
     assert!(d.native_routing_cidrs.is_empty() && d.non_masquerade_cidrs.is_empty());
     assert!(!d.masq_link_local && !d.masq_link_local_ipv6 && !d.fast_path);
@@ -733,7 +733,7 @@ fn conflist() {
 
 #[test]
 fn masq_to_json_round_trip() {
-    let full = MasqConfig {
+    let full = MasqOptions {
         nat_outgoing: false,
         native_routing_cidrs: vec![cidr("10.0.0.0/8"), cidr("fd00::/8")],
         non_masquerade_cidrs: vec![cidr("192.168.0.0/16")],
@@ -780,17 +780,17 @@ fn masq_to_json_round_trip() {
         }),
         pod_port_limit: Some(200),
     };
-    let only_v6 = MasqConfig {
+    let only_v6 = MasqOptions {
         masquerade_address_v6: "2001:db8::2".parse().ok(),
         masquerade_pool_v6: vec!["2001:db8::2".parse().unwrap()],
-        ..MasqConfig::default()
+        ..MasqOptions::default()
     };
-    let only_v4 = MasqConfig {
+    let only_v4 = MasqOptions {
         masquerade_address_v4: Some(Ipv4Addr::new(198, 51, 100, 1)),
         masquerade_pool_v4: vec![Ipv4Addr::new(198, 51, 100, 1)],
-        ..MasqConfig::default()
+        ..MasqOptions::default()
     };
-    for m in [MasqConfig::default(), full, only_v4, only_v6] {
+    for m in [MasqOptions::default(), full, only_v4, only_v6] {
         let mut v = masq_to_json(&m);
         assert_eq!(v["type"], "ebpf-masq");
         v["cniVersion"] = json!("1.0.0");

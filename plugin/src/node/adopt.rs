@@ -183,7 +183,7 @@ fn adopt_registrations(pins: &Pins, old: &Pins) -> Result<()> {
             nat_filtering: info.flags & abi::NAT_FILTER_MASK,
             l2: l2_of(&info),
             meta: meta_of(&key),
-            egress: 0, // the reconcile that follows the adoption evaluates the policies
+            policies: 0, // the reconcile that follows the adoption evaluates the policies
             // Bits 16-31 of the record (0 in layouts before 16: no limit).
             port_limit: pod::port_limit_of(info.flags),
         };

@@ -10,7 +10,7 @@ use std::{io::ErrorKind, path::PathBuf};
 
 use crate::{
     bpf::loader::Pins,
-    config::MasqConfig,
+    config::MasqOptions,
     error::{Error, Result},
 };
 
@@ -25,7 +25,7 @@ fn record_path(pins: &Pins) -> PathBuf {
 }
 
 /// Write (or remove) the record so that it names `conf`'s ip-masq-agent file.
-pub(super) fn record_source(pins: &Pins, conf: &MasqConfig) -> Result<()> {
+pub(super) fn record_source(pins: &Pins, conf: &MasqOptions) -> Result<()> {
     let path = record_path(pins);
     let want = conf.ip_masq_agent.as_ref().map(|a| a.describe());
     let have = std::fs::read_link(&path).ok().map(|p| p.to_string_lossy().into_owned());

@@ -10,14 +10,14 @@
 //! never cli or cni.
 
 pub mod adopt;
-pub mod egress;
+pub mod egress_policy;
 pub mod ipmasq;
-mod policy;
+mod config_maps;
 mod ports;
 mod teardown;
 mod uplinks;
 
-pub use policy::{desired_exclusions, filter_bits};
+pub use config_maps::{desired_exclusions, filter_bits};
 pub use ports::release_ports;
 pub use teardown::teardown;
 pub use uplinks::{detach_uplinks, resolve_uplinks, Uplink};
@@ -41,7 +41,7 @@ use crate::{
         loader::{self, Pins},
         maps,
     },
-    config::MasqConfig,
+    config::MasqOptions,
     error::{code, Context, Error, Result},
     netlink, pod,
 };
@@ -82,7 +82,7 @@ pub fn lock(pins: &Pins) -> Result<NodeLock> {
 
 /// Why the node's data plane is not in place for `conf`, or None when it is: the
 /// programs are loaded and attached to both hooks of every uplink `conf` names.
-pub fn data_plane_problem(pins: &Pins, conf: &MasqConfig) -> Result<Option<String>> {
+pub fn data_plane_problem(pins: &Pins, conf: &MasqOptions) -> Result<Option<String>> {
     if !pins.loaded() {
         return Ok(Some(format!("data plane not loaded under {}", pins.root.display())));
     }
@@ -131,7 +131,7 @@ pub fn remove_stale(pins: &Pins) -> Result<Vec<String>> {
 
 /// Bring the node to `conf`: load once, then config, exclusions, rules, uplinks.
 /// The caller holds the node lock.
-pub fn reconcile(pins: &Pins, conf: &MasqConfig) -> Result<Vec<Uplink>> {
+pub fn reconcile(pins: &Pins, conf: &MasqOptions) -> Result<Vec<Uplink>> {
     // Resolve everything that can fail on input before touching anything.
     let uplinks = resolve_uplinks(conf)?;
     reconcile_with(pins, conf, &uplinks)?;
@@ -140,17 +140,17 @@ pub fn reconcile(pins: &Pins, conf: &MasqConfig) -> Result<Vec<Uplink>> {
 
 /// `reconcile` with the uplinks already resolved (CNI ADD resolves them before
 /// taking the lock, and does not pay for it twice).
-pub fn reconcile_with(pins: &Pins, conf: &MasqConfig, uplinks: &[Uplink]) -> Result<()> {
+pub fn reconcile_with(pins: &Pins, conf: &MasqOptions, uplinks: &[Uplink]) -> Result<()> {
     reconcile_inner(pins, conf, uplinks, None)
 }
 
-/// `reconcile_with` for the ADD of a pod the egress policies of `egress` select:
+/// `reconcile_with` for the ADD of a pod the egress policies of `policies` select:
 /// their entries are in place before the pod is registered with that mask.
-pub fn reconcile_for_pod(pins: &Pins, conf: &MasqConfig, uplinks: &[Uplink], egress: u32) -> Result<()> {
-    reconcile_inner(pins, conf, uplinks, Some(egress))
+pub fn reconcile_for_pod(pins: &Pins, conf: &MasqOptions, uplinks: &[Uplink], policies: u32) -> Result<()> {
+    reconcile_inner(pins, conf, uplinks, Some(policies))
 }
 
-fn reconcile_inner(pins: &Pins, conf: &MasqConfig, uplinks: &[Uplink], egress_of_new_pod: Option<u32>) -> Result<()> {
+fn reconcile_inner(pins: &Pins, conf: &MasqOptions, uplinks: &[Uplink], policies_of_new_pod: Option<u32>) -> Result<()> {
     if pins.loaded() {
         loader::ensure_loaded(pins, conf.nat_max_entries)?;
     } else {
@@ -172,12 +172,12 @@ fn reconcile_inner(pins: &Pins, conf: &MasqConfig, uplinks: &[Uplink], egress_of
         }
     }
     warn_if_resized(pins, conf.nat_max_entries);
-    policy::write_config(pins, conf)?;
-    policy::write_pool(pins, conf)?;
-    policy::reconcile_exclusions(pins, conf)?;
+    config_maps::write_config(pins, conf)?;
+    config_maps::write_pool(pins, conf)?;
+    config_maps::reconcile_exclusions(pins, conf)?;
     ipmasq::record_source(pins, conf)?;
-    policy::reconcile_services(pins, conf)?;
-    policy::reconcile_rules(pins, conf, uplinks)?;
+    config_maps::reconcile_services(pins, conf)?;
+    config_maps::reconcile_rules(pins, conf, uplinks)?;
     // An older layout's data plane (a binary before an upgrade): its pods and
     // pairs move over before the uplinks take its links over (node::adopt).
     let adopted = adopt::adopt(pins);
@@ -185,7 +185,7 @@ fn reconcile_inner(pins: &Pins, conf: &MasqConfig, uplinks: &[Uplink], egress_of
     adopt::finish(pins, adopted);
     // Every registered pod's egress policies, evaluated again (a config change
     // reaches running pods; their established flows keep their mapping).
-    egress::sync(pins, conf, egress_of_new_pod)?;
+    egress_policy::sync(pins, conf, policies_of_new_pod)?;
     // Nothing is reserved any more (host flows are tracked: host_egress); ports an
     // older version reserved are given back, so the node needs no tuning.
     match release_ports(pins) {

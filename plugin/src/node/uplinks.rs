@@ -14,7 +14,7 @@ use crate::{
         loader::{self, Hook, Pins},
         maps,
     },
-    config::MasqConfig,
+    config::MasqOptions,
     error::{code, Context, Error, Result},
     netlink,
 };
@@ -29,7 +29,7 @@ pub struct Uplink {
 
 /// The uplinks a config asks for: `egressInterfaces` (or the default routes'
 /// interfaces) plus every rule's `outInterface`, with the address each masquerades to.
-pub fn resolve_uplinks(conf: &MasqConfig) -> Result<Vec<Uplink>> {
+pub fn resolve_uplinks(conf: &MasqOptions) -> Result<Vec<Uplink>> {
     let mut names: Vec<(String, &str)> = match &conf.egress_interfaces {
         Some(list) => list.iter().map(|n| (n.clone(), "egressInterfaces")).collect(),
         None => {
@@ -80,7 +80,7 @@ pub fn resolve_uplinks(conf: &MasqConfig) -> Result<Vec<Uplink>> {
         }
         out.push(Uplink { name, ifindex: link.index, info });
     }
-    super::egress::check_ownership(&conf.egress_policies, &owned, &described.join("; "))?;
+    super::egress_policy::check_ownership(&conf.egress_policies, &owned, &described.join("; "))?;
     Ok(out)
 }
 

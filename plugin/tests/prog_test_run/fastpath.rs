@@ -451,7 +451,7 @@ fn egress_policies_hold_on_the_fast_path() {
         assert_eq!(fe.policy, 1);
         let run = dp.veth(&tcp(POD, REMOTE, 40000, 443, ACK));
         assert_eq!((run.ret, summary(&run.out).src), (TC_ACT_REDIRECT, PARTNER_ADDR));
-        let s = dp.egress_stats(0);
+        let s = dp.policy_stats(0);
         assert_eq!((s.flows, s.packets), (1, 2), "{s:?}");
         let elsewhere = dp.veth(&tcp(POD, Ipv4Addr::new(203, 0, 113, 20), 40001, 443, SYN));
         assert_eq!((elsewhere.ret, summary(&elsewhere.out).src), (TC_ACT_REDIRECT, MASQ));

@@ -12,7 +12,7 @@ mod support;
 
 mod core;
 mod direction;
-mod egress;
+mod egress_policy;
 mod fastpath;
 mod host;
 mod icmp_frag;

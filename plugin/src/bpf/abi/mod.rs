@@ -11,9 +11,9 @@ mod generated;
 mod nat_tables;
 
 pub use generated::{
-    attachment_info as AttachmentInfo, attachment_key as AttachmentKey, egress_hit as EgressHit,
-    egress_policy as EgressPolicyInfo, egress_stats as EgressStats, excl_info as ExclInfo, frag4_key as Frag4Key,
-    frag6_key as Frag6Key, frag_ports as FragPorts, host_port as HostPort, masq_config as NodeConfig,
+    attachment_info as AttachmentInfo, attachment_key as AttachmentKey, policy_hit as PolicyHit,
+    egress_policy as EgressPolicyInfo, policy_stats as PolicyStats, excl_info as ExclInfo, frag4_key as Frag4Key,
+    frag6_key as Frag6Key, frag_ports as FragPorts, host_port as HostPort, node_config as NodeConfig,
     masq_pool as MasqPool, nat4_bind as Nat4Bind, nat4_entry as Nat4Entry, nat4_ep as Nat4Ep, nat4_key as Nat4Key,
     nat4_open as Nat4Open, nat4_permit as Nat4Permit, nat4_permit_key as Nat4PermitKey, nat6_bind as Nat6Bind,
     nat6_entry as Nat6Entry, nat6_ep as Nat6Ep, nat6_key as Nat6Key, nat6_open as Nat6Open,
@@ -25,8 +25,8 @@ pub use generated::{
 };
 // Every #define and enum member (but the counters' and drops', in their modules below).
 pub use generated::{
-    ATT_F_NAT_OUTGOING, ATT_ID_LEN, ATT_IFNAME_LEN, ATT_MAX_ADDRS, EGRESS_ENTRIES_MAX, EGRESS_F_NO_NAT,
-    EGRESS_NAME_LEN, EGRESS_POLICIES_MAX, EGRESS_SPEC_LEN, EXCL_LINK_LOCAL, EXCL_NATIVE_ROUTING, EXCL_NON_MASQ,
+    ATT_F_NAT_OUTGOING, ATT_ID_LEN, ATT_IFNAME_LEN, ATT_MAX_ADDRS, POLICY_DSTS_MAX, POLICY_F_NO_NAT,
+    EGRESS_NAME_LEN, EGRESS_POLICIES_MAX, POLICY_SPEC_LEN, EXCL_LINK_LOCAL, EXCL_NATIVE_ROUTING, EXCL_NON_MASQ,
     FP_CB_MARK, HOST_PORTS_MAX, MASQ_F_FAST_PATH, MASQ_F_OPEN_MAPPINGS, MASQ_LAYOUT_VERSION as LAYOUT_VERSION,
     MASQ_POOL_MAX, MAX_RULES, NAT_C_ACKED_PEER, NAT_C_FIN_FIRST, NAT_C_PEER_FIN, NAT_FILTER_AD, NAT_FILTER_EI,
     NAT_FILTER_MASK, NAT_F_BY_RULE, NAT_F_ENDS, NAT_F_FAST, NAT_F_FIN, NAT_F_HOST, NAT_F_INBOUND, NAT_F_OPEN,
@@ -40,7 +40,7 @@ pub use generated::{
 pub use nat_tables::*;
 
 // Map names (pinned by name under <pinPath>/v<LAYOUT_VERSION>/maps/).
-pub const MAP_CONFIG: &str = "masq_config";
+pub const MAP_CONFIG: &str = "node_config";
 pub const MAP_PODS4: &str = "pods4";
 pub const MAP_PODS6: &str = "pods6";
 pub const MAP_UPLINKS: &str = "uplinks";
@@ -78,9 +78,9 @@ pub const MAP_NAT6_PERMIT: &str = "nat6_permit";
 pub const MAP_POD_META: &str = "pod_meta";
 pub const MAP_MASQ_POOL: &str = "masq_pool";
 pub const MAP_HOST_PORTS: &str = "host_ports";
-pub const MAP_EGRESS4: &str = "egress4";
-pub const MAP_EGRESS6: &str = "egress6";
-pub const MAP_EGRESS_STATS: &str = "egress_stats";
+pub const MAP_POLICY_DST4: &str = "policy_dst4";
+pub const MAP_POLICY_DST6: &str = "policy_dst6";
+pub const MAP_POLICY_STATS: &str = "policy_stats";
 pub const MAP_EGRESS_POLICIES: &str = "egress_policies";
 pub const MAP_NAT_HOT: &str = "nat_hot";
 pub const MAP_NAT_HOT_ZERO: &str = "nat_hot_zero";
@@ -94,7 +94,7 @@ pub const ALL_MAPS: [&str; 43] = [
     MAP_ATTACHMENTS, MAP_RULES6, MAP_RULE_EXCEPT6, MAP_NAT6_FWD, MAP_NAT6_REV, MAP_FRAG4, MAP_FRAG6, MAP_SVC4,
     MAP_SVC6, MAP_NAT_GC, MAP_RESERVED_PORTS, MAP_NAT4_BIND, MAP_NAT6_BIND, MAP_NAT4_OPEN,
     MAP_NAT6_OPEN, MAP_NAT4_PERMIT, MAP_NAT6_PERMIT, MAP_POD_META, MAP_MASQ_POOL,
-    MAP_HOST_PORTS, MAP_EGRESS4, MAP_EGRESS6, MAP_EGRESS_STATS, MAP_EGRESS_POLICIES, MAP_NAT_HOT, MAP_NAT_HOT_ZERO,
+    MAP_HOST_PORTS, MAP_POLICY_DST4, MAP_POLICY_DST6, MAP_POLICY_STATS, MAP_EGRESS_POLICIES, MAP_NAT_HOT, MAP_NAT_HOT_ZERO,
     MAP_REFUSALS, MAP_PORT_COUNTS,
 ];
 
@@ -128,9 +128,9 @@ macro_rules! lpm_data {
 }
 
 lpm_data! {
-    /// `struct egress4_key`: the pod's policy mask, then the destination.
-    Egress4Data = egress4_key { set: u32 = set, daddr: [u8; 4] = daddr }
-    Egress6Data = egress6_key { set: u32 = set, daddr: [u8; 16] = daddr }
+    /// `struct policy_dst4_key`: the pod's policy mask, then the destination.
+    PolicyDst4Data = policy_dst4_key { set: u32 = set, daddr: [u8; 4] = daddr }
+    PolicyDst6Data = policy_dst6_key { set: u32 = set, daddr: [u8; 16] = daddr }
     /// `struct rule4_key`: the out ifindex (big-endian, so it is a prefix), the source.
     Rule4Data = rule4_key { ifindex_be: [u8; 4] = ifindex, saddr: [u8; 4] = saddr }
     Rule6Data = rule6_key { ifindex_be: [u8; 4] = ifindex, saddr: [u8; 16] = saddr }
@@ -289,7 +289,7 @@ macro_rules! aya_pod {
 }
 
 aya_pod! {
-    PodMeta, HostPort, NodeConfig, PodInfo, Egress4Data, Egress6Data, EgressHit, EgressStats, EgressPolicyInfo,
+    PodMeta, HostPort, NodeConfig, PodInfo, PolicyDst4Data, PolicyDst6Data, PolicyHit, PolicyStats, EgressPolicyInfo,
     PodL2, UplinkInfo, ExclInfo, Rule4Data, RuleInfo, RuleExcept4Data, RuleStats, Rule6Data, Rule6Info,
     RuleExcept6Data, Nat6Key, Nat6Entry, Frag4Key, Frag6Key, FragPorts, Nat4Key, Nat4Entry, Nat4Ep, Nat4Bind,
     Nat6Ep, Nat6Bind, Nat4Open, Nat6Open, Nat4PermitKey, Nat4Permit, Nat6PermitKey, Nat6Permit, PodStats,

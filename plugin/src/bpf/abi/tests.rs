@@ -111,9 +111,9 @@ fn map_names_flags_and_limits_match_the_objects() {
         (MAP_UPLINKS_DIRECT, "max_entries", UPLINKS_DIRECT),
         (MAP_RESERVED_PORTS, "max_entries", RESERVED_PORTS_MAX),
         (MAP_HOST_PORTS, "max_entries", HOST_PORTS_MAX),
-        (MAP_EGRESS4, "max_entries", EGRESS_ENTRIES_MAX),
-        (MAP_EGRESS6, "max_entries", EGRESS_ENTRIES_MAX),
-        (MAP_EGRESS_STATS, "max_entries", EGRESS_POLICIES_MAX),
+        (MAP_POLICY_DST4, "max_entries", POLICY_DSTS_MAX),
+        (MAP_POLICY_DST6, "max_entries", POLICY_DSTS_MAX),
+        (MAP_POLICY_STATS, "max_entries", EGRESS_POLICIES_MAX),
         (MAP_EGRESS_POLICIES, "max_entries", EGRESS_POLICIES_MAX),
         (MAP_MASQ_POOL, "max_entries", 1 + EGRESS_POLICIES_MAX),
     ];

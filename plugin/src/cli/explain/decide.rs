@@ -1,10 +1,10 @@
 //! The decision walk: `snat_egress` and `masq_decide_v4/v6` of the data plane,
 //! step by step, over the [`Lookups`] it is given, and the [`Explanation`] it
-//! ends in. Reads only through `Lookups`; keep it in step with bpf/lib/policy.h.
+//! ends in. Reads only through `Lookups`; keep it in step with bpf/lib/decide.h.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use super::egress::{self, Outcome, PolicyReason, PolicyRef};
+use super::egress_policy::{self, Outcome, PolicyReason, PolicyRef};
 use super::explanation::{ExclRef, Explanation, FlowRef, PodRef, RuleRef, Verdict, Why};
 use super::lookups::Lookups;
 use super::packet::{parse, OutIf, Packet, Proto, L4};
@@ -225,7 +225,7 @@ impl<'a, L: Lookups> Ctx<'a, L> {
                 source: ipm,
             });
             self.step(format!("destination {dst} is in {what}"));
-            if info.egress != 0 {
+            if info.policies != 0 {
                 self.step("egress policies not consulted: exclusions win");
             }
             return Ok(Decision::None(code, format!("not masqueraded: destination in {what}")));
@@ -238,7 +238,7 @@ impl<'a, L: Lookups> Ctx<'a, L> {
         // egress_policy_v4/v6: the first of the pod's policies that holds the destination.
         let desc = l.pod_desc(info.ifindex, src);
         let mut why = format!("masqueraded to {nat} (pod registration of {name})");
-        if let Some(e) = egress::egress_policy(l, src, dst, info.egress, desc.as_ref())? {
+        if let Some(e) = egress_policy::egress_policy(l, src, dst, info.policies, desc.as_ref())? {
             e.steps.into_iter().for_each(|s| self.step(s));
             self.policies = e.policies;
             self.policy = e.policy;
@@ -309,8 +309,8 @@ pub fn explain<L: Lookups>(l: &L, pkt: &Packet, out: &OutIf) -> Result<Explanati
         return Ok(c.untouched(Why::HostTraffic, format!("host's own traffic (source {src} is {ifname}'s masquerade address): untouched, unless a pod's NAT pair holds its exact tuple (then it gets another source port, as netfilter gives it; `nat list` shows it as a host flow)")));
     }
     let Some(cfg) = l.config()? else {
-        c.step("masq_config has no entry");
-        return Ok(c.untouched(Why::NoConfig, "data plane not configured (masq_config missing): untouched"));
+        c.step("node_config has no entry");
+        return Ok(c.untouched(Why::NoConfig, "data plane not configured (node_config missing): untouched"));
     };
 
     match l4 {
@@ -364,7 +364,7 @@ pub fn explain<L: Lookups>(l: &L, pkt: &Packet, out: &OutIf) -> Result<Explanati
         c.step(format!("no usable port range ({}-{})", cfg.port_min, cfg.port_max));
         return Ok(c.drop(Why::NoPortRange, format!("dropped (drops.no_port): no port range configured; the policy says {reason}")));
     }
-    // The ports snat_create tries, in its order (bpf/lib/nat/new_pair_tmpl.h map_prefer, nat/port_tmpl.h probe_port).
+    // The ports snat_flow_entry tries, in its order (bpf/lib/nat/new_pair_tmpl.h map_prefer, nat/port_tmpl.h probe_port).
     let mut tries = Vec::new();
     if let Some(own) = sport.filter(|_| matches!(l4, L4::Ok)) {
         if let Some((a, p)) = l.binding(src, own, proto)? {

@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use super::egress::{PolicyReason, PolicyRef};
+use super::egress_policy::{PolicyReason, PolicyRef};
 use super::packet::OutIf;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

@@ -85,9 +85,9 @@ pub trait Lookups {
     fn ip_masq_agent_source(&self) -> Option<String> {
         None
     }
-    /// egress4 / egress6 lookup on {prefixlen 32 + address bits, set, daddr}: the
+    /// policy_dst4 / policy_dst6 lookup on {prefixlen 32 + address bits, set, daddr}: the
     /// first policy of the mask `set` that holds the destination.
-    fn egress(&self, _set: u32, _daddr: IpAddr) -> Result<Option<abi::EgressHit>> {
+    fn policy_dst(&self, _set: u32, _daddr: IpAddr) -> Result<Option<abi::PolicyHit>> {
         Ok(None)
     }
     /// The `policy` byte of the forward half for `t` (0: none, 1 + i: policy i).
@@ -98,7 +98,7 @@ pub trait Lookups {
     fn pool_slot(&self, _slot: u32) -> Result<Option<abi::MasqPool>> {
         Ok(None)
     }
-    /// egress_policies: every used slot (names only; the decision reads egress4/6).
+    /// egress_policies: every used slot (names only; the decision reads policy_dst4/6).
     fn egress_policies(&self) -> Result<Vec<readers::PolicyDesc>> {
         Ok(Vec::new())
     }
@@ -171,8 +171,8 @@ pub struct MapLookups {
     pods6: HashMap<MapData, [u8; 16], PodInfo>,
     excl4: LpmTrie<MapData, [u8; 4], ExclInfo>,
     excl6: LpmTrie<MapData, [u8; 16], ExclInfo>,
-    egress4: Option<LpmTrie<MapData, abi::Egress4Data, abi::EgressHit>>,
-    egress6: Option<LpmTrie<MapData, abi::Egress6Data, abi::EgressHit>>,
+    policy_dst4: Option<LpmTrie<MapData, abi::PolicyDst4Data, abi::PolicyHit>>,
+    policy_dst6: Option<LpmTrie<MapData, abi::PolicyDst6Data, abi::PolicyHit>>,
     rules: OnceCell<Vec<readers::RuleRow>>,
 }
 
@@ -204,8 +204,8 @@ impl MapLookups {
             pods6: maps::open(pins, abi::MAP_PODS6)?,
             excl4: maps::open(pins, abi::MAP_EXCL4)?,
             excl6: maps::open(pins, abi::MAP_EXCL6)?,
-            egress4: open_opt(pins, abi::MAP_EGRESS4)?,
-            egress6: open_opt(pins, abi::MAP_EGRESS6)?,
+            policy_dst4: open_opt(pins, abi::MAP_POLICY_DST4)?,
+            policy_dst6: open_opt(pins, abi::MAP_POLICY_DST6)?,
             rules: OnceCell::new(),
         })
     }
@@ -255,15 +255,15 @@ impl Lookups for MapLookups {
         let m: aya::maps::Array<MapData, abi::MasqPool> = maps::open(&self.pins, abi::MAP_MASQ_POOL)?;
         Ok(m.get(&slot, 0).ok())
     }
-    fn egress(&self, set: u32, daddr: IpAddr) -> Result<Option<abi::EgressHit>> {
+    fn policy_dst(&self, set: u32, daddr: IpAddr) -> Result<Option<abi::PolicyHit>> {
         match daddr {
             IpAddr::V4(a) => {
-                let Some(m) = &self.egress4 else { return Ok(None) };
-                opt(m.get(&Key::new(64, abi::Egress4Data { set, daddr: a.octets() }), 0), abi::MAP_EGRESS4)
+                let Some(m) = &self.policy_dst4 else { return Ok(None) };
+                opt(m.get(&Key::new(64, abi::PolicyDst4Data { set, daddr: a.octets() }), 0), abi::MAP_POLICY_DST4)
             }
             IpAddr::V6(a) => {
-                let Some(m) = &self.egress6 else { return Ok(None) };
-                opt(m.get(&Key::new(32 + 128, abi::Egress6Data { set, daddr: a.octets() }), 0), abi::MAP_EGRESS6)
+                let Some(m) = &self.policy_dst6 else { return Ok(None) };
+                opt(m.get(&Key::new(32 + 128, abi::PolicyDst6Data { set, daddr: a.octets() }), 0), abi::MAP_POLICY_DST6)
             }
         }
     }
@@ -302,7 +302,7 @@ impl Lookups for MapLookups {
         opt(self.uplinks.get(&ifindex, 0), "uplinks")
     }
     fn config(&self) -> Result<Option<NodeConfig>> {
-        opt(self.config.get(&0, 0), "masq_config")
+        opt(self.config.get(&0, 0), "node_config")
     }
     fn has_nat(&self, v6: bool) -> bool {
         !v6 || self.nat6.is_some()

@@ -1,12 +1,12 @@
 //! `ebpf-masq explain`: the masquerade decision the data plane makes for one
 //! packet leaving the node, and why, read from the same pinned maps the
 //! programs read (never from a config file). The room: `packet` (what the
-//! command line describes), `decide` (the decision walk), `egress` (its egress
+//! command line describes), `decide` (the decision walk), `egress_policy` (its egress
 //! policy step), `explanation` (what the walk answers), `lookups` (the maps and
 //! routes it reads); this file is the command. Reads only, never writes.
 //!
 //! [`explain`] mirrors `snat_egress` (bpf/lib/nat/egress_tmpl.h, both families) and
-//! `masq_decide_v4`/`masq_decide_v6` (bpf/lib/policy.h) step by step; keep them
+//! `masq_decide_v4`/`masq_decide_v6` (bpf/lib/decide.h) step by step; keep them
 //! in step. It takes its map lookups through the [`Lookups`] trait, so the
 //! decision is unit-tested without maps; [`MapLookups`] answers them from the
 //! pins with the kernel's own lookups (LPM tries included) and iterates maps
@@ -21,8 +21,8 @@
 //!  4. a rule for (out interface, source) whose except list misses the destination;
 //!  5. a registered pod (`pods{4,6}`) with natOutgoing whose destination is in no
 //!     exclusion (`excl{4,6}`); for a pod egress policies select, the first of them
-//!     holding the destination (`egress{4,6}`) gives the address (its `masq_pool`
-//!     slot 1 + i) or leaves it unmasqueraded (natOutgoing: false) — `egress`;
+//!     holding the destination (`policy_dst4`/`policy_dst6`) gives the address (its `masq_pool`
+//!     slot 1 + i) or leaves it unmasqueraded (natOutgoing: false) — `egress_policy`;
 //!  6. a packet the policy masquerades that cannot be (an ICMP echo reply, a
 //!     fragment without state, an unsupported protocol, no port range) is dropped.
 //!
@@ -41,14 +41,14 @@ use crate::{
 pub use crate::netlink::route_oif;
 
 mod decide;
-mod egress;
+mod egress_policy;
 mod explanation;
 mod lookups;
 mod packet;
 
 pub use decide::explain;
 pub use explanation::{ExclRef, Explanation, FlowRef, PodRef, RuleRef, Verdict, Why};
-pub use egress::{PolicyReason, PolicyRef};
+pub use egress_policy::{PolicyReason, PolicyRef};
 pub use lookups::{prefix_match, resolve_out, Lookups, MapLookups, PodDesc, RuleDesc, RuleHit};
 pub use packet::{
     ExplainArgs, OutIf, Packet, Proto, ICMPV6_ECHO_REPLY, ICMPV6_ECHO_REQUEST, ICMP_ECHO, ICMP_ECHOREPLY, IPPROTO_ICMP,

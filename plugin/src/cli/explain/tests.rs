@@ -8,7 +8,7 @@ use crate::{
         abi::{self, ExclInfo, NodeConfig, PodInfo, UplinkInfo},
         nat::{self as natmaps, Entry, Tuple},
     },
-    config::{egress_entries, EgressAction, EgressPolicy, Glob, GlobKind},
+    config::{policy_dst_entries, EgressAction, EgressPolicy, Glob, GlobKind},
     error::Result,
 };
 
@@ -39,7 +39,7 @@ struct Fake {
     nat_lookups: Cell<u32>,
     /// nat4_bind / nat6_bind: ((pod addr, port, proto), (node addr, port))
     binds: Vec<(Endpoint3, (IpAddr, u16))>,
-    /// egressPolicies as configured: egress4/6, masq_pool slots 1+i and
+    /// egressPolicies as configured: policy_dst4/6, masq_pool slots 1+i and
     /// egress_policies are derived from them as node reconcile writes them.
     policies: Vec<EgressPolicy>,
     /// The policy byte of forward halves (the rest: 0).
@@ -73,7 +73,7 @@ fn spec_of(p: &EgressPolicy) -> serde_json::Value {
 fn info_of(p: &EgressPolicy) -> abi::EgressPolicyInfo {
     let mut info = abi::EgressPolicyInfo { used: 1, ..Default::default() };
     if p.action == EgressAction::NoNat {
-        info.flags = abi::EGRESS_F_NO_NAT;
+        info.flags = abi::POLICY_F_NO_NAT;
     }
     info.name[..p.name.len()].copy_from_slice(p.name.as_bytes());
     let spec = spec_of(p).to_string();
@@ -88,15 +88,15 @@ impl Lookups for Fake {
     fn nat_fwd_policy(&self, t: &Tuple) -> Result<u8> {
         Ok(self.fwd_policy.iter().find(|(x, _)| x == t).map(|(_, p)| *p).unwrap_or(0))
     }
-    fn egress(&self, set: u32, daddr: IpAddr) -> Result<Option<abi::EgressHit>> {
+    fn policy_dst(&self, set: u32, daddr: IpAddr) -> Result<Option<abi::PolicyHit>> {
         // The LPM entries node reconcile writes for this mask; the longest holding daddr.
-        Ok(egress_entries(&self.policies, set)
+        Ok(policy_dst_entries(&self.policies, set)
             .into_iter()
             .filter(|(net, _)| net.contains(daddr))
             .max_by_key(|(net, _)| net.prefix())
-            .map(|(_, i)| abi::EgressHit {
+            .map(|(_, i)| abi::PolicyHit {
                 policy: i as u32,
-                flags: if self.policies[i].action == EgressAction::NoNat { abi::EGRESS_F_NO_NAT } else { 0 },
+                flags: if self.policies[i].action == EgressAction::NoNat { abi::POLICY_F_NO_NAT } else { 0 },
             }))
     }
     fn pool_slot(&self, slot: u32) -> Result<Option<abi::MasqPool>> {
@@ -494,7 +494,7 @@ fn rule_except() {
     assert_eq!(x.rule.as_ref().unwrap().except.as_deref(), Some("10.0.0.200/32"));
     let x = run(&f, &pkt("fd00:6::9", "2001:db8:99::1", Proto::Udp), ETH0);
     check(&x, Verdict::Untouched, Why::RuleExcept, "rule 3's except list (2001:db8:99::/48)");
-    // An excepted pod source falls through to its pod registration, as in policy.h.
+    // An excepted pod source falls through to its pod registration, as in decide.h.
     let x = run(&f, &pkt(POD, "10.30.0.2", Proto::Udp), ETH1);
     check(&x, Verdict::Masquerade, Why::Pod, "masqueraded to 10.10.0.5 (pod registration of c1/eth0)");
     assert_eq!(x.rule.as_ref().unwrap().except.as_deref(), Some("10.30.0.0/24"));
@@ -683,8 +683,8 @@ fn policy_node() -> Fake {
     ];
     let pods = [(WEB, 30, "team-a", "web-1"), (BATCH, 31, "team-a", "batch-1"), (B1, 32, "team-b", "api-1"), (B2, 33, "team-b", "api-2"), (WEB6, 30, "team-a", "web-1")];
     for (addr, ifindex, ns, name) in pods {
-        let egress = crate::config::select_policies(&f.policies, Some(ns), Some(name), None).unwrap();
-        f.pods.push((ip(addr), PodInfo { ifindex, flags: abi::POD_F_NAT_OUTGOING, egress, ..Default::default() }));
+        let policies = crate::config::select_policies(&f.policies, Some(ns), Some(name), None).unwrap();
+        f.pods.push((ip(addr), PodInfo { ifindex, flags: abi::POD_F_NAT_OUTGOING, policies, ..Default::default() }));
         let desc = PodDesc {
             container_id: format!("c{ifindex}"),
             ifname: "eth0".into(),
@@ -709,7 +709,7 @@ fn egress_policy_address() {
     assert_eq!(x.address.as_deref(), Some("192.0.2.50"));
     let p = x.policy.as_ref().unwrap();
     assert_eq!((p.name.as_str(), p.index, p.action, p.address.as_deref()), ("partner", 0, "masquerade", Some("192.0.2.50")));
-    assert!(x.trace.iter().any(|t| t.contains("egress4") && t.contains("egress policy \"partner\": its address 192.0.2.50")), "{x:#?}");
+    assert!(x.trace.iter().any(|t| t.contains("policy_dst4") && t.contains("egress policy \"partner\": its address 192.0.2.50")), "{x:#?}");
     // Every policy has its reason.
     assert_eq!(x.policies.len(), 4);
     assert!(reason_of(&x, "partner").matched);
@@ -790,12 +790,12 @@ fn egress_policy_selects_the_pod_not_this_destination() {
     let mut f = policy_node();
     f.policies.truncate(3); // no v6only: web-1's policies are partner only
     for (_, p) in f.pods.iter_mut().filter(|(a, _)| *a == ip(WEB)) {
-        p.egress = crate::config::select_policies(&f.policies, Some("team-a"), Some("web-1"), None).unwrap();
+        p.policies = crate::config::select_policies(&f.policies, Some("team-a"), Some("web-1"), None).unwrap();
     }
     let x = run(&f, &pkt(WEB, EXT, Proto::Tcp), ETH0);
     check(&x, Verdict::Masquerade, Why::Pod, "masqueraded to 10.0.0.5 (pod registration of c30/eth0)");
     assert!(x.policy.is_none());
-    assert!(x.trace.iter().any(|t| t.contains("egress4 (mask 0x1 = policies \"partner\"") && t.contains("no entry")), "{x:#?}");
+    assert!(x.trace.iter().any(|t| t.contains("policy_dst4 (mask 0x1 = policies \"partner\"") && t.contains("no entry")), "{x:#?}");
     let r = reason_of(&x, "partner");
     assert_eq!(r.code, "not_this_destination");
     assert!(r.reason.contains("selects the pod but not this destination"), "{r:?}");
@@ -811,7 +811,7 @@ fn egress_policy_without_an_address_of_the_family_keeps_the_network_s() {
     // Over IPv6 it has one.
     let x = run(&f, &pkt(WEB6, EXT6, Proto::Tcp), ETH0);
     check(&x, Verdict::Masquerade, Why::EgressPolicy, "masqueraded to 2001:db8:50::1 by egress policy \"v6only\"");
-    assert!(x.trace.iter().any(|t| t.contains("egress6")), "{x:#?}");
+    assert!(x.trace.iter().any(|t| t.contains("policy_dst6")), "{x:#?}");
 }
 
 #[test]

@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 
 use super::{BACKUP_SUFFIX, CONF_EXTENSIONS};
 use crate::{
-    config::{self, MasqConfig, PLUGIN_TYPE},
+    config::{self, MasqOptions, PLUGIN_TYPE},
     error::{code, Error, Result},
 };
 
@@ -233,7 +233,7 @@ pub fn entry_from(
 ) -> Result<Map<String, Value>> {
     let mut masq = match conf_bytes {
         Some(b) => config::parse_conf_file(b)?.masq,
-        None => MasqConfig::default(),
+        None => MasqOptions::default(),
     };
     if let Some(p) = pin_path {
         // Same normalization and checks as the key itself.

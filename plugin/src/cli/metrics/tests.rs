@@ -185,7 +185,7 @@ fn pod(id: &str, ifname: &str) -> PodRow {
         k8s_name: String::new(),
         annotations: serde_json::json!({}),
         host_ports: vec![],
-        egress: 0,
+        policies: 0,
     }
 }
 

@@ -117,8 +117,14 @@ impl Record {
 }
 
 /// A socket address as it is written: `A:P`, `[A6]:P`.
-pub fn endpoint(a: IpAddr, port: u16) -> String {
-    std::net::SocketAddr::new(a, port).to_string()
+pub fn endpoint(a: impl std::fmt::Display, port: u16) -> String {
+    // An address as text (nat list's rows) or typed: an IPv6 one is bracketed, as SocketAddr writes it.
+    let a = a.to_string();
+    if a.contains(':') {
+        format!("[{a}]:{port}")
+    } else {
+        format!("{a}:{port}")
+    }
 }
 
 #[cfg(test)]
@@ -162,7 +168,8 @@ mod tests {
 
     #[test]
     fn endpoints_bracket_ipv6() {
-        assert_eq!(endpoint("2001:db8::1".parse().unwrap(), 80), "[2001:db8::1]:80");
-        assert_eq!(endpoint("192.0.2.1".parse().unwrap(), 80), "192.0.2.1:80");
+        assert_eq!(endpoint("2001:db8::1".parse::<IpAddr>().unwrap(), 80), "[2001:db8::1]:80");
+        assert_eq!(endpoint("192.0.2.1".parse::<IpAddr>().unwrap(), 80), "192.0.2.1:80");
+        assert_eq!(endpoint("2001:db8::1", 80), "[2001:db8::1]:80", "as text too (nat list's rows)");
     }
 }

@@ -184,7 +184,7 @@ impl Dataplane {
         self.set_open_mappings(true);
     }
 
-    /// masq_config's MASQ_F_OPEN_MAPPINGS (the other flags stay).
+    /// node_config's MASQ_F_OPEN_MAPPINGS (the other flags stay).
     pub fn set_open_mappings(&self, on: bool) {
         let mut m: Array<MapData, NodeConfig> = self.map(abi::MAP_CONFIG);
         let mut c = m.get(&0, 0).unwrap();
@@ -428,7 +428,7 @@ impl Dataplane {
     /// A pod address behind veth `ifindex` that the egress policies of `mask` select.
     pub fn add_pod_with_policies(&self, addr: Ipv4Addr, ifindex: u32, mask: u32) {
         let mut pods: HashMap<MapData, [u8; 4], PodInfo> = self.map(abi::MAP_PODS4);
-        let pod = PodInfo { ifindex, flags: abi::POD_F_NAT_OUTGOING, egress: mask, ..Default::default() };
+        let pod = PodInfo { ifindex, flags: abi::POD_F_NAT_OUTGOING, policies: mask, ..Default::default() };
         pods.insert(addr.octets(), pod, 0).unwrap();
         self.veth_add_addr(ifindex, pod, addr.into());
     }
@@ -436,7 +436,7 @@ impl Dataplane {
     /// The IPv6 twin of `add_pod_with_policies`.
     pub fn add_pod6_with_policies(&self, addr: std::net::Ipv6Addr, ifindex: u32, mask: u32) {
         let mut pods: HashMap<MapData, [u8; 16], PodInfo> = self.map(abi::MAP_PODS6);
-        let pod = PodInfo { ifindex, flags: abi::POD_F_NAT_OUTGOING, egress: mask, ..Default::default() };
+        let pod = PodInfo { ifindex, flags: abi::POD_F_NAT_OUTGOING, policies: mask, ..Default::default() };
         pods.insert(addr.octets(), pod, 0).unwrap();
         self.veth_add_addr(ifindex, pod, addr.into());
     }
@@ -454,28 +454,28 @@ impl Dataplane {
         m.set(1 + index, p, 0).unwrap();
     }
 
-    /// egress4 (mask, net/plen) -> policy `index` with EGRESS_F_* `flags`.
+    /// policy_dst4 (mask, net/plen) -> policy `index` with POLICY_F_* `flags`.
     pub fn add_egress(&self, mask: u32, net: Ipv4Addr, plen: u32, index: u32, flags: u32) {
-        let mut m: LpmTrie<MapData, Egress4Data, EgressHit> = self.map(abi::MAP_EGRESS4);
-        let k = Key::new(32 + plen, Egress4Data { set: mask, daddr: net.octets() });
-        m.insert(&k, EgressHit { policy: index, flags }, 0).unwrap();
+        let mut m: LpmTrie<MapData, PolicyDst4Data, PolicyHit> = self.map(abi::MAP_POLICY_DST4);
+        let k = Key::new(32 + plen, PolicyDst4Data { set: mask, daddr: net.octets() });
+        m.insert(&k, PolicyHit { policy: index, flags }, 0).unwrap();
     }
 
     pub fn del_egress(&self, mask: u32, net: Ipv4Addr, plen: u32) {
-        let mut m: LpmTrie<MapData, Egress4Data, EgressHit> = self.map(abi::MAP_EGRESS4);
-        m.remove(&Key::new(32 + plen, Egress4Data { set: mask, daddr: net.octets() })).unwrap();
+        let mut m: LpmTrie<MapData, PolicyDst4Data, PolicyHit> = self.map(abi::MAP_POLICY_DST4);
+        m.remove(&Key::new(32 + plen, PolicyDst4Data { set: mask, daddr: net.octets() })).unwrap();
     }
 
     pub fn add_egress6(&self, mask: u32, net: std::net::Ipv6Addr, plen: u32, index: u32, flags: u32) {
-        let mut m: LpmTrie<MapData, Egress6Data, EgressHit> = self.map(abi::MAP_EGRESS6);
-        let k = Key::new(32 + plen, Egress6Data { set: mask, daddr: net.octets() });
-        m.insert(&k, EgressHit { policy: index, flags }, 0).unwrap();
+        let mut m: LpmTrie<MapData, PolicyDst6Data, PolicyHit> = self.map(abi::MAP_POLICY_DST6);
+        let k = Key::new(32 + plen, PolicyDst6Data { set: mask, daddr: net.octets() });
+        m.insert(&k, PolicyHit { policy: index, flags }, 0).unwrap();
     }
 
     /// Policy `index`'s counters, summed over the CPUs.
-    pub fn egress_stats(&self, index: u32) -> EgressStats {
-        let m: PerCpuArray<MapData, EgressStats> = self.map(abi::MAP_EGRESS_STATS);
-        m.get(&index, 0).unwrap().iter().fold(EgressStats::default(), |a, s| EgressStats {
+    pub fn policy_stats(&self, index: u32) -> PolicyStats {
+        let m: PerCpuArray<MapData, PolicyStats> = self.map(abi::MAP_POLICY_STATS);
+        m.get(&index, 0).unwrap().iter().fold(PolicyStats::default(), |a, s| PolicyStats {
             packets: a.packets + s.packets,
             bytes: a.bytes + s.bytes,
             flows: a.flows + s.flows,
@@ -531,7 +531,7 @@ impl Dataplane {
     pub fn shard_of(&self, k: &Nat4Key) -> u32 {
         natmaps::shard_of(k, natmaps::shard_params(&self.pins).unwrap())
     }
-    /// The forward shards this data plane uses (`masq_config.nat_shards`).
+    /// The forward shards this data plane uses (`node_config.nat_shards`).
     pub fn shards(&self) -> u32 {
         natmaps::shard_params(&self.pins).unwrap().shards
     }

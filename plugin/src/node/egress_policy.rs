@@ -1,8 +1,8 @@
 //! Egress policies on the node (egressPolicies): what each policy is
 //! (`egress_policies`, its addresses in `masq_pool` slot 1 + i), which policies
-//! select each registered pod (its `PodInfo.egress` mask, evaluated again at every
+//! select each registered pod (its `PodInfo.policies` mask, evaluated again at every
 //! reconcile, so a config change reaches running pods), and the flattened
-//! (mask, destination) -> first policy entries of `egress4`/`egress6` for the
+//! (mask, destination) -> first policy entries of `policy_dst4`/`policy_dst6` for the
 //! masks in use. Written in that order, so a pod's mask never names entries that
 //! are not there yet; stale entries go last. Established pairs keep their address.
 
@@ -14,11 +14,11 @@ use ipnetwork::IpNetwork;
 
 use crate::{
     bpf::{
-        abi::{self, Egress4Data, Egress6Data, EgressHit, EgressPolicyInfo, MasqPool},
+        abi::{self, PolicyDst4Data, PolicyDst6Data, PolicyHit, EgressPolicyInfo, MasqPool},
         loader::Pins,
         maps,
     },
-    config::{self, EgressAction, EgressPolicy, MasqConfig, EGRESS_POLICY_ANNOTATION},
+    config::{self, EgressAction, EgressPolicy, MasqOptions, EGRESS_POLICY_ANNOTATION},
     error::{Context, Error, Result},
     pod,
 };
@@ -62,7 +62,7 @@ fn write_policies(pins: &Pins, policies: &[EgressPolicy]) -> Result<()> {
         let mut info = EgressPolicyInfo { used: 1, ..Default::default() };
         let mut pool = MasqPool::default();
         match &p.action {
-            EgressAction::NoNat => info.flags = abi::EGRESS_F_NO_NAT,
+            EgressAction::NoNat => info.flags = abi::POLICY_F_NO_NAT,
             EgressAction::Masquerade { v4, v6 } => {
                 pool.len4 = v4.len() as u32;
                 pool.len6 = v6.len() as u32;
@@ -80,8 +80,8 @@ fn write_policies(pins: &Pins, policies: &[EgressPolicy]) -> Result<()> {
             o.remove(config::key::POLICY_NAME);
         }
         let spec = spec.to_string();
-        if spec.len() >= abi::EGRESS_SPEC_LEN {
-            log::warn!("egress policy {}: its description is cut to {} bytes in egress_policies", p.name, abi::EGRESS_SPEC_LEN - 1);
+        if spec.len() >= abi::POLICY_SPEC_LEN {
+            log::warn!("egress policy {}: its description is cut to {} bytes in egress_policies", p.name, abi::POLICY_SPEC_LEN - 1);
         }
         copy_cstr(&mut info.spec, &spec);
         // The addresses before the description: a reader that sees a policy sees its addresses.
@@ -98,7 +98,7 @@ fn copy_cstr(dst: &mut [u8], s: &str) {
 }
 
 /// The egress policy mask of a pod who is `namespace/name` with `annotation`.
-pub fn mask_of(conf: &MasqConfig, namespace: &str, name: &str, annotation: Option<&str>) -> Result<u32> {
+pub fn mask_of(conf: &MasqOptions, namespace: &str, name: &str, annotation: Option<&str>) -> Result<u32> {
     let given = |s: &str| if s.is_empty() { None } else { Some(s.to_string()) };
     let (ns, n) = (given(namespace), given(name));
     config::select_policies(&conf.egress_policies, ns.as_deref(), n.as_deref(), annotation)
@@ -113,7 +113,7 @@ fn annotation_of(meta: &abi::PodMeta) -> (String, String, Option<String>) {
 
 /// Bring every registered pod's mask and the egress maps to `conf`. `extra`: the
 /// mask of a pod about to be registered (its entries must be in place first).
-pub fn sync(pins: &Pins, conf: &MasqConfig, extra: Option<u32>) -> Result<()> {
+pub fn sync(pins: &Pins, conf: &MasqOptions, extra: Option<u32>) -> Result<()> {
     let policies = &conf.egress_policies;
     write_policies(pins, policies)?;
     let metas = pod::list_meta(pins)?;
@@ -137,47 +137,47 @@ pub fn sync(pins: &Pins, conf: &MasqConfig, extra: Option<u32>) -> Result<()> {
     }
     // Entries for every mask in use first, then the pods' masks, then the stale entries.
     let (want4, want6) = entries(policies, &masks);
-    let mut e4: LpmTrie<MapData, Egress4Data, EgressHit> = maps::open(pins, abi::MAP_EGRESS4)?;
-    let mut e6: LpmTrie<MapData, Egress6Data, EgressHit> = maps::open(pins, abi::MAP_EGRESS6)?;
+    let mut e4: LpmTrie<MapData, PolicyDst4Data, PolicyHit> = maps::open(pins, abi::MAP_POLICY_DST4)?;
+    let mut e6: LpmTrie<MapData, PolicyDst6Data, PolicyHit> = maps::open(pins, abi::MAP_POLICY_DST6)?;
     for ((set, addr, plen), hit) in &want4 {
-        e4.insert(&Key::new(32 + plen, Egress4Data { set: *set, daddr: *addr }), *hit, 0)
-            .bpf_ctx("write egress4 (more than EGRESS_ENTRIES_MAX destinations?)")?;
+        e4.insert(&Key::new(32 + plen, PolicyDst4Data { set: *set, daddr: *addr }), *hit, 0)
+            .bpf_ctx("write policy_dst4 (more than POLICY_DSTS_MAX destinations?)")?;
     }
     for ((set, addr, plen), hit) in &want6 {
-        e6.insert(&Key::new(32 + plen, Egress6Data { set: *set, daddr: *addr }), *hit, 0)
-            .bpf_ctx("write egress6 (more than EGRESS_ENTRIES_MAX destinations?)")?;
+        e6.insert(&Key::new(32 + plen, PolicyDst6Data { set: *set, daddr: *addr }), *hit, 0)
+            .bpf_ctx("write policy_dst6 (more than POLICY_DSTS_MAX destinations?)")?;
     }
     for (info, mask) in pending {
-        pod::set_egress(pins, &info, mask)?;
+        pod::set_policies(pins, &info, mask)?;
     }
-    let stale4: Vec<Key<Egress4Data>> = e4
+    let stale4: Vec<Key<PolicyDst4Data>> = e4
         .keys()
         .filter_map(|k| k.ok())
         .filter(|k| !want4.contains_key(&(k.data().set, k.data().daddr, k.prefix_len() - 32)))
         .collect();
     for k in stale4 {
-        e4.remove(&k).bpf_ctx("remove from egress4")?;
+        e4.remove(&k).bpf_ctx("remove from policy_dst4")?;
     }
-    let stale6: Vec<Key<Egress6Data>> = e6
+    let stale6: Vec<Key<PolicyDst6Data>> = e6
         .keys()
         .filter_map(|k| k.ok())
         .filter(|k| !want6.contains_key(&(k.data().set, k.data().daddr, k.prefix_len() - 32)))
         .collect();
     for k in stale6 {
-        e6.remove(&k).bpf_ctx("remove from egress6")?;
+        e6.remove(&k).bpf_ctx("remove from policy_dst6")?;
     }
     Ok(())
 }
 
-type Want<const N: usize> = BTreeMap<(u32, [u8; N], u32), EgressHit>;
+type Want<const N: usize> = BTreeMap<(u32, [u8; N], u32), PolicyHit>;
 
-/// The egress4 / egress6 entries of `masks`: (mask, network, prefix) -> policy.
+/// The policy_dst4 / policy_dst6 entries of `masks`: (mask, network, prefix) -> policy.
 fn entries(policies: &[EgressPolicy], masks: &BTreeSet<u32>) -> (Want<4>, Want<16>) {
     let (mut w4, mut w6) = (BTreeMap::new(), BTreeMap::new());
     for &mask in masks {
-        for (net, i) in config::egress_entries(policies, mask) {
-            let flags = if policies[i].action == EgressAction::NoNat { abi::EGRESS_F_NO_NAT } else { 0 };
-            let hit = EgressHit { policy: i as u32, flags };
+        for (net, i) in config::policy_dst_entries(policies, mask) {
+            let flags = if policies[i].action == EgressAction::NoNat { abi::POLICY_F_NO_NAT } else { 0 };
+            let hit = PolicyHit { policy: i as u32, flags };
             match net {
                 IpNetwork::V4(n) => {
                     w4.insert((mask, n.network().octets(), n.prefix() as u32), hit);
@@ -195,7 +195,7 @@ fn entries(policies: &[EgressPolicy], masks: &BTreeSet<u32>) -> (Want<4>, Want<1
 mod tests {
     use super::*;
 
-    fn conf(json: &str) -> MasqConfig {
+    fn conf(json: &str) -> MasqOptions {
         let c = format!(r#"{{"cniVersion":"1.0.0","name":"n","type":"ebpf-masq","egressPolicies":{json}}}"#);
         config::parse_netconf(c.as_bytes()).unwrap().masq
     }
@@ -207,9 +207,9 @@ mod tests {
                 {"name":"b","namespaces":["x"],"destinations":["10.1.0.0/16","2001:db8::/32"],"natOutgoing":false}]"#,
         );
         let (w4, w6) = entries(&c.egress_policies, &[0b11, 0b10].into_iter().collect());
-        assert_eq!(w4[&(0b11, [10, 0, 0, 0], 8)], EgressHit { policy: 0, flags: 0 });
-        assert_eq!(w4[&(0b11, [10, 1, 0, 0], 16)], EgressHit { policy: 0, flags: 0 }, "inside a: a wins");
-        assert_eq!(w4[&(0b10, [10, 1, 0, 0], 16)], EgressHit { policy: 1, flags: abi::EGRESS_F_NO_NAT });
+        assert_eq!(w4[&(0b11, [10, 0, 0, 0], 8)], PolicyHit { policy: 0, flags: 0 });
+        assert_eq!(w4[&(0b11, [10, 1, 0, 0], 16)], PolicyHit { policy: 0, flags: 0 }, "inside a: a wins");
+        assert_eq!(w4[&(0b10, [10, 1, 0, 0], 16)], PolicyHit { policy: 1, flags: abi::POLICY_F_NO_NAT });
         assert!(!w4.contains_key(&(0b10, [10, 0, 0, 0], 8)));
         assert_eq!(w6.len(), 2, "b's IPv6 destination under both masks: {w6:?}");
     }

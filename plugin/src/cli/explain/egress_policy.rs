@@ -1,6 +1,6 @@
 //! Egress policies in the decision: `egress_policy_v4`/`egress_policy_v6` of
-//! bpf/lib/policy.h step by step (one LPM lookup of (the pod's mask, destination)
-//! in egress4/egress6, then the policy's masq_pool slot 1 + i paired by the
+//! bpf/lib/decide.h step by step (one LPM lookup of (the pod's mask, destination)
+//! in policy_dst4/policy_dst6, then the policy's masq_pool slot 1 + i paired by the
 //! source), and why each other policy did not match. Reads only through `Lookups`.
 
 use std::net::IpAddr;
@@ -49,7 +49,7 @@ pub enum Outcome {
     Address(IpAddr),
 }
 
-pub struct EgressStep {
+pub struct PolicyStep {
     pub outcome: Outcome,
     pub policy: Option<PolicyRef>,
     pub policies: Vec<PolicyReason>,
@@ -64,7 +64,7 @@ fn selector_of(d: &PolicyDesc) -> String {
     s
 }
 
-/// The pod's egress policies for `src` -> `dst` (`mask` = its `PodInfo.egress`).
+/// The pod's egress policies for `src` -> `dst` (`mask` = its `PodInfo.policies`).
 /// None when the node has no egress policy and the pod none: the decision is
 /// what it was before policies.
 pub fn egress_policy<L: Lookups>(
@@ -73,7 +73,7 @@ pub fn egress_policy<L: Lookups>(
     dst: IpAddr,
     mask: u32,
     pod: Option<&PodDesc>,
-) -> Result<Option<EgressStep>> {
+) -> Result<Option<PolicyStep>> {
     let descs = l.egress_policies()?;
     if mask == 0 && descs.is_empty() {
         return Ok(None);
@@ -81,7 +81,7 @@ pub fn egress_policy<L: Lookups>(
     let name_of = |i: u32| descs.iter().find(|d| d.index == i).map(|d| d.name.clone()).unwrap_or_else(|| format!("#{i}"));
     let mine: Vec<String> =
         (0..abi::EGRESS_POLICIES_MAX).filter(|i| mask & (1 << i) != 0).map(|i| format!("\"{}\"", name_of(i))).collect();
-    let (map, fam) = if dst.is_ipv6() { ("egress6", "IPv6") } else { ("egress4", "IPv4") };
+    let (map, fam) = if dst.is_ipv6() { ("policy_dst6", "IPv6") } else { ("policy_dst4", "IPv4") };
     let mut steps = Vec::new();
 
     // egress_policy_v4/v6 runs only for a pod with a mask (pod->egress).
@@ -89,7 +89,7 @@ pub fn egress_policy<L: Lookups>(
         steps.push("no egress policy selects this pod (its policy mask is 0): the network's address".to_string());
         None
     } else {
-        match l.egress(mask, dst)? {
+        match l.policy_dst(mask, dst)? {
             Some(h) if h.policy < abi::EGRESS_POLICIES_MAX => Some(h),
             // The data plane ignores an entry naming no valid policy.
             _ => {
@@ -133,15 +133,15 @@ pub fn egress_policy<L: Lookups>(
     }
 
     let Some(h) = hit else {
-        return Ok(Some(EgressStep { outcome: Outcome::Network, policy: None, policies, steps }));
+        return Ok(Some(PolicyStep { outcome: Outcome::Network, policy: None, policies, steps }));
     };
     let name = name_of(h.policy);
-    let no_nat = h.flags & abi::EGRESS_F_NO_NAT != 0;
+    let no_nat = h.flags & abi::POLICY_F_NO_NAT != 0;
     let mut policy = PolicyRef { name: name.clone(), index: h.policy, action: if no_nat { "no_nat" } else { "masquerade" }, address: None };
     let what = format!("{map} (mask {mask:#x} = policies {}, destination {dst}): egress policy \"{name}\"", mine.join(", "));
     if no_nat {
         steps.push(format!("{what} (natOutgoing: false)"));
-        return Ok(Some(EgressStep { outcome: Outcome::NoNat, policy: Some(policy), policies, steps }));
+        return Ok(Some(PolicyStep { outcome: Outcome::NoNat, policy: Some(policy), policies, steps }));
     }
     // masq_pool slot 1 + i: the policy's addresses; one is enough, two or more are paired.
     let pool = l.pool_slot(h.policy + 1)?;
@@ -157,7 +157,7 @@ pub fn egress_policy<L: Lookups>(
             })
             .unwrap_or_default();
         steps.push(format!("{what}, which has no {fam} address{given} (masq_pool slot {}): the network's address stays", h.policy + 1));
-        return Ok(Some(EgressStep { outcome: Outcome::Network, policy: Some(policy), policies, steps }));
+        return Ok(Some(PolicyStep { outcome: Outcome::Network, policy: Some(policy), policies, steps }));
     };
     if len > 1 {
         steps.push(format!("{what}: a pool of {len}, source {src} is paired with {addr} (RFC 4787 REQ-2)"));
@@ -165,5 +165,5 @@ pub fn egress_policy<L: Lookups>(
         steps.push(format!("{what}: its address {addr}"));
     }
     policy.address = Some(addr.to_string());
-    Ok(Some(EgressStep { outcome: Outcome::Address(addr), policy: Some(policy), policies, steps }))
+    Ok(Some(PolicyStep { outcome: Outcome::Address(addr), policy: Some(policy), policies, steps }))
 }

@@ -1,4 +1,4 @@
-//! What the config writes into the node-wide maps: masq_config, masq_pool, the
+//! What the config writes into the node-wide maps: node_config, masq_pool, the
 //! exclusions, the service CIDRs and the masquerade rules.
 
 use std::{
@@ -19,7 +19,7 @@ use crate::{
         loader::Pins,
         maps,
     },
-    config::MasqConfig,
+    config::MasqOptions,
     error::{Context, Result},
 };
 
@@ -32,7 +32,7 @@ pub fn filter_bits(f: crate::config::NatFiltering) -> u32 {
     }
 }
 
-pub(super) fn write_config(pins: &Pins, conf: &MasqConfig) -> Result<()> {
+pub(super) fn write_config(pins: &Pins, conf: &MasqOptions) -> Result<()> {
     let mut cfg: Array<MapData, NodeConfig> = maps::open(pins, abi::MAP_CONFIG)?;
     // The shard seed and count are the loader's (built into the programs): kept.
     let old = cfg.get(&0, 0).ok();
@@ -56,11 +56,11 @@ pub(super) fn write_config(pins: &Pins, conf: &MasqConfig) -> Result<()> {
         skip_max: conf.node_port_range.map_or(0, |r| r.1),
         udp_one_shot_timeout_s: conf.nat_timeouts.udp_one_shot,
     };
-    cfg.set(0, v, 0).bpf_ctx("write masq_config")
+    cfg.set(0, v, 0).bpf_ctx("write node_config")
 }
 
 /// masqueradeAddress's pool (masq_pool), written before the uplinks that use it.
-pub(super) fn write_pool(pins: &Pins, conf: &MasqConfig) -> Result<()> {
+pub(super) fn write_pool(pins: &Pins, conf: &MasqOptions) -> Result<()> {
     let mut m: Array<MapData, abi::MasqPool> = maps::open(pins, abi::MAP_MASQ_POOL)?;
     let mut p = abi::MasqPool {
         len4: conf.masquerade_pool_v4.len() as u32,
@@ -78,7 +78,7 @@ pub(super) fn write_pool(pins: &Pins, conf: &MasqConfig) -> Result<()> {
 
 /// Desired exclusions, in the order that decides the reported reason when the
 /// same CIDR is listed twice: native routing first.
-pub fn desired_exclusions(conf: &MasqConfig) -> Vec<(IpNetwork, ExclInfo)> {
+pub fn desired_exclusions(conf: &MasqOptions) -> Vec<(IpNetwork, ExclInfo)> {
     let mut out: Vec<(IpNetwork, ExclInfo)> = Vec::new();
     let mut push = |n: IpNetwork, reason: u32, index: u32| {
         if !out.iter().any(|(m, _)| *m == n) {
@@ -109,7 +109,7 @@ pub fn desired_exclusions(conf: &MasqConfig) -> Vec<(IpNetwork, ExclInfo)> {
     out
 }
 
-pub(super) fn reconcile_exclusions(pins: &Pins, conf: &MasqConfig) -> Result<()> {
+pub(super) fn reconcile_exclusions(pins: &Pins, conf: &MasqOptions) -> Result<()> {
     let desired = desired_exclusions(conf);
     let mut v4: LpmTrie<MapData, [u8; 4], ExclInfo> = maps::open(pins, abi::MAP_EXCL4)?;
     let mut v6: LpmTrie<MapData, [u8; 16], ExclInfo> = maps::open(pins, abi::MAP_EXCL6)?;
@@ -134,7 +134,7 @@ pub(super) fn reconcile_exclusions(pins: &Pins, conf: &MasqConfig) -> Result<()>
 /// serviceCIDRs -> svc4/svc6 (value: index in the list): destinations the fast
 /// path leaves to the stack, so netfilter (kube-proxy) can DNAT them. Written
 /// whether or not fastPath is on, so turning it on needs nothing else.
-pub(super) fn reconcile_services(pins: &Pins, conf: &MasqConfig) -> Result<()> {
+pub(super) fn reconcile_services(pins: &Pins, conf: &MasqOptions) -> Result<()> {
     let mut want4: BTreeMap<(u32, [u8; 4]), u32> = BTreeMap::new();
     let mut want6: BTreeMap<(u32, [u8; 16]), u32> = BTreeMap::new();
     for (i, n) in conf.service_cidrs.iter().enumerate() {
@@ -172,7 +172,7 @@ fn sync_lpm<K: aya::Pod + Ord + Copy, V: aya::Pod + PartialEq>(
     Ok(())
 }
 
-pub(super) fn reconcile_rules(pins: &Pins, conf: &MasqConfig, uplinks: &[Uplink]) -> Result<()> {
+pub(super) fn reconcile_rules(pins: &Pins, conf: &MasqOptions, uplinks: &[Uplink]) -> Result<()> {
     let ifindex_of: StdHashMap<&str, u32> = uplinks.iter().map(|u| (u.name.as_str(), u.ifindex)).collect();
     let mut rules4 = BTreeMap::new();
     let mut except4 = BTreeMap::new();
@@ -231,7 +231,7 @@ mod tests {
 
     #[test]
     fn exclusions_dedupe_and_link_local() {
-        let mut c = MasqConfig {
+        let mut c = MasqOptions {
             native_routing_cidrs: vec!["10.0.0.0/8".parse().unwrap()],
             non_masquerade_cidrs: vec!["10.0.0.0/8".parse().unwrap(), "192.168.0.0/16".parse().unwrap()],
             ..Default::default()
@@ -248,7 +248,7 @@ mod tests {
     #[test]
     fn ip_masq_agent_cidrs_are_unioned_and_marked() {
         let file = crate::config::parse_ip_masq_agent(b"nonMasqueradeCIDRs: [192.168.0.0/16, 198.51.100.0/24]", false);
-        let c = MasqConfig {
+        let c = MasqOptions {
             non_masquerade_cidrs: vec!["192.168.0.0/16".parse().unwrap()],
             masq_link_local: true, // the file's false wins
             ip_masq_agent: Some(crate::config::IpMasqAgent::from_file("/f".into(), false, &file.unwrap())),

@@ -9,7 +9,7 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use ebpf_masq::bpf::abi::{counter, EGRESS_F_NO_NAT, EXCL_NATIVE_ROUTING};
+use ebpf_masq::bpf::abi::{counter, POLICY_F_NO_NAT, EXCL_NATIVE_ROUTING};
 use crate::support::{harness::*, node::*, packet::*, packet6::*};
 
 const PARTNER_ADDR: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 50);
@@ -45,13 +45,13 @@ fn a_policy_picks_the_address_towards_its_destinations_only() {
     let by_policy: Vec<u8> = fwd.iter().filter(|(k, _)| k.daddr == PARTNER.octets()).map(|(_, e)| e.policy).collect();
     assert_eq!(by_policy, vec![1, 1]);
     assert!(fwd.iter().filter(|(k, _)| k.daddr == ELSEWHERE.octets()).all(|(_, e)| e.policy == 0));
-    let s = dp.egress_stats(0);
+    let s = dp.policy_stats(0);
     assert_eq!((s.flows, s.packets, s.unmasqueraded), (2, 2, 0), "{s:?}");
     assert!(s.bytes > 0);
     // Another packet of an established flow: counted, same address.
     assert_eq!(src_of(&dp, &udp(POD, PARTNER, 40000, 53)), PARTNER_ADDR);
-    assert_eq!(dp.egress_stats(0).packets, 3);
-    assert_eq!(dp.egress_stats(0).flows, 2);
+    assert_eq!(dp.policy_stats(0).packets, 3);
+    assert_eq!(dp.policy_stats(0).flows, 2);
     dp.assert_pairs_complete();
 }
 
@@ -95,12 +95,12 @@ fn the_first_policy_holding_a_destination_wins() {
 fn a_nat_outgoing_false_policy_leaves_the_pod_address() {
     let dp = Dataplane::new();
     dp.add_uplink(LO, MASQ);
-    dp.add_egress(0b100, Ipv4Addr::new(198, 51, 100, 0), 24, 2, EGRESS_F_NO_NAT);
+    dp.add_egress(0b100, Ipv4Addr::new(198, 51, 100, 0), 24, 2, POLICY_F_NO_NAT);
     dp.add_pod_with_policies(POD, 7, 0b100);
     let out = dp.egress(&tcp(POD, PARTNER, 40000, 3306, SYN)).passed();
     assert_eq!(summary(&out).src, POD, "opted out: the partner sees the pod");
     assert!(dp.fwd().is_empty(), "no pair for an untouched flow");
-    assert_eq!(dp.egress_stats(2).unmasqueraded, 1);
+    assert_eq!(dp.policy_stats(2).unmasqueraded, 1);
     // Elsewhere the network's masquerade holds.
     assert_eq!(src_of(&dp, &udp(POD, ELSEWHERE, 40000, 53)), MASQ);
 }
@@ -113,7 +113,7 @@ fn exclusions_still_win_over_a_policy() {
     let out = dp.egress(&udp(POD, PARTNER, 40000, 53)).passed();
     assert_eq!(summary(&out).src, POD, "nativeRoutingCIDR: never masqueraded");
     assert_eq!(dp.counter(counter::SKIP_EXCLUDED), before + 1);
-    assert_eq!(dp.egress_stats(0).flows, 0);
+    assert_eq!(dp.policy_stats(0).flows, 0);
     // Outside the exclusion but inside the policy: the policy's address.
     assert_eq!(src_of(&dp, &udp(POD, Ipv4Addr::new(198, 51, 100, 200), 40000, 53)), PARTNER_ADDR);
 }
@@ -184,5 +184,5 @@ fn ipv6_policies_pick_their_address_per_destination() {
     assert_eq!((summary6(&back).dst, summary6(&back).dport), (POD6, 40000));
     let out = dp.egress(&udp6(POD6, ELSEWHERE6, 40000, 53)).passed();
     assert_eq!(summary6(&out).src, MASQ6);
-    assert_eq!(dp.egress_stats(0).flows, 1);
+    assert_eq!(dp.policy_stats(0).flows, 1);
 }

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * The decision (policy.h), written once for both address families: policy.h
+ * The decision (decide.h), written once for both address families: decide.h
  * includes this file twice, with the family's types, maps and fields bound to
  * these names, as nat/nat.h instantiates the NAT engine:
  *
- *   POLICY_FN(x)       x##_v4 / x##_v6
+ *   DECIDE_FN(x)       x##_v4 / x##_v6
  *   ADDR_T             __be32 / struct in6_addr (an address the decision writes)
  *   ADDR_ARG_T         __be32 / const struct in6_addr * (an address it is given)
  *   ADDR_OF(a)         the ADDR_T an ADDR_ARG_T gives: (a) / *(a)
@@ -13,7 +13,7 @@
  *   ADDR_BITS          32 / 128: the address's prefix length in LPM keys
  *   DEC_T              struct masq_decision4 / 6
  *   RULE_KEY_T RULE_T EXCEPT_KEY_T EXCL_KEY_T EGRESS_KEY_T   the family's key and value types
- *   MAP_RULES MAP_RULE_EXCEPT MAP_PODS MAP_EXCL MAP_EGRESS   rules4, rule_except4, pods4, excl4, egress4 / *6
+ *   MAP_RULES MAP_RULE_EXCEPT MAP_PODS MAP_EXCL MAP_EGRESS   rules4, rule_except4, pods4, excl4, policy_dst4 / *6
  *   EXCL_KEY_INIT(a) EXCL_KEY_FILL(k, a)   the exclusion key of destination @a: IPv4's is
  *                      whole from the start, IPv6's address copied in only once needed
  *                      (each as the separate functions were; the other way costs code)
@@ -36,7 +36,7 @@
  * pods that IPAM numbers in sequence go round the pool. False: none to use.
  */
 /* masq_addr_v4, masq_addr_v6 */
-static __always_inline bool POLICY_FN(masq_addr)(const struct uplink_info *up, ADDR_ARG_T saddr, ADDR_T *out)
+static __always_inline bool DECIDE_FN(masq_addr)(const struct uplink_info *up, ADDR_ARG_T saddr, ADDR_T *out)
 {
 	const struct masq_pool *pool;
 	__u32 zero = 0;
@@ -61,20 +61,20 @@ static __always_inline bool POLICY_FN(masq_addr)(const struct uplink_info *up, A
  * within its pool as the network's pool pairs); else the network's stays.
  */
 /* egress_policy_v4, egress_policy_v6 */
-static __always_inline bool POLICY_FN(egress_policy)(__u32 set, ADDR_ARG_T saddr, ADDR_ARG_T daddr,
+static __always_inline bool DECIDE_FN(egress_policy)(__u32 set, ADDR_ARG_T saddr, ADDR_ARG_T daddr,
 						     DEC_T *d, bool count)
 {
 	EGRESS_KEY_T k = { .prefixlen = 32 + ADDR_BITS, .set = set, .daddr = ADDR_OF(daddr) };
-	const struct egress_hit *h = bpf_map_lookup_elem(&MAP_EGRESS, &k);
+	const struct policy_hit *h = bpf_map_lookup_elem(&MAP_EGRESS, &k);
 	const struct masq_pool *pool;
-	struct egress_stats *s;
+	struct policy_stats *s;
 	__u32 slot;
 
 	if (!h || h->policy >= EGRESS_POLICIES_MAX)
 		return true;
 	slot = h->policy + 1;
-	if (h->flags & EGRESS_F_NO_NAT) {
-		if (count && (s = egress_stats_of(slot)))
+	if (h->flags & POLICY_F_NO_NAT) {
+		if (count && (s = policy_stats_of(slot)))
 			s->unmasqueraded++;
 		return false;
 	}
@@ -87,7 +87,7 @@ static __always_inline bool POLICY_FN(egress_policy)(__u32 set, ADDR_ARG_T saddr
 }
 
 /* rule_excepts_v4, rule_excepts_v6 */
-static __always_inline bool POLICY_FN(rule_excepts)(__u32 rule_id, ADDR_ARG_T daddr)
+static __always_inline bool DECIDE_FN(rule_excepts)(__u32 rule_id, ADDR_ARG_T daddr)
 {
 	EXCEPT_KEY_T k = {
 		.prefixlen = 32 + ADDR_BITS,
@@ -103,7 +103,7 @@ static __always_inline bool POLICY_FN(rule_excepts)(__u32 rule_id, ADDR_ARG_T da
  * falls back, the uplink program decides (and counts) the same packet again.
  */
 /* masq_decide_v4, masq_decide_v6 */
-static __always_inline void POLICY_FN(masq_decide)(__u32 ifindex, const struct uplink_info *up,
+static __always_inline void DECIDE_FN(masq_decide)(__u32 ifindex, const struct uplink_info *up,
 						   ADDR_ARG_T saddr, ADDR_ARG_T daddr, DEC_T *d, bool count)
 {
 	RULE_KEY_T rk = {
@@ -119,10 +119,10 @@ static __always_inline void POLICY_FN(masq_decide)(__u32 ifindex, const struct u
 	d->policy = 0;
 
 	rule = bpf_map_lookup_elem(&MAP_RULES, &rk);
-	if (rule && !POLICY_FN(rule_excepts)(rule->id, daddr)) {
+	if (rule && !DECIDE_FN(rule_excepts)(rule->id, daddr)) {
 		if (rule->flags & RULE_F_TO_ADDRESS)
 			d->nat_addr = rule->RULE_TO;
-		else if (!POLICY_FN(masq_addr)(up, saddr, &d->nat_addr))
+		else if (!DECIDE_FN(masq_addr)(up, saddr, &d->nat_addr))
 			return;
 		d->verdict = VERDICT_RULE;
 		d->rule_id = rule->id;
@@ -144,9 +144,9 @@ static __always_inline void POLICY_FN(masq_decide)(__u32 ifindex, const struct u
 			count_add(CNT_SKIP_EXCLUDED, 1);
 		return;
 	}
-	if (!POLICY_FN(masq_addr)(up, saddr, &d->nat_addr))
+	if (!DECIDE_FN(masq_addr)(up, saddr, &d->nat_addr))
 		return;
-	if (pod->egress && !POLICY_FN(egress_policy)(pod->egress, saddr, daddr, d, count))
+	if (pod->policies && !DECIDE_FN(egress_policy)(pod->policies, saddr, daddr, d, count))
 		return;
 	d->verdict = VERDICT_POD;
 	d->filter = pod->flags & NAT_FILTER_MASK;
@@ -154,7 +154,7 @@ static __always_inline void POLICY_FN(masq_decide)(__u32 ifindex, const struct u
 }
 
 /* The template releases its parameters, so it can be instantiated again. */
-#undef POLICY_FN
+#undef DECIDE_FN
 #undef ADDR_T
 #undef ADDR_ARG_T
 #undef ADDR_OF

@@ -12,17 +12,17 @@
  *  2. A registered pod with natOutgoing whose destination is in no exclusion
  *     (nativeRoutingCIDR, nonMasqueradeCIDRs, link-local) -> the uplink address,
  *     or the pod's address of the pool (masq_addr_v4/v6); for a pod egress
- *     policies select (pod_info.egress), the first of them that holds the
+ *     policies select (pod_info.policies), the first of them that holds the
  *     destination decides instead: its address (paired within its pool), or
  *     untouched for a natOutgoing:false policy (egress_policy_v4/v6).
  *  3. Anything else is not ours: untouched.
  *
  * The per-family steps (masq_addr, egress_policy, rule_excepts, masq_decide) are
- * written once in policy_tmpl.h and instantiated at the end of this file with
+ * written once in decide_tmpl.h and instantiated at the end of this file with
  * IPv4's and IPv6's bindings, as the NAT engine is (nat/nat.h).
  */
-#ifndef MASQ_POLICY_H
-#define MASQ_POLICY_H
+#ifndef MASQ_DECIDE_H
+#define MASQ_DECIDE_H
 
 #include "maps.h"
 
@@ -68,19 +68,19 @@ static __always_inline __u32 masq_pool_slot(__u32 low, __u32 len)
 	return i & (MASQ_POOL_MAX - 1);
 }
 
-/* Per-policy accounting (egress_stats); @slot is 1 + the policy's index. */
-static __always_inline struct egress_stats *egress_stats_of(__u32 slot)
+/* Per-policy accounting (policy_stats); @slot is 1 + the policy's index. */
+static __always_inline struct policy_stats *policy_stats_of(__u32 slot)
 {
 	__u32 i = slot - 1;
 
 	if (slot == 0 || i >= EGRESS_POLICIES_MAX)
 		return NULL;
-	return bpf_map_lookup_elem(&egress_stats, &i);
+	return bpf_map_lookup_elem(&policy_stats, &i);
 }
 
-static __always_inline void egress_account(__u32 slot, __u32 len)
+static __always_inline void policy_account(__u32 slot, __u32 len)
 {
-	struct egress_stats *s = egress_stats_of(slot);
+	struct policy_stats *s = policy_stats_of(slot);
 
 	if (s) {
 		s->packets++;
@@ -88,16 +88,16 @@ static __always_inline void egress_account(__u32 slot, __u32 len)
 	}
 }
 
-static __always_inline void egress_flow(__u32 slot)
+static __always_inline void policy_count_flow(__u32 slot)
 {
-	struct egress_stats *s = egress_stats_of(slot);
+	struct policy_stats *s = policy_stats_of(slot);
 
 	if (s)
 		s->flows++;
 }
 
 /* ---- IPv4 ---- */
-#define POLICY_FN(x) x##_v4
+#define DECIDE_FN(x) x##_v4
 #define ADDR_T __be32
 #define ADDR_ARG_T __be32
 #define ADDR_OF(a) (a)
@@ -109,12 +109,12 @@ static __always_inline void egress_flow(__u32 slot)
 #define RULE_T struct rule_info
 #define EXCEPT_KEY_T struct rule_except4_key
 #define EXCL_KEY_T struct lpm4_key
-#define EGRESS_KEY_T struct egress4_key
+#define EGRESS_KEY_T struct policy_dst4_key
 #define MAP_RULES rules4
 #define MAP_RULE_EXCEPT rule_except4
 #define MAP_PODS pods4
 #define MAP_EXCL excl4
-#define MAP_EGRESS egress4
+#define MAP_EGRESS policy_dst4
 #define EXCL_KEY_INIT(a) { .prefixlen = 32, .addr = (a) }
 #define EXCL_KEY_FILL(k, a) do {} while (0)
 #define UPLINK_F_HAS UPLINK_F_HAS_V4
@@ -123,10 +123,10 @@ static __always_inline void egress_flow(__u32 slot)
 #define POOL_LEN len4
 #define POOL_ADDRS v4
 #define RULE_TO to_v4
-#include "policy_tmpl.h"
+#include "decide_tmpl.h"
 
 /* ---- IPv6 ---- */
-#define POLICY_FN(x) x##_v6
+#define DECIDE_FN(x) x##_v6
 #define ADDR_T struct in6_addr
 #define ADDR_ARG_T const struct in6_addr *
 #define ADDR_OF(a) (*(a))
@@ -138,12 +138,12 @@ static __always_inline void egress_flow(__u32 slot)
 #define RULE_T struct rule6_info
 #define EXCEPT_KEY_T struct rule_except6_key
 #define EXCL_KEY_T struct lpm6_key
-#define EGRESS_KEY_T struct egress6_key
+#define EGRESS_KEY_T struct policy_dst6_key
 #define MAP_RULES rules6
 #define MAP_RULE_EXCEPT rule_except6
 #define MAP_PODS pods6
 #define MAP_EXCL excl6
-#define MAP_EGRESS egress6
+#define MAP_EGRESS policy_dst6
 #define EXCL_KEY_INIT(a) { .prefixlen = 128 }
 #define EXCL_KEY_FILL(k, a) __builtin_memcpy((k).addr, (a), sizeof((k).addr))
 #define UPLINK_F_HAS UPLINK_F_HAS_V6
@@ -152,6 +152,6 @@ static __always_inline void egress_flow(__u32 slot)
 #define POOL_LEN len6
 #define POOL_ADDRS v6
 #define RULE_TO to_v6
-#include "policy_tmpl.h"
+#include "decide_tmpl.h"
 
-#endif /* MASQ_POLICY_H */
+#endif /* MASQ_DECIDE_H */

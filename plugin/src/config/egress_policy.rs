@@ -1,7 +1,7 @@
 //! `egressPolicies`: which address (or none) a selected pod's traffic leaves
 //! with, per destination. The parsed types, their parser and writer, the glob
 //! matcher of the selectors, and the reference decision (`first_match`) with
-//! the LPM entries the data plane looks the same decision up in (`egress_entries`).
+//! the LPM entries the data plane looks the same decision up in (`policy_dst_entries`).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -243,7 +243,7 @@ pub fn first_match(policies: &[EgressPolicy], mask: u32, dst: IpAddr) -> Option<
 /// the mask that holds all of it. A longest-prefix lookup then returns first_match (proof: the longest
 /// matching entry p lies inside the winning policy's CIDR c; an earlier policy holding p would hold dst).
 /// Each CIDR appears once, in the order first met.
-pub fn egress_entries(policies: &[EgressPolicy], mask: u32) -> Vec<(IpNetwork, usize)> {
+pub fn policy_dst_entries(policies: &[EgressPolicy], mask: u32) -> Vec<(IpNetwork, usize)> {
     let everything = [
         IpNetwork::V4(Ipv4Network::new(Ipv4Addr::UNSPECIFIED, 0).expect("/0 is a prefix")),
         IpNetwork::V6(Ipv6Network::new(Ipv6Addr::UNSPECIFIED, 0).expect("/0 is a prefix")),

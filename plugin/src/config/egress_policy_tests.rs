@@ -1,6 +1,6 @@
 //! egressPolicies: the glob matcher, the parser's errors, the selection of a
 //! pod's policies (and the annotation's narrowing), first_match against a
-//! longest-prefix lookup over egress_entries, and the round trip.
+//! longest-prefix lookup over policy_dst_entries, and the round trip.
 
 use super::*;
 use crate::error::code;
@@ -249,7 +249,7 @@ fn parses_policies() {
     );
     assert_eq!(got[1], nonat("opt-out", &["batch"], &[]));
     assert!(policies(json!([])).is_empty());
-    assert!(MasqConfig::default().egress_policies.is_empty());
+    assert!(MasqOptions::default().egress_policies.is_empty());
 }
 
 #[test]
@@ -371,7 +371,7 @@ fn random_net(r: &mut Rng) -> IpNetwork {
 }
 
 fn check_lpm_equals_first_match(ps: &[EgressPolicy], mask: u32, dsts: &[IpAddr]) {
-    let entries = egress_entries(ps, mask);
+    let entries = policy_dst_entries(ps, mask);
     let mut seen = Vec::new();
     for (n, i) in &entries {
         assert!(!seen.contains(n), "{n} twice in {entries:?}");
@@ -418,15 +418,15 @@ fn egress_entries_overlapping_cidrs_both_orders() {
 
     // A /8 before a /16: the /8's policy holds all of the /16, so it wins everywhere in it.
     let ps = vec![nonat("wide", &["*"], &["10.0.0.0/8"]), nonat("narrow", &["*"], &["10.1.0.0/16"])];
-    assert_eq!(egress_entries(&ps, 0b11), vec![(cidr("10.0.0.0/8"), 0), (cidr("10.1.0.0/16"), 0)]);
+    assert_eq!(policy_dst_entries(&ps, 0b11), vec![(cidr("10.0.0.0/8"), 0), (cidr("10.1.0.0/16"), 0)]);
     assert_eq!(first_match(&ps, 0b11, in16), Some(0));
     assert_eq!(first_match(&ps, 0b10, in16), Some(1));
-    assert_eq!(egress_entries(&ps, 0b10), vec![(cidr("10.1.0.0/16"), 1)]);
+    assert_eq!(policy_dst_entries(&ps, 0b10), vec![(cidr("10.1.0.0/16"), 1)]);
     check_lpm_equals_first_match(&ps, 0b11, &[in16, in8, out, v6]);
 
     // A /16 before a /8: the /16 wins inside it, the /8 elsewhere.
     let ps = vec![nonat("narrow", &["*"], &["10.1.0.0/16"]), nonat("wide", &["*"], &["10.0.0.0/8"])];
-    assert_eq!(egress_entries(&ps, 0b11), vec![(cidr("10.1.0.0/16"), 0), (cidr("10.0.0.0/8"), 1)]);
+    assert_eq!(policy_dst_entries(&ps, 0b11), vec![(cidr("10.1.0.0/16"), 0), (cidr("10.0.0.0/8"), 1)]);
     assert_eq!(first_match(&ps, 0b11, in16), Some(0));
     assert_eq!(first_match(&ps, 0b11, in8), Some(1));
     assert_eq!(first_match(&ps, 0b11, out), None);
@@ -434,7 +434,7 @@ fn egress_entries_overlapping_cidrs_both_orders() {
 
     // A policy without destinations holds both families; one after it only narrower entries it already labels.
     let ps = vec![nonat("v6-only", &["*"], &["2001:db8::/32"]), nonat("all", &["*"], &[]), nonat("late", &["*"], &["10.0.0.0/8"])];
-    let e = egress_entries(&ps, 0b111);
+    let e = policy_dst_entries(&ps, 0b111);
     assert_eq!(e, vec![(cidr("2001:db8::/32"), 0), (cidr("0.0.0.0/0"), 1), (cidr("::/0"), 1), (cidr("10.0.0.0/8"), 1)]);
     assert_eq!(first_match(&ps, 0b111, v6), Some(0));
     assert_eq!(first_match(&ps, 0b111, "2001:db9::1".parse().unwrap()), Some(1));
@@ -444,8 +444,8 @@ fn egress_entries_overlapping_cidrs_both_orders() {
 
     // The same CIDR in two policies: one entry, the first's.
     let ps = vec![nonat("a", &["*"], &["10.0.0.0/8"]), nonat("b", &["*"], &["10.0.0.0/8", "fd00::/8"])];
-    assert_eq!(egress_entries(&ps, 0b11), vec![(cidr("10.0.0.0/8"), 0), (cidr("fd00::/8"), 1)]);
-    assert_eq!(egress_entries(&ps, 0), vec![]);
+    assert_eq!(policy_dst_entries(&ps, 0b11), vec![(cidr("10.0.0.0/8"), 0), (cidr("fd00::/8"), 1)]);
+    assert_eq!(policy_dst_entries(&ps, 0), vec![]);
     assert_eq!(first_match(&ps, 0, in8), None);
 }
 
@@ -461,11 +461,11 @@ fn masq_to_json_round_trip_with_policies() {
         action: EgressAction::Masquerade { v4: vec![], v6: vec!["2001:db8::20".parse().unwrap()] },
         ..nonat("v6-only", &["*"], &[])
     };
-    let m = MasqConfig {
+    let m = MasqOptions {
         egress_policies: vec![web, nonat("opt-out", &["batch-*"], &["10.0.0.0/8"]), v6_only],
         masquerade_address_v4: Some(Ipv4Addr::new(198, 51, 100, 1)),
         masquerade_pool_v4: vec![Ipv4Addr::new(198, 51, 100, 1)],
-        ..MasqConfig::default()
+        ..MasqOptions::default()
     };
     let mut v = masq_to_json(&m);
     assert_eq!(v["egressPolicies"][1], json!({"name": "opt-out", "namespaces": ["batch-*"], "destinations": ["10.0.0.0/8"], "natOutgoing": false}));
@@ -473,5 +473,5 @@ fn masq_to_json_round_trip_with_policies() {
     v["name"] = json!("n");
     let back = parse_netconf(&serde_json::to_vec(&v).expect("ser")).expect("round trip parses");
     assert_eq!(back.masq, m, "{v}");
-    assert!(masq_to_json(&MasqConfig::default()).get("egressPolicies").is_none());
+    assert!(masq_to_json(&MasqOptions::default()).get("egressPolicies").is_none());
 }
