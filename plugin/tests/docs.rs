@@ -56,7 +56,7 @@ use std::path::{Path, PathBuf};
 
 use ebpf_masq::bpf::abi::LAYOUT_VERSION;
 use ebpf_masq::config::{
-    self, CAP_PORT_MAPPINGS, IP_MASQ_AGENT_ENTRY_KEYS, IP_MASQ_AGENT_KEYS, MASQ_KEYS, POLICY_KEYS, RULE_KEYS,
+    self, CAP_PORT_MAPPINGS, IP_MASQ_AGENT_ENTRY_KEYS, IP_MASQ_AGENT_KEYS, MASQ_KEYS, NATLOG_KEYS, POLICY_KEYS, RULE_KEYS,
     STANDARD_KEYS, TIMEOUT_KEYS,
 };
 
@@ -88,7 +88,7 @@ const FOREIGN: &[(&str, &str)] = &[
 
 /// Every key of every table the parser checks a key against.
 fn known_keys() -> BTreeSet<&'static str> {
-    [STANDARD_KEYS, MASQ_KEYS, TIMEOUT_KEYS, RULE_KEYS, POLICY_KEYS, IP_MASQ_AGENT_ENTRY_KEYS, IP_MASQ_AGENT_KEYS]
+    [STANDARD_KEYS, MASQ_KEYS, TIMEOUT_KEYS, RULE_KEYS, POLICY_KEYS, IP_MASQ_AGENT_ENTRY_KEYS, IP_MASQ_AGENT_KEYS, NATLOG_KEYS]
         .concat()
         .into_iter()
         .chain([CAP_PORT_MAPPINGS])
@@ -502,7 +502,7 @@ fn check_config_table(readme: &Doc) -> Vec<String> {
     for k in in_table.iter().filter(|k| !MASQ_KEYS.contains(&k.as_str())) {
         bad.push(format!("README.md: the config table names {k}, which is not one of our keys"));
     }
-    for k in [TIMEOUT_KEYS, RULE_KEYS, POLICY_KEYS, IP_MASQ_AGENT_ENTRY_KEYS].concat() {
+    for k in [TIMEOUT_KEYS, RULE_KEYS, POLICY_KEYS, IP_MASQ_AGENT_ENTRY_KEYS, NATLOG_KEYS].concat() {
         if !readme.text.contains(&format!("`{k}`")) && !readme.text.contains(&format!("\"{k}\"")) {
             bad.push(format!("README.md: the nested key {k} is not named (`{k}` or \"{k}\")"));
         }

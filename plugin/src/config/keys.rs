@@ -28,6 +28,12 @@ pub mod key {
     pub const EGRESS_POLICIES: &str = "egressPolicies";
     pub const IP_MASQ_AGENT: &str = "ipMasqAgent";
     pub const POD_PORT_LIMIT: &str = "podPortLimit";
+    pub const NAT_LOG: &str = "natLog";
+
+    pub const NATLOG_IPFIX: &str = "ipfix";
+    pub const NATLOG_FILE: &str = "file";
+    pub const NATLOG_MAX_FILE_MB: &str = "maxFileMB";
+    pub const NATLOG_DOMAIN: &str = "observationDomain";
 
     pub const TIMEOUT_TCP: &str = "tcp";
     pub const TIMEOUT_TCP_CLOSING: &str = "tcpClosing";
@@ -90,7 +96,11 @@ pub const MASQ_KEYS: &[&str] = &[
     key::EGRESS_POLICIES,
     key::IP_MASQ_AGENT,
     key::POD_PORT_LIMIT,
+    key::NAT_LOG,
 ];
+
+/// The keys of `natLog`.
+pub const NATLOG_KEYS: &[&str] = &[key::NATLOG_IPFIX, key::NATLOG_FILE, key::NATLOG_MAX_FILE_MB, key::NATLOG_DOMAIN];
 
 /// The keys of `natTimeouts`.
 pub const TIMEOUT_KEYS: &[&str] = &[

@@ -12,6 +12,7 @@ use super::diag::{expect_bool, expect_str, key_display, quote, unknown_key_error
 use super::egress_policy::{egress_policies_to_json, parse_egress_policies};
 use super::ipmasq::{ip_masq_agent_to_json, parse_ip_masq_agent_entry};
 use super::keys::{key, RULE_KEYS};
+use super::natlog::{nat_log_to_json, parse_nat_log};
 use super::port_limit::parse_pod_port_limit;
 use super::values::{
     parse_abs_path, parse_cidr, parse_cidr_list, parse_cidr_value, parse_ifname, parse_log_level,
@@ -245,6 +246,9 @@ pub(super) fn parse_masq(obj: &Map<String, Value>) -> Result<MasqOptions> {
     if let Some(v) = obj.get(key::POD_PORT_LIMIT) {
         m.pod_port_limit = Some(parse_pod_port_limit(key::POD_PORT_LIMIT, v)?);
     }
+    if let Some(v) = obj.get(key::NAT_LOG) {
+        m.nat_log = Some(parse_nat_log(key::NAT_LOG, v)?);
+    }
     Ok(m)
 }
 
@@ -400,6 +404,9 @@ pub fn masq_to_json(m: &MasqOptions) -> Value {
     }
     if let Some(n) = m.pod_port_limit {
         o.insert(key::POD_PORT_LIMIT.into(), Value::from(n));
+    }
+    if let Some(c) = &m.nat_log {
+        o.insert(key::NAT_LOG.into(), nat_log_to_json(c));
     }
     Value::Object(o)
 }

@@ -28,6 +28,7 @@ mod ipmasq;
 mod json;
 mod keys;
 mod masq;
+mod natlog;
 mod netconf;
 mod port_limit;
 mod values;
@@ -51,8 +52,9 @@ pub use ipmasq::{
     IP_MASQ_AGENT_DEFAULT_CIDRS, IP_MASQ_AGENT_DEFAULT_PATH, IP_MASQ_AGENT_ENTRY_KEYS, IP_MASQ_AGENT_KEYS,
     IP_MASQ_AGENT_RESERVED_CIDRS,
 };
-pub use keys::{key, MASQ_KEYS, POLICY_KEYS, RULE_KEYS, STANDARD_KEYS, TIMEOUT_KEYS};
+pub use keys::{key, MASQ_KEYS, NATLOG_KEYS, POLICY_KEYS, RULE_KEYS, STANDARD_KEYS, TIMEOUT_KEYS};
 pub use masq::masq_to_json;
+pub use natlog::{NatLogConf, NATLOG_FILE_MAX_MB_DEFAULT};
 pub use netconf::{parse_conf_file, parse_netconf, pod_identity};
 pub use port_limit::{effective_port_limit, PORT_LIMIT_ANNOTATION};
 pub use values::check_ifname;
@@ -194,6 +196,8 @@ pub struct MasqOptions {
     /// on one node address (RFC 6888 REQ-4); None: no limit. A pod's annotation
     /// PORT_LIMIT_ANNOTATION may lower it (`effective_port_limit`).
     pub pod_port_limit: Option<u16>,
+    /// "natLog": where the NAT session log goes; None: no log.
+    pub nat_log: Option<NatLogConf>,
 }
 
 impl MasqOptions {
@@ -307,6 +311,7 @@ impl Default for MasqOptions {
             egress_policies: Vec::new(),
             ip_masq_agent: None,
             pod_port_limit: None,
+            nat_log: None,
         }
     }
 }

@@ -779,6 +779,12 @@ fn masq_to_json_round_trip() {
             masq_link_local_ipv6: true,
         }),
         pod_port_limit: Some(200),
+        nat_log: Some(crate::config::NatLogConf {
+            ipfix: Some("collector.example:4739".into()),
+            file: Some(PathBuf::from("/var/log/ebpf-masq/natlog.json")),
+            file_max_mb: 10,
+            domain: 3,
+        }),
     };
     let only_v6 = MasqOptions {
         masquerade_address_v6: "2001:db8::2".parse().ok(),
