@@ -92,7 +92,10 @@ static __always_inline __u32 event_reserve(__u32 on, __u8 kind, struct masq_even
 
 /*
  * event_send - submit @e (from event_reserve, filled), and a copy of it into
- * events_live when @on still names both rings (@e is then events_log's).
+ * events_live when @on still names both rings (@e is then events_log's). Never
+ * a wakeup (BPF_RB_NO_WAKEUP): a reader that sleeps in poll() would have one per
+ * event (an irq_work each, ~10x a new flow's cost); readers look every 200 ms
+ * or so instead (plugin/src/bpf/events.rs).
  */
 static __always_inline void event_send(struct masq_event *e, __u32 on)
 {
@@ -102,12 +105,12 @@ static __always_inline void event_send(struct masq_event *e, __u32 on)
 		c = bpf_ringbuf_reserve(&events_live, sizeof(*c), 0);
 		if (c) {
 			__builtin_memcpy(c, e, sizeof(*c));
-			bpf_ringbuf_submit(c, 0);
+			bpf_ringbuf_submit(c, BPF_RB_NO_WAKEUP);
 		} else {
 			count_add(CNT_EVENTS_LOST, 1);
 		}
 	}
-	bpf_ringbuf_submit(e, 0);
+	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 }
 
 /*

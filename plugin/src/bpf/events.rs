@@ -242,8 +242,11 @@ impl Reader {
         Ok(())
     }
 
-    /// The events the ring holds now, waiting up to `wait` for one when it is
-    /// empty; renews the lease when due. Records it cannot decode are skipped.
+    /// The events the ring holds now, or (when it is empty) those it holds after
+    /// `wait` (at most RENEW); renews the lease when due. The programs submit
+    /// without a wakeup (an irq_work per event would cost ~10x a new flow), so the
+    /// poll is a sleep: a reader sees an event within `wait`. Records it cannot
+    /// decode are skipped.
     pub fn read(&mut self, wait: Duration) -> Result<Vec<Event>> {
         self.renew_if_due()?;
         let mut out = self.drain();
@@ -251,6 +254,7 @@ impl Reader {
             let mut pfd = libc::pollfd { fd: self.buf.as_raw_fd(), events: libc::POLLIN, revents: 0 };
             let ms = wait.min(RENEW).as_millis() as libc::c_int;
             // SAFETY: one valid pollfd; an error (EINTR on a signal) just returns early.
+            // (A wakeup comes only from a producer that asked for one: ours never do.)
             unsafe { libc::poll(&mut pfd, 1, ms) };
             out = self.drain();
         }

@@ -140,3 +140,34 @@ fn a_full_ring_counts_what_it_lost() {
     assert_eq!(kept + lost, n, "every event kept or counted lost");
     assert_eq!(kept, u64::from(abi::EVENTS_RING_BYTES) / (112 + 8));
 }
+
+/// What the events cost a new flow (kernel-measured BPF_PROG_TEST_RUN, median of
+/// single runs): no reader (the gate alone) against a live lease (each new pair
+/// written to events_live, drained as it goes). Not a test: run by hand,
+/// `cargo test --release --test prog_test_run -- events::cost --ignored --nocapture`.
+#[test]
+#[ignore]
+fn cost_of_a_new_flow_with_and_without_a_reader() {
+    let dp = pods_node();
+    dp.set_config(1024, 65535, 3600);
+    let median = |dp: &Dataplane, base: u16, r: &mut Option<Reader>| {
+        let mut ns: Vec<u64> = (0..1000u16)
+            .map(|i| {
+                let (ret, t) = dp.timed("egress", &udp(POD, REMOTE, 1024 + (i % 60000), base + i));
+                assert_eq!(ret, -1);
+                if let Some(r) = r.as_mut() {
+                    r.read(Duration::ZERO).unwrap();
+                }
+                t
+            })
+            .collect();
+        ns.sort();
+        ns[ns.len() / 2]
+    };
+    let off = median(&dp, 10000, &mut None);
+    let mut reader = Some(Reader::open(&dp.pins, Ring::Live).unwrap());
+    let on = median(&dp, 20000, &mut reader);
+    drop(reader.take()); // clears the lease
+    let off_again = median(&dp, 30000, &mut None);
+    println!("new flow: no reader {off} ns, live lease {on} ns, no reader again {off_again} ns");
+}
