@@ -1,8 +1,9 @@
 //! The data plane's events (issue 29 items 1-2) through the real pinned programs,
 //! with BPF_PROG_TEST_RUN: a new flow's pair_made with its tuple while the ring's
 //! lease runs, nothing once it ran out, the log and live rings each served, a
-//! refusal's event, a taken-over pair's end before its successor's start, and a
-//! full ring's losses counted. Needs root and a bpffs at /sys/fs/bpf.
+//! refusal's event, a taken-over pair's end before its successor's start, the
+//! sweep's ends (expired, closed) with their counts, and a full ring's losses
+//! counted. Needs root and a bpffs at /sys/fs/bpf.
 
 use std::{net::SocketAddr, time::Duration};
 
@@ -122,6 +123,30 @@ fn a_refusal_and_a_taken_over_pair_are_told() {
     assert!(end.out.0 >= 1 && end.r#in.0 == 0, "{end:?}");
     assert_eq!(end.start_ns, ev[0].start_ns);
     assert_eq!((ev[2].pod, ev[2].node), (sa(POD2, 40000), sa(MASQ, 20000)));
+}
+
+#[test]
+fn the_sweep_tells_a_pair_expired_or_closed_with_its_counts() {
+    let dp = pods_node();
+    dp.set_timeouts(20000, 20099, 3600, 1, 1);
+    let mut r = Reader::open(&dp.pins, Ring::Live).unwrap();
+    let port = summary(&dp.egress(&udp(POD, REMOTE, 40000, 53)).passed()).sport;
+    dp.ingress(&udp(REMOTE, MASQ, 53, port)).passed();
+    let tport = summary(&dp.egress(&tcp(POD, REMOTE, 40001, 443, SYN)).passed()).sport;
+    dp.egress(&tcp(POD, REMOTE, 40001, 443, RST)).passed();
+    // Both idle past their 1 s timeouts: the sweep (about once a second) removes them.
+    let mut ended = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while ended.len() < 2 && std::time::Instant::now() < deadline {
+        ended.extend(r.read(Duration::from_millis(200)).unwrap().into_iter().filter(|e| e.kind == Kind::PairEnded));
+    }
+    ended.sort_by_key(|e| e.proto);
+    assert_eq!(ended.len(), 2, "{ended:?}");
+    let (tcp_end, udp_end) = (&ended[0], &ended[1]);
+    assert_eq!((udp_end.end, udp_end.pod, udp_end.node), (Some(EndReason::Expired), sa(POD, 40000), sa(MASQ, port)));
+    assert!(udp_end.out.0 >= 1 && udp_end.r#in == (1, udp_end.r#in.1) && udp_end.r#in.1 > 0, "{udp_end:?}");
+    assert_eq!((tcp_end.end, tcp_end.pod, tcp_end.node), (Some(EndReason::Closed), sa(POD, 40001), sa(MASQ, tport)));
+    assert!(tcp_end.start_ns.unwrap() < tcp_end.ktime_ns);
 }
 
 #[test]
