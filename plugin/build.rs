@@ -70,6 +70,7 @@ impl ParseCallbacks for AbiCallbacks {
             n if n.starts_with("NAT_F_") || n.starts_with("NAT_C_") => IntKind::U8,
             "NAT_GC_WALK6" => IntKind::U32,
             n if n.starts_with("NAT_GC_") => IntKind::U64,
+            "EVENTS_LEASE_NS" => IntKind::U64,
             n if n.ends_with("_LEN") => usize_kind,
             "MASQ_POOL_MAX" | "ATT_MAX_ADDRS" | "POD_HOST_PORTS_MAX" => usize_kind,
             _ => IntKind::U32,

@@ -411,6 +411,7 @@ enum masq_counter {
 				    * flow took over once they were quiet (a SYN lost, its client gone) */
 	CNT_NAT_HOT_SCANS,         /* full scans of the range towards a busy remote endpoint (nat_hot made or remade) */
 	CNT_NAT_HOT_FOUND,         /* new flows whose port the bitmap of a busy endpoint found */
+	CNT_EVENTS_LOST,           /* events not written: their ring was full (masq_abi_events.h) */
 	CNT_MAX
 };
 

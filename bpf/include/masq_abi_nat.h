@@ -317,4 +317,6 @@ _Static_assert(sizeof(struct nat_hot) == 24 + 8 * NAT_HOT_SLOTS + 8 * NAT_HOT_WO
 _Static_assert(sizeof(struct nat6_key) == 40, "nat6_key size");
 _Static_assert(sizeof(struct nat6_entry) == 72, "nat6_entry size");
 
+#include "masq_abi_events.h"
+
 #endif /* MASQ_ABI_NAT_H */

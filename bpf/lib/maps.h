@@ -145,13 +145,17 @@ static __always_inline void count_add(__u32 idx, __u64 n)
 		*c += n;
 }
 
-/* Count the drop and return the TC verdict that drops the packet. */
+#include "events.h"
+
+/* Count the drop (and tell a reader, events.h) and return the TC verdict that drops the packet. */
 static __always_inline int drop_with(__u32 reason)
 {
 	__u64 *c = bpf_map_lookup_elem(&drops, &reason);
 
 	if (c)
 		*c += 1;
+	if (events_on())
+		event_drop(reason);
 	return MASQ_DROP;
 }
 

@@ -48,6 +48,7 @@
  * Such a half lives and expires like a pair (the sweep finds no reverse half).
  *
  * The engine's parts, in the order each needs the ones before it:
+ *   event_tmpl.h     a pair's event for a reader (made, ended, refused)
  *   pair_tmpl.h      a pair's halves: lookup, expiry, refresh, in-step sync,
  *                    the sweep's visit (gc_pair); a first fragment's ports
  *   port_tmpl.h      the port search: its state, a port's claim, the probes
@@ -61,6 +62,7 @@
 #define NAT_NOT_OURS (-100)
 #define NAT_HOST_NEW (-101) /* host_egress: the host flow needs a pair */
 
+#include "event_tmpl.h"
 #include "pair_tmpl.h"
 #include "port_tmpl.h"
 #include "hot_tmpl.h"

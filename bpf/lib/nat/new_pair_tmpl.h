@@ -105,6 +105,30 @@ static __noinline void NAT_FN(refused)(const ADDR_T *a, int why)
 		__sync_fetch_and_add(&r->no_port, 1);
 }
 
+/*
+ * event_made - tell a reader the pair of forward key @fk, forward half @fwd and
+ * reverse key @rk was made, when one holds a lease; first the end of the pair
+ * whose port it took over, if it did (event_taken noted it, tagged with this
+ * pair's created_ns). A global function, called on every new pair (its caller
+ * branches on nothing: the verifier's states of snat_make_pair stay as they were).
+ * Returns 0.
+ */
+/* event_made_v4, event_made_v6 */
+__attribute__((noinline)) int NAT_FN(event_made)(const KEY_T *fk, const ENTRY_T *fwd, const KEY_T *rk,
+						 __u32 policy)
+{
+	struct masq_event *s;
+
+	if (!fwd || !events_on())
+		return 0;
+	s = bpf_map_lookup_elem(&events_scratch, &events_zero_key);
+	if (s && s->kind == EV_PAIR_ENDED && s->ktime_ns == fwd->created_ns) {
+		event_copy(s);
+		s->kind = 0;
+	}
+	return NAT_FN(event_pair)(EV_WHAT(EV_PAIR_MADE, 0, policy), fk, fwd, NULL, rk);
+}
+
 /* count_key - @p's new flow's port_counts key: its pod and its remote endpoint. */
 /* count_key_v4, count_key_v6 */
 static __always_inline void NAT_FN(count_key)(const struct NAT_FN(probe) *p, struct port_count_key *k)
@@ -329,6 +353,7 @@ __attribute__((noinline)) int NAT_FN(snat_make_pair)(struct __sk_buff *skb, cons
 	if (!p.claimed) {
 		count_add(CNT_ALLOC_FAIL, 1);
 		NAT_FN(refused)(&f->saddr, REFUSED_NO_PORT);
+		NAT_FN(event_pair)(EV_WHAT(EV_REFUSED_NO_PORT, 0, d->policy), &p.fk, NULL, NULL, &p.rk);
 		return DROP_NO_PORT;
 	}
 
@@ -365,6 +390,7 @@ __attribute__((noinline)) int NAT_FN(snat_make_pair)(struct __sk_buff *skb, cons
 			NAT_FN(permit_put)(f, d, p.rk.dport, now);
 	}
 	count_add(CNT_NAT_CREATED, 1);
+	NAT_FN(event_made)(&p.fk, &p.e, &p.rk, d->policy);
 	policy_count_flow(d->policy);
 	nat_gc_ensure(NAT_IS_V6, d->nat_flags & NAT_F_HOST);
 	return NAT_PAIR_MADE;
@@ -372,9 +398,11 @@ over_share:
 	if (p.tried)
 		count_add(CNT_PORT_PROBES, p.tried);
 	NAT_FN(refused)(&f->saddr, REFUSED_OVER_SHARE);
+	NAT_FN(event_pair)(EV_WHAT(EV_REFUSED_SHARE, 0, d->policy), &p.fk, NULL, NULL, &p.rk);
 	return DROP_OVER_SHARE;
 over_limit:
 	NAT_FN(refused)(&f->saddr, REFUSED_OVER_LIMIT);
+	NAT_FN(event_pair)(EV_WHAT(EV_REFUSED_LIMIT, 0, d->policy), &p.fk, NULL, NULL, &p.rk);
 	return DROP_OVER_LIMIT;
 }
 

@@ -307,7 +307,13 @@ static long NAT_FN(gc_pair)(void *map, const KEY_T *key, ENTRY_T *fwd, struct na
 	};
 	gen = fwd->created_ns;
 	rev = bpf_map_lookup_elem(&MAP_REV, &rk);
-	if (rev && rev->created_ns == gen) {
+	if (rev && rev->created_ns != gen)
+		rev = NULL; /* a later pair's */
+	if (!(fwd->flags & NAT_F_INBOUND) && events_on())
+		NAT_FN(event_pair)(EV_WHAT(EV_PAIR_ENDED, (fwd->flags & NAT_F_TCP_CLOSING) ?
+					   EV_END_CLOSED : EV_END_EXPIRED, fwd->policy),
+				   &fk, fwd, rev, &rk);
+	if (rev) {
 		bpf_map_delete_elem(&MAP_REV, &rk);
 		if (w->gc->hot)
 			NAT_FN(hot_release)(&rk.saddr, &rk.daddr, (__u32)rk.sport << 16 | rk.dport, rk.proto,

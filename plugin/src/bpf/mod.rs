@@ -2,10 +2,12 @@
 //! bpf/include/masq_abi.h, checked against it and the objects' BTF), `pins`
 //! (where a layout's pins live), `loader` (load and verify once, attach from
 //! pins, TCX or tc), `maps` (typed access to pinned maps), `nat` (the NAT tables:
-//! pairs, shards, their removal), `refusals` and `port_counts` (per pod address,
+//! pairs, shards, their removal), `events` (the data plane's event rings and
+//! their leases), `refusals` and `port_counts` (per pod address,
 //! forgotten at its DEL) and `sys` (the raw bpf(2) calls aya 0.14 has no
 //! API for). May use `netlink` and `error`; knows nothing of pods or config.
 pub mod abi;
+pub mod events;
 pub mod loader;
 pub mod maps;
 pub mod nat;

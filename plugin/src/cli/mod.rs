@@ -1,4 +1,4 @@
-//! The operator CLI: status, nat list, apply, explain, metrics, install /
+//! The operator CLI: status, nat list, apply, explain, metrics, monitor, install /
 //! uninstall / validate, the DaemonSet's agent and its manifest. Each command is a room of
 //! its own; they read the node through `node`, `pod` and `bpf`, never through
 //! each other but for `readers` (the pinned maps as rows) and `status`.
@@ -9,6 +9,7 @@ pub mod explain;
 pub mod install;
 pub mod manifest;
 pub mod metrics;
+pub mod monitor;
 pub mod nat_list;
 pub mod natlog;
 pub mod readers;
@@ -76,6 +77,9 @@ pub enum Command {
         #[command(subcommand)]
         cmd: natlog::NatlogCmd,
     },
+    /// The data plane's events as they happen: NAT pairs made and ended, refusals, drops
+    #[command(long_about = monitor::LONG_HELP)]
+    Monitor(monitor::MonitorArgs),
     /// Check a conflist or plugin config as the plugin would, touching nothing
     #[command(long_about = install::VALIDATE_LONG_HELP)]
     Validate {
@@ -124,6 +128,7 @@ pub fn main() -> i32 {
         Command::Agent(args) => agent::main(&args),
         Command::Manifest(args) => manifest::main(&args),
         Command::Natlog { cmd } => natlog::main(&cmd),
+        Command::Monitor(args) => monitor::main(&args),
     };
     match res {
         Ok(()) => 0,

@@ -4,10 +4,7 @@ use serde::Serialize;
 
 use crate::{
     bpf::{abi, loader::Pins, nat},
-    cli::{
-        natlog::record::endpoint,
-        readers::{self, PolicyDesc},
-    },
+    cli::readers::{self, endpoint, PolicyDesc},
     error::{code, Error, Result},
     pod::monotonic_ns,
 };

@@ -468,6 +468,17 @@ fn get_next_key(fd: i32, key: Option<&[u8]>, next: &mut [u8]) -> std::io::Result
     Err(err)
 }
 
+/// `ADDR:PORT`, an IPv6 address bracketed (`[ADDR]:PORT`) as SocketAddr writes it;
+/// the address typed or as text (nat list's rows).
+pub fn endpoint(a: impl std::fmt::Display, port: u16) -> String {
+    let a = a.to_string();
+    if a.contains(':') {
+        format!("[{a}]:{port}")
+    } else {
+        format!("{a}:{port}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,6 +13,7 @@ mod support;
 mod core;
 mod direction;
 mod egress_policy;
+mod events;
 mod fastpath;
 mod host;
 mod icmp_frag;

@@ -12,9 +12,9 @@ mod nat_tables;
 
 pub use generated::{
     attachment_info as AttachmentInfo, attachment_key as AttachmentKey, policy_hit as PolicyHit,
-    egress_policy as EgressPolicyInfo, policy_stats as PolicyStats, excl_info as ExclInfo, frag4_key as Frag4Key,
+    egress_policy as EgressPolicyInfo, policy_stats as PolicyStats, events_ctl as EventsCtl, excl_info as ExclInfo, frag4_key as Frag4Key,
     frag6_key as Frag6Key, frag_ports as FragPorts, host_port as HostPort, node_config as NodeConfig,
-    masq_pool as MasqPool, nat4_bind as Nat4Bind, nat4_entry as Nat4Entry, nat4_ep as Nat4Ep, nat4_key as Nat4Key,
+    masq_event as MasqEvent, masq_pool as MasqPool, nat4_bind as Nat4Bind, nat4_entry as Nat4Entry, nat4_ep as Nat4Ep, nat4_key as Nat4Key,
     nat4_open as Nat4Open, nat4_permit as Nat4Permit, nat4_permit_key as Nat4PermitKey, nat6_bind as Nat6Bind,
     nat6_entry as Nat6Entry, nat6_ep as Nat6Ep, nat6_key as Nat6Key, nat6_open as Nat6Open,
     nat6_permit as Nat6Permit, nat6_permit_key as Nat6PermitKey, nat_gc as NatGc, nat_hot as NatHot,
@@ -36,6 +36,11 @@ pub use generated::{
     POD_META_ANN_LEN, POD_META_NAME_LEN, POD_META_NS_LEN, PORT_COUNTS_MAX, PORT_LIMIT_SHIFT, REFUSALS_MAX,
     RESERVED_PORTS_MAX, RULE_F_TO_ADDRESS, UPLINKS_DIRECT, UPLINK_F_HAS_V4, UPLINK_F_HAS_V6, UPLINK_F_L3,
     UPLINK_F_POOL4, UPLINK_F_POOL6, UPLINK_F_PRESENT, VETH_F_ADDR4, VETH_F_ADDR6,
+};
+// The events' (masq_abi_events.h).
+pub use generated::{
+    EVENTS_LEASE_NS, EVENTS_RING_BYTES, EV_DROP, EV_END_CLOSED, EV_END_EXPIRED, EV_END_POD_DELETED,
+    EV_END_TAKEN_OVER, EV_PAIR_ENDED, EV_PAIR_MADE, EV_REFUSED_LIMIT, EV_REFUSED_NO_PORT, EV_REFUSED_SHARE,
 };
 pub use nat_tables::*;
 
@@ -86,16 +91,20 @@ pub const MAP_NAT_HOT: &str = "nat_hot";
 pub const MAP_NAT_HOT_ZERO: &str = "nat_hot_zero";
 pub const MAP_REFUSALS: &str = "refusals";
 pub const MAP_PORT_COUNTS: &str = "port_counts";
+/// The events' rings and their leases (masq_abi_events.h).
+pub const MAP_EVENTS_LOG: &str = "events_log";
+pub const MAP_EVENTS_LIVE: &str = "events_live";
+pub const MAP_EVENTS_CTL: &str = "events_ctl";
 
 /// Every map the objects define: a node is only loaded when all of them are pinned.
-pub const ALL_MAPS: [&str; 43] = [
+pub const ALL_MAPS: [&str; 46] = [
     MAP_CONFIG, MAP_PODS4, MAP_PODS6, MAP_UPLINKS, MAP_UPLINKS_DIRECT, MAP_EXCL4, MAP_EXCL6, MAP_RULES4,
     MAP_RULE_EXCEPT4, MAP_RULE_STATS, MAP_NAT4_FWD, MAP_NAT4_REV, MAP_VETHS, MAP_COUNTERS, MAP_DROPS,
     MAP_ATTACHMENTS, MAP_RULES6, MAP_RULE_EXCEPT6, MAP_NAT6_FWD, MAP_NAT6_REV, MAP_FRAG4, MAP_FRAG6, MAP_SVC4,
     MAP_SVC6, MAP_NAT_GC, MAP_RESERVED_PORTS, MAP_NAT4_BIND, MAP_NAT6_BIND, MAP_NAT4_OPEN,
     MAP_NAT6_OPEN, MAP_NAT4_PERMIT, MAP_NAT6_PERMIT, MAP_POD_META, MAP_MASQ_POOL,
     MAP_HOST_PORTS, MAP_POLICY_DST4, MAP_POLICY_DST6, MAP_POLICY_STATS, MAP_EGRESS_POLICIES, MAP_NAT_HOT, MAP_NAT_HOT_ZERO,
-    MAP_REFUSALS, MAP_PORT_COUNTS,
+    MAP_REFUSALS, MAP_PORT_COUNTS, MAP_EVENTS_LOG, MAP_EVENTS_LIVE, MAP_EVENTS_CTL,
 ];
 
 /// LRU maps are preallocated whole, so the mapping hints (nat4_bind/nat6_bind) hold at
@@ -259,6 +268,7 @@ pub mod counter {
         "nat_unanswered_reused",
         "nat_hot_scans",
         "nat_hot_found",
+        "events_lost",
     ];
 }
 
@@ -294,7 +304,7 @@ aya_pod! {
     RuleExcept6Data, Nat6Key, Nat6Entry, Frag4Key, Frag6Key, FragPorts, Nat4Key, Nat4Entry, Nat4Ep, Nat4Bind,
     Nat6Ep, Nat6Bind, Nat4Open, Nat6Open, Nat4PermitKey, Nat4Permit, Nat6PermitKey, Nat6Permit, PodStats,
     VethInfo, NatGc, NatHotKey, NatHotSrc, NatHot, RefusalKey, Refusals, PortCountKey, PortRange, MasqPool,
-    AttachmentKey, AttachmentInfo,
+    AttachmentKey, AttachmentInfo, MasqEvent, EventsCtl,
 }
 
 #[cfg(test)]

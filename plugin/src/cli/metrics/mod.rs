@@ -239,6 +239,11 @@ fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder) -> fmt::Result {
             "New flows towards a busy remote endpoint whose port its bitmap found.",
         ),
         (
+            "ebpf_masq_events_lost_total",
+            "events_lost",
+            "Events (pairs made and ended, refusals, drops) not written for a reader: its ring was full.",
+        ),
+        (
             "ebpf_masq_port_probes_total",
             "port_probes",
             "Ports tried by new flows' port searches, the successful one included: per created pair \

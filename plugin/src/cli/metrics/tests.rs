@@ -331,7 +331,7 @@ fn exposition_lines_are_what_users_see() {
     let families: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("# TYPE ")).map(|l| l.split(' ').next().unwrap()).collect();
     assert_eq!(families.first(), Some(&"ebpf_masq_data_plane_loaded"));
     assert_eq!(families.last(), Some(&"ebpf_masq_pod_port_refusals_total"));
-    assert_eq!(families.len(), 46, "{families:?}");
+    assert_eq!(families.len(), 47, "{families:?}");
     assert!(!text.contains("# EOF") && !text.contains("# UNIT") && !text.contains("_total_total"), "{text}");
     // A zero float gauge is written "0.0" (it was "0"): the same value to every parser.
     let s = Snapshot { sweep: Sweep::default(), ..snapshot() };

@@ -117,15 +117,7 @@ impl Record {
 }
 
 /// A socket address as it is written: `A:P`, `[A6]:P`.
-pub fn endpoint(a: impl std::fmt::Display, port: u16) -> String {
-    // An address as text (nat list's rows) or typed: an IPv6 one is bracketed, as SocketAddr writes it.
-    let a = a.to_string();
-    if a.contains(':') {
-        format!("[{a}]:{port}")
-    } else {
-        format!("{a}:{port}")
-    }
-}
+pub use crate::cli::readers::endpoint;
 
 #[cfg(test)]
 mod tests {

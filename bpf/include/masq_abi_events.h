@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * ebpf-masq data-plane ABI, the events (included by masq_abi_nat.h): what the
+ * programs tell a reader about NAT pairs made and ended, flows refused and
+ * packets dropped, through two ring buffers, and the leases that turn them on.
+ * A change here bumps MASQ_LAYOUT_VERSION as anywhere in masq_abi.h.
+ *
+ * events_log, events_live (RINGBUF, EVENTS_RING_BYTES each): the NAT session
+ * log's exporter reads events_log, `ebpf-masq monitor` reads events_live, so a
+ * person watching never takes an event from the log (or the other way round).
+ * events_ctl (ARRAY, 1 entry, struct events_ctl): each ring's lease, the
+ * bpf_ktime_get_ns() time until which the programs write into it. A reader
+ * renews its lease every second or so (EVENTS_LEASE_NS ahead); a reader that
+ * dies, however, stops renewing it, and the events are off again when it runs
+ * out. With no lease the programs pay one array lookup and a compare where an
+ * event would be made: a new pair, a pair's end, a refusal, a drop; never on an
+ * established flow's packets. A full ring loses the event and counts it
+ * (CNT_EVENTS_LOST): the programs never wait for a reader.
+ */
+#ifndef MASQ_ABI_EVENTS_H
+#define MASQ_ABI_EVENTS_H
+
+#include <linux/types.h>
+#include <linux/in6.h>
+
+#define EVENTS_RING_BYTES (1 << 20)   /* each ring: 1 MiB, ~9,000 events of 112 bytes */
+#define EVENTS_LEASE_NS 3000000000ULL /* how far ahead a reader renews its lease (every ~1 s) */
+
+/* struct masq_event.kind */
+#define EV_PAIR_MADE        1  /* a NAT pair was made (a new flow from inside) */
+#define EV_PAIR_ENDED       2  /* a NAT pair was removed: end_reason says why */
+#define EV_DROP             3  /* a packet was dropped: reason is its enum masq_drop_reason */
+#define EV_REFUSED_NO_PORT  4  /* a new flow was refused: no port free towards its remote endpoint */
+#define EV_REFUSED_SHARE    5  /* ... over its source's share of a busy endpoint's ports */
+#define EV_REFUSED_LIMIT    6  /* ... its pod holds its port limit towards the remote endpoint */
+
+/* struct masq_event.reason for EV_PAIR_ENDED */
+#define EV_END_CLOSED       1  /* removed by the expiry sweep after its TCP close (FIN or RST) */
+#define EV_END_EXPIRED      2  /* removed by the expiry sweep, idle past its timeout */
+#define EV_END_TAKEN_OVER   3  /* its port taken over by a new flow (expired, finished or unanswered) */
+#define EV_END_POD_DELETED  4  /* removed by the plugin with its pod (CNI DEL; not sent by the programs) */
+
+/* ---- events_log / events_live records ----
+ * One struct for both families: addresses are 16 bytes, an IPv4 one in the first
+ * 4 (v6 0). Ports in network byte order (an ICMP echo's id as the pod's and the
+ * node's port, 0 as the remote's). What a kind leaves unknown is 0: a refusal has
+ * no node port, a drop has only its reason (and its time). */
+struct masq_event {
+	__u64 ktime_ns;            /* bpf_ktime_get_ns() when it happened */
+	__u64 start_ns;            /* pair made / ended: the pair's created_ns */
+	__u64 packets_out;         /* pair ended: the pod's packets and bytes (the forward half's) */
+	__u64 bytes_out;
+	__u64 packets_in;          /* ... the remote's (the reverse half's) */
+	__u64 bytes_in;
+	struct in6_addr pod;       /* the pod's (or a rule's source's) address, before NAT */
+	struct in6_addr node;      /* the node address it is translated to */
+	struct in6_addr remote;    /* the remote endpoint's address */
+	__be16 pod_port;
+	__be16 node_port;
+	__be16 remote_port;
+	__u8 kind;                 /* EV_* */
+	__u8 proto;                /* IPPROTO_TCP, _UDP, _ICMP, _ICMPV6 */
+	__u8 v6;                   /* 1: IPv6 addresses */
+	__u8 policy;               /* 0, or 1 + the egressPolicies index whose address the pair took */
+	__u8 reason;               /* EV_PAIR_ENDED: EV_END_*; EV_DROP: enum masq_drop_reason */
+	__u8 nat_flags;            /* the pair's NAT_F_* */
+	__u32 ifindex;             /* the uplink the pair's flow left by */
+};
+
+/* ---- events_ctl (ARRAY, 1 entry): the rings' leases ---- */
+struct events_ctl {
+	__u64 log_until;           /* bpf_ktime_get_ns() until which events go to events_log */
+	__u64 live_until;          /* ... to events_live */
+};
+
+_Static_assert(sizeof(struct masq_event) == 112, "masq_event size");
+_Static_assert(sizeof(struct events_ctl) == 16, "events_ctl size");
+
+#endif /* MASQ_ABI_EVENTS_H */

@@ -1,0 +1,156 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Events for a reader (masq_abi_events.h): the two rings, their leases, and the
+ * gate every event point asks first (events_on). The per-family pair events are
+ * filled by the NAT engine (nat/event_tmpl.h); drops here. Included by maps.h,
+ * after count_add.
+ */
+#ifndef MASQ_EVENTS_H
+#define MASQ_EVENTS_H
+
+#define EVENTS_RING(name)							\
+	struct {								\
+		__uint(type, BPF_MAP_TYPE_RINGBUF);				\
+		__uint(max_entries, EVENTS_RING_BYTES);				\
+		__uint(pinning, LIBBPF_PIN_BY_NAME);				\
+	} name SEC(".maps")
+
+EVENTS_RING(events_log);
+EVENTS_RING(events_live);
+ARRAY_MAP(events_ctl, 1, struct events_ctl);
+/*
+ * Not pinned: one program run's scratch. The port search notes a pair it takes
+ * over here (the deepest call chain has no stack for an event's call), and the
+ * new flow's pair tells it once made (nat/new_pair_tmpl.h event_taken_send).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct masq_event);
+} events_scratch SEC(".maps");
+
+/* Key 0 of an array map, in .rodata: a lookup with it needs no stack slot. */
+static const __u32 events_zero_key = 0;
+
+/* events_on's answer: the rings whose lease runs */
+#define EV_ON_LOG  1U
+#define EV_ON_LIVE 2U
+
+/*
+ * events_on - the rings an event goes to now (EV_ON_*), 0 when no reader holds a
+ * lease: one array lookup and a compare (no clock read) when both leases were
+ * cleared, the clock too when one was left to run out.
+ */
+static __always_inline __u32 events_on(void)
+{
+	struct events_ctl *c = bpf_map_lookup_elem(&events_ctl, &events_zero_key);
+	__u32 on = 0;
+	__u64 now;
+
+	if (!c || !(c->log_until | c->live_until))
+		return 0;
+	now = bpf_ktime_get_ns();
+	if (now < c->log_until)
+		on |= EV_ON_LOG;
+	if (now < c->live_until)
+		on |= EV_ON_LIVE;
+	return on;
+}
+
+/*
+ * event_reserve - a zeroed record, stamped with its time and @kind, in the first
+ * ring @on names (events_log before events_live); NULL when every ring it names
+ * is full (each loss counted, CNT_EVENTS_LOST). Returns through @e; its answer is
+ * the rings still owed the event, the one holding the record first (the stack
+ * of the port search's callees has no room for an address taken).
+ */
+static __always_inline __u32 event_reserve(__u32 on, __u8 kind, struct masq_event **e)
+{
+	struct masq_event *r = NULL;
+
+	if (on & EV_ON_LOG) {
+		r = bpf_ringbuf_reserve(&events_log, sizeof(*r), 0);
+		if (!r) {
+			count_add(CNT_EVENTS_LOST, 1);
+			on &= ~EV_ON_LOG;
+		}
+	}
+	if (!r && (on & EV_ON_LIVE)) {
+		r = bpf_ringbuf_reserve(&events_live, sizeof(*r), 0);
+		if (!r)
+			count_add(CNT_EVENTS_LOST, 1);
+	}
+	*e = r;
+	if (!r)
+		return 0;
+	__builtin_memset(r, 0, sizeof(*r));
+	r->ktime_ns = bpf_ktime_get_ns();
+	r->kind = kind;
+	return on;
+}
+
+/*
+ * event_send - submit @e (from event_reserve, filled), and a copy of it into
+ * events_live when @on still names both rings (@e is then events_log's). Never
+ * a wakeup (BPF_RB_NO_WAKEUP): a reader that sleeps in poll() would have one per
+ * event (an irq_work each, ~10x a new flow's cost); readers look every 200 ms
+ * or so instead (plugin/src/bpf/events.rs).
+ */
+static __always_inline void event_send(struct masq_event *e, __u32 on)
+{
+	struct masq_event *c;
+
+	if ((on & (EV_ON_LOG | EV_ON_LIVE)) == (EV_ON_LOG | EV_ON_LIVE)) {
+		c = bpf_ringbuf_reserve(&events_live, sizeof(*c), 0);
+		if (c) {
+			__builtin_memcpy(c, e, sizeof(*c));
+			bpf_ringbuf_submit(c, BPF_RB_NO_WAKEUP);
+		} else {
+			count_add(CNT_EVENTS_LOST, 1);
+		}
+	}
+	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+}
+
+/*
+ * event_copy - the event @s (noted earlier in this run: events_scratch) into each
+ * ring whose lease runs, stamped now. A global function, verified once.
+ * Returns 0.
+ */
+__attribute__((noinline)) int event_copy(const struct masq_event *s)
+{
+	struct masq_event *e = NULL;
+	__u32 on = events_on();
+
+	if (!on || !s)
+		return 0;
+	on = event_reserve(on, s->kind, &e);
+	if (!e)
+		return 0;
+	__builtin_memcpy(e, s, sizeof(*e));
+	e->ktime_ns = bpf_ktime_get_ns();
+	event_send(e, on);
+	return 0;
+}
+
+/*
+ * event_drop - a packet dropped for @reason, into each ring whose lease runs. Only the
+ * reason: drop_with knows no more of the packet. A global function, verified
+ * once whatever its callers. Returns 0.
+ */
+__attribute__((noinline)) int event_drop(__u32 reason)
+{
+	struct masq_event *e = NULL;
+	__u32 on = events_on();
+
+	if (on)
+		on = event_reserve(on, EV_DROP, &e);
+	if (!e)
+		return 0;
+	e->reason = reason;
+	event_send(e, on);
+	return 0;
+}
+
+#endif /* MASQ_EVENTS_H */

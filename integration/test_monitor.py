@@ -1,0 +1,124 @@
+"""`ebpf-masq monitor`: the data plane's events, live, with a real pod (issue 29 items 1-2).
+
+The pod (named by CNI_ARGS as a CRI runtime names it: shop/web-0) sends UDP datagrams from
+its own sockets to ext. The network's portRange holds two ports, so its third flow towards
+the same remote endpoint finds every port held and is refused (no_port). `monitor --json
+--pod shop/web-0` shows each pair made, with the pod's name, its tuple and the node's, and
+the refusal. The monitor holds the events_live ring's lease while it runs: killed
+outright (SIGKILL) it leaves the lease to run out within seconds (events_ctl read back
+with bpftool against CLOCK_MONOTONIC, the programs' clock); stopped (SIGTERM) it clears
+the lease at once. No event was lost (events_lost 0).
+"""
+import json
+import os
+import select
+import signal
+import subprocess
+import time
+
+from lab.netlab import Topo
+
+EXT, NODE_IP = Topo.EXT, Topo.NODE_EXT
+RPORT = 9999
+LEASE_S = 3  # EVENTS_LEASE_NS: how far ahead the monitor renews its lease
+CNI_ARGS = "IgnoreUnknown=1;K8S_POD_NAMESPACE=shop;K8S_POD_NAME=web-0;K8S_POD_UID=u-1"
+SEND = ("import socket, sys\n"
+        "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+        "s.bind(('0.0.0.0', int(sys.argv[1])))\n"
+        "s.sendto(b'x', (sys.argv[2], int(sys.argv[3])))\n")
+
+
+def events_ctl(topo):
+    """The leases (events_ctl): {log_until, live_until} in CLOCK_MONOTONIC ns."""
+    path = f"{topo.lab.pin_path}/v17/maps/events_ctl"
+    out = json.loads(topo.node.enter(["bpftool", "-j", "map", "dump", "pinned", path]).stdout)
+    return out[0]["formatted"]["value"]
+
+
+def monitor(topo, plugin, *args):
+    """`monitor --json ARGS` in the background (its own process: nsenter execs it)."""
+    return topo.node.spawn([plugin, "monitor", "--json", "--pin-path", topo.lab.pin_path, *args],
+                           enter=True, stdout=subprocess.PIPE)
+
+
+def wait_lease(topo, proc):
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"monitor exited: {proc.stderr.read().decode()}"
+        if events_ctl(topo)["live_until"] > time.monotonic_ns():
+            return
+        time.sleep(0.05)
+    raise AssertionError("monitor never took its lease")
+
+
+def read_events(proc, want, timeout=10):
+    """JSON lines from the monitor until `want(events)` holds (or the time is up)."""
+    events, buf = [], b""
+    fd = proc.stdout.fileno()
+    deadline = time.monotonic() + timeout
+    while not want(events) and time.monotonic() < deadline:
+        r, _, _ = select.select([fd], [], [], 0.2)
+        if not r:
+            continue
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        buf += chunk
+        *lines, buf = buf.split(b"\n")
+        events += [json.loads(l) for l in lines if l.strip()]
+    return events
+
+
+def send(pod, sport, rport=RPORT):
+    pod.ns.exec(["/usr/bin/python3", "-c", SEND, sport, EXT, rport])
+
+
+def test_monitor_shows_a_pods_pairs_and_refusal_and_its_lease_ends_with_it(topo, plugin):
+    net = topo.masq_network(plugin, portRange="20000-20001")
+    net.env["CNI_ARGS"] = CNI_ARGS
+    pod = net.add(topo.pod_ns("web"))
+    net.env.pop("CNI_ARGS")
+    other = net.add(topo.pod_ns("other"))
+    assert events_ctl(topo) == {"log_until": 0, "live_until": 0}
+
+    mon = monitor(topo, plugin, "--pod", "shop/web-0")
+    wait_lease(topo, mon)
+    send(other, 40000, RPORT + 1)  # another pod's pair (to another endpoint: its own two ports): filtered out
+    for sport in (40001, 40002, 40003):
+        send(pod, sport)
+    kinds = lambda evs: [e["event"] for e in evs]
+    events = read_events(mon, lambda evs: len(evs) >= 3)
+    assert kinds(events) == ["pair_made", "pair_made", "refused_no_port"], events
+    nat_ports = set()
+    for e, sport in zip(events[:2], (40001, 40002)):
+        assert (e["namespace"], e["pod"], e["proto"]) == ("shop", "web-0", "udp"), e
+        assert (e["pod_addr"], e["pod_port"]) == (pod.ip, sport), e
+        assert (e["remote_addr"], e["remote_port"]) == (EXT, RPORT), e
+        assert e["nat_addr"] == NODE_IP and e["nat_port"] in (20000, 20001), e
+        assert abs(e["time_ms"] - time.time() * 1000) < 10_000 and e["start_ms"] <= e["time_ms"], e
+        nat_ports.add(e["nat_port"])
+    assert nat_ports == {20000, 20001}, events
+    refused = events[2]
+    assert (refused["pod_addr"], refused["pod_port"], refused["pod"]) == (pod.ip, 40003, "web-0"), refused
+    assert "nat_port" not in refused, refused
+    # The node's own view agrees: the pairs are there, the refusal counted, nothing lost.
+    pairs = {(f["pod_port"], f["nat_port"]) for f in topo.nat_list(plugin) if f["pod_addr"] == pod.ip}
+    assert pairs == {(e["pod_port"], e["nat_port"]) for e in events[:2]}, pairs
+    s = topo.status(plugin)
+    assert s["counters"]["events_lost"] == 0 and s["drops"]["no_port"] >= 1, s["counters"]
+
+    # Killed outright: its lease stays until it runs out, within LEASE_S of its last renewal.
+    mon.send_signal(signal.SIGKILL)
+    mon.wait(5)
+    killed_at = time.monotonic_ns()
+    until = events_ctl(topo)["live_until"]
+    assert killed_at < until <= killed_at + LEASE_S * 1_000_000_000, (killed_at, until)
+    time.sleep((until - time.monotonic_ns()) / 1e9 + 0.1)
+    assert time.monotonic_ns() > events_ctl(topo)["live_until"], "the lease was renewed after the kill"
+
+    # Stopped (SIGTERM): the lease is cleared at once.
+    mon = monitor(topo, plugin)
+    wait_lease(topo, mon)
+    mon.send_signal(signal.SIGTERM)
+    assert mon.wait(5) == 0, mon.stderr.read().decode()
+    assert events_ctl(topo)["live_until"] == 0

@@ -1,0 +1,328 @@
+//! The data plane's events (bpf/include/masq_abi_events.h): NAT pairs made and
+//! ended, new flows refused and packets dropped, read from one of two pinned ring
+//! buffers. `events_log` is the NAT session log exporter's, `events_live`
+//! `monitor`'s, so neither takes the other's events. The programs write into a
+//! ring only while its reader's lease (`events_ctl`) runs: a [`Reader`] renews
+//! it as it reads (every [`RENEW`]) and clears it when dropped; a reader killed
+//! outright leaves a lease that runs out within `EVENTS_LEASE_NS`.
+
+use std::{
+    net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
+    os::fd::AsRawFd,
+    time::{Duration, Instant},
+};
+
+use aya::maps::{Array, MapData, RingBuf};
+
+use super::{
+    abi::{self, EventsCtl, MasqEvent},
+    maps,
+    pins::Pins,
+};
+use crate::error::{Error, Result};
+
+/// How often a reader renews its lease (the lease reaches `EVENTS_LEASE_NS` ahead).
+pub const RENEW: Duration = Duration::from_secs(1);
+
+/// Which ring, and so which lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ring {
+    /// `events_log`: the NAT session log's exporter.
+    Log,
+    /// `events_live`: `ebpf-masq monitor`.
+    Live,
+}
+
+impl Ring {
+    fn map(self) -> &'static str {
+        match self {
+            Ring::Log => abi::MAP_EVENTS_LOG,
+            Ring::Live => abi::MAP_EVENTS_LIVE,
+        }
+    }
+
+    fn until(self, c: &mut EventsCtl) -> &mut u64 {
+        match self {
+            Ring::Log => &mut c.log_until,
+            Ring::Live => &mut c.live_until,
+        }
+    }
+}
+
+/// What an event tells (`struct masq_event.kind`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    PairMade,
+    PairEnded,
+    Drop,
+    RefusedNoPort,
+    RefusedShare,
+    RefusedLimit,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 6] =
+        [Kind::PairMade, Kind::PairEnded, Kind::Drop, Kind::RefusedNoPort, Kind::RefusedShare, Kind::RefusedLimit];
+
+    fn of(k: u8) -> Option<Kind> {
+        Some(match u32::from(k) {
+            abi::EV_PAIR_MADE => Kind::PairMade,
+            abi::EV_PAIR_ENDED => Kind::PairEnded,
+            abi::EV_DROP => Kind::Drop,
+            abi::EV_REFUSED_NO_PORT => Kind::RefusedNoPort,
+            abi::EV_REFUSED_SHARE => Kind::RefusedShare,
+            abi::EV_REFUSED_LIMIT => Kind::RefusedLimit,
+            _ => return None,
+        })
+    }
+
+    /// Its name on the command line and in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::PairMade => "pair_made",
+            Kind::PairEnded => "pair_ended",
+            Kind::Drop => "drop",
+            Kind::RefusedNoPort => "refused_no_port",
+            Kind::RefusedShare => "refused_share",
+            Kind::RefusedLimit => "refused_limit",
+        }
+    }
+}
+
+/// Why a pair ended (`EV_END_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EndReason {
+    Closed,
+    Expired,
+    TakenOver,
+    PodDeleted,
+}
+
+impl EndReason {
+    fn of(r: u8) -> Option<EndReason> {
+        Some(match u32::from(r) {
+            abi::EV_END_CLOSED => EndReason::Closed,
+            abi::EV_END_EXPIRED => EndReason::Expired,
+            abi::EV_END_TAKEN_OVER => EndReason::TakenOver,
+            abi::EV_END_POD_DELETED => EndReason::PodDeleted,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            EndReason::Closed => "closed",
+            EndReason::Expired => "expired",
+            EndReason::TakenOver => "taken_over",
+            EndReason::PodDeleted => "pod_deleted",
+        }
+    }
+}
+
+/// One decoded event. Ports in host order; what its kind leaves unknown is None.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    pub kind: Kind,
+    /// CLOCK_MONOTONIC (bpf_ktime_get_ns) when it happened.
+    pub ktime_ns: u64,
+    pub proto: u8,
+    /// The pod endpoint (before NAT); None for a drop.
+    pub pod: Option<SocketAddr>,
+    /// The node endpoint the pair took; a refusal has the node address, port 0.
+    pub node: Option<SocketAddr>,
+    pub remote: Option<SocketAddr>,
+    /// 0, or 1 + the egress policy's index.
+    pub policy: u8,
+    pub end: Option<EndReason>,
+    /// A drop's `enum masq_drop_reason`.
+    pub drop_reason: Option<u32>,
+    /// The pair's created_ns (made, ended).
+    pub start_ns: Option<u64>,
+    /// Ended: (packets, bytes) the pod sent, and the remote.
+    pub out: (u64, u64),
+    pub r#in: (u64, u64),
+    pub ifindex: u32,
+    pub nat_flags: u8,
+}
+
+fn addr(b: &[u8; 16], v6: bool) -> IpAddr {
+    if v6 {
+        Ipv6Addr::from(*b).into()
+    } else {
+        Ipv4Addr::new(b[0], b[1], b[2], b[3]).into()
+    }
+}
+
+impl Event {
+    /// The record the ring holds, decoded; None when it is not one (short, or an unknown kind).
+    pub fn decode(bytes: &[u8]) -> Option<Event> {
+        if bytes.len() < std::mem::size_of::<MasqEvent>() {
+            return None;
+        }
+        // SAFETY: MasqEvent is plain old data (aya::Pod) and bytes holds one; read unaligned.
+        let e: MasqEvent = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+        let kind = Kind::of(e.kind)?;
+        let v6 = e.v6 != 0;
+        let ep = |a: &[u8; 16], p: [u8; 2]| SocketAddr::new(addr(a, v6), u16::from_be_bytes(p));
+        let tuple = kind != Kind::Drop;
+        let pair = matches!(kind, Kind::PairMade | Kind::PairEnded);
+        Some(Event {
+            kind,
+            ktime_ns: e.ktime_ns,
+            proto: e.proto,
+            pod: tuple.then(|| ep(&e.pod, e.pod_port)),
+            node: tuple.then(|| ep(&e.node, e.node_port)),
+            remote: tuple.then(|| ep(&e.remote, e.remote_port)),
+            policy: e.policy,
+            end: if kind == Kind::PairEnded { EndReason::of(e.reason) } else { None },
+            drop_reason: (kind == Kind::Drop).then_some(u32::from(e.reason)),
+            start_ns: pair.then_some(e.start_ns),
+            out: (e.packets_out, e.bytes_out),
+            r#in: (e.packets_in, e.bytes_in),
+            ifindex: e.ifindex,
+            nat_flags: e.nat_flags,
+        })
+    }
+}
+
+/// CLOCK_MONOTONIC now, in ns: the programs' bpf_ktime_get_ns().
+pub fn ktime_now() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The leases (`events_ctl`): read, set one ring's, write back. The other ring's
+/// reader may renew its own meanwhile; a lost write costs it at most one renewal
+/// of the `EVENTS_LEASE_NS` its lease reaches ahead.
+pub struct Leases {
+    ctl: Array<MapData, EventsCtl>,
+}
+
+impl Leases {
+    pub fn open(pins: &Pins) -> Result<Leases> {
+        Ok(Leases { ctl: maps::open(pins, abi::MAP_EVENTS_CTL)? })
+    }
+
+    pub fn get(&self) -> Result<EventsCtl> {
+        self.ctl.get(&0, 0).map_err(|e| Error::bpf(format!("read {}: {e}", abi::MAP_EVENTS_CTL)))
+    }
+
+    /// Set `ring`'s lease to run until `until` (bpf_ktime_get_ns time; 0: off).
+    pub fn set(&mut self, ring: Ring, until: u64) -> Result<()> {
+        let mut c = self.get()?;
+        *ring.until(&mut c) = until;
+        self.ctl.set(0, c, 0).map_err(|e| Error::bpf(format!("write {}: {e}", abi::MAP_EVENTS_CTL)))
+    }
+}
+
+/// A ring's reader holding its lease: renewed as it reads, cleared when dropped.
+pub struct Reader {
+    ring: Ring,
+    buf: RingBuf<MapData>,
+    leases: Leases,
+    renewed: Instant,
+}
+
+impl Reader {
+    /// Open `ring` and take its lease: the programs write events into it from now on.
+    pub fn open(pins: &Pins, ring: Ring) -> Result<Reader> {
+        let buf = maps::open(pins, ring.map())?;
+        let mut leases = Leases::open(pins)?;
+        leases.set(ring, ktime_now() + abi::EVENTS_LEASE_NS)?;
+        Ok(Reader { ring, buf, leases, renewed: Instant::now() })
+    }
+
+    fn renew_if_due(&mut self) -> Result<()> {
+        if self.renewed.elapsed() >= RENEW {
+            self.leases.set(self.ring, ktime_now() + abi::EVENTS_LEASE_NS)?;
+            self.renewed = Instant::now();
+        }
+        Ok(())
+    }
+
+    /// The events the ring holds now, or (when it is empty) those it holds after
+    /// `wait` (at most RENEW); renews the lease when due. The programs submit
+    /// without a wakeup (an irq_work per event would cost ~10x a new flow), so the
+    /// poll is a sleep: a reader sees an event within `wait`. Records it cannot
+    /// decode are skipped.
+    pub fn read(&mut self, wait: Duration) -> Result<Vec<Event>> {
+        self.renew_if_due()?;
+        let mut out = self.drain();
+        if out.is_empty() {
+            let mut pfd = libc::pollfd { fd: self.buf.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            let ms = wait.min(RENEW).as_millis() as libc::c_int;
+            // SAFETY: one valid pollfd; an error (EINTR on a signal) just returns early.
+            // (A wakeup comes only from a producer that asked for one: ours never do.)
+            unsafe { libc::poll(&mut pfd, 1, ms) };
+            out = self.drain();
+        }
+        Ok(out)
+    }
+
+    fn drain(&mut self) -> Vec<Event> {
+        let mut out = Vec::new();
+        while let Some(item) = self.buf.next() {
+            out.extend(Event::decode(&item));
+        }
+        out
+    }
+
+    /// Give the lease up now (also done when the reader is dropped).
+    pub fn close(&mut self) -> Result<()> {
+        self.leases.set(self.ring, 0)
+    }
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        if let Err(e) = self.close() {
+            log::warn!("events: could not clear the {:?} lease: {}", self.ring, e.msg);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(e: &MasqEvent) -> Vec<u8> {
+        // SAFETY: MasqEvent is plain old data.
+        unsafe { std::slice::from_raw_parts((e as *const MasqEvent).cast::<u8>(), std::mem::size_of::<MasqEvent>()) }
+            .to_vec()
+    }
+
+    #[test]
+    fn a_pair_made_decodes_with_its_three_endpoints() {
+        let mut e = MasqEvent { kind: abi::EV_PAIR_MADE as u8, proto: 6, policy: 2, ktime_ns: 5, start_ns: 4, ..Default::default() };
+        e.pod[..4].copy_from_slice(&[10, 1, 0, 5]);
+        e.node[..4].copy_from_slice(&[192, 0, 2, 1]);
+        e.remote[..4].copy_from_slice(&[203, 0, 113, 9]);
+        e.pod_port = 40000u16.to_be_bytes();
+        e.node_port = 40001u16.to_be_bytes();
+        e.remote_port = 443u16.to_be_bytes();
+        let d = Event::decode(&raw(&e)).unwrap();
+        assert_eq!(d.kind, Kind::PairMade);
+        assert_eq!(d.pod, Some("10.1.0.5:40000".parse().unwrap()));
+        assert_eq!(d.node, Some("192.0.2.1:40001".parse().unwrap()));
+        assert_eq!(d.remote, Some("203.0.113.9:443".parse().unwrap()));
+        assert_eq!((d.policy, d.start_ns, d.end), (2, Some(4), None));
+    }
+
+    #[test]
+    fn ends_drops_and_v6_decode_and_junk_does_not() {
+        let mut e = MasqEvent { kind: abi::EV_PAIR_ENDED as u8, reason: abi::EV_END_TAKEN_OVER as u8, v6: 1, ..Default::default() };
+        e.pod = "fd00::5".parse::<Ipv6Addr>().unwrap().octets();
+        e.packets_out = 3;
+        e.bytes_in = 99;
+        let d = Event::decode(&raw(&e)).unwrap();
+        assert_eq!((d.end, d.out, d.r#in), (Some(EndReason::TakenOver), (3, 0), (0, 99)));
+        assert_eq!(d.pod.unwrap().ip(), "fd00::5".parse::<IpAddr>().unwrap());
+        let drop = MasqEvent { kind: abi::EV_DROP as u8, reason: 1, ..Default::default() };
+        let d = Event::decode(&raw(&drop)).unwrap();
+        assert_eq!((d.kind, d.drop_reason, d.pod), (Kind::Drop, Some(1), None));
+        assert_eq!(Event::decode(&raw(&MasqEvent::default())), None, "kind 0");
+        assert_eq!(Event::decode(&[1, 2, 3]), None, "short");
+    }
+}
