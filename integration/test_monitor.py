@@ -16,6 +16,7 @@ import signal
 import subprocess
 import time
 
+from lab import masqcli
 from lab.netlab import Topo
 
 EXT, NODE_IP = Topo.EXT, Topo.NODE_EXT
@@ -28,13 +29,6 @@ SEND = ("import socket, sys\n"
         "s.sendto(b'x', (sys.argv[2], int(sys.argv[3])))\n")
 
 
-def events_ctl(topo):
-    """The leases (events_ctl): {log_until, live_until} in CLOCK_MONOTONIC ns."""
-    path = f"{topo.lab.pin_path}/v17/maps/events_ctl"
-    out = json.loads(topo.node.enter(["bpftool", "-j", "map", "dump", "pinned", path]).stdout)
-    return out[0]["formatted"]["value"]
-
-
 def monitor(topo, plugin, *args):
     """`monitor --json ARGS` in the background (its own process: nsenter execs it)."""
     return topo.node.spawn([plugin, "monitor", "--json", "--pin-path", topo.lab.pin_path, *args],
@@ -45,7 +39,7 @@ def wait_lease(topo, proc):
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         assert proc.poll() is None, f"monitor exited: {proc.stderr.read().decode()}"
-        if events_ctl(topo)["live_until"] > time.monotonic_ns():
+        if masqcli.events_ctl(topo)["live_until"] > time.monotonic_ns():
             return
         time.sleep(0.05)
     raise AssertionError("monitor never took its lease")
@@ -79,7 +73,7 @@ def test_monitor_shows_a_pods_pairs_and_refusal_and_its_lease_ends_with_it(topo,
     pod = net.add(topo.pod_ns("web"))
     net.env.pop("CNI_ARGS")
     other = net.add(topo.pod_ns("other"))
-    assert events_ctl(topo) == {"log_until": 0, "live_until": 0}
+    assert masqcli.events_ctl(topo) == {"log_until": 0, "live_until": 0}
 
     mon = monitor(topo, plugin, "--pod", "shop/web-0")
     wait_lease(topo, mon)
@@ -111,14 +105,14 @@ def test_monitor_shows_a_pods_pairs_and_refusal_and_its_lease_ends_with_it(topo,
     mon.send_signal(signal.SIGKILL)
     mon.wait(5)
     killed_at = time.monotonic_ns()
-    until = events_ctl(topo)["live_until"]
+    until = masqcli.events_ctl(topo)["live_until"]
     assert killed_at < until <= killed_at + LEASE_S * 1_000_000_000, (killed_at, until)
     time.sleep((until - time.monotonic_ns()) / 1e9 + 0.1)
-    assert time.monotonic_ns() > events_ctl(topo)["live_until"], "the lease was renewed after the kill"
+    assert time.monotonic_ns() > masqcli.events_ctl(topo)["live_until"], "the lease was renewed after the kill"
 
     # Stopped (SIGTERM): the lease is cleared at once.
     mon = monitor(topo, plugin)
     wait_lease(topo, mon)
     mon.send_signal(signal.SIGTERM)
     assert mon.wait(5) == 0, mon.stderr.read().decode()
-    assert events_ctl(topo)["live_until"] == 0
+    assert masqcli.events_ctl(topo)["live_until"] == 0

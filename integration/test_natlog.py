@@ -249,3 +249,133 @@ def test_who_names_the_pod_behind_a_port_a_server_saw(topo, masq_pod, plugin, tm
     # Before the flow was made, nobody held that port.
     before = who(plugin, log, f"{seen['addr']}:{seen['port']}", "--at", str(r["start_ms"] / 1000 - 5))
     assert before.startswith("nobody held"), before
+
+
+# --- the live exporter, beside netfilter's conntrack events --------------------------------------
+
+N_FLOWS = 10
+UDP_PORT = 5003
+CNI_ARGS = "IgnoreUnknown=1;K8S_POD_NAMESPACE=shop;K8S_POD_NAME=web-0;K8S_POD_UID=u-1"
+
+
+def ct_fields(line):
+    """A `conntrack -E` line as (event, [{src, dst, sport, dport}: original, reply])."""
+    tuples, cur = [], {}
+    for tok in line.split():
+        k, eq, v = tok.partition("=")
+        if eq and k in ("src", "dst", "sport", "dport"):
+            if k in cur:
+                tuples.append(cur)
+                cur = {}
+            cur[k] = v
+    tuples.append(cur)
+    return line.split()[0].strip("[]"), tuples
+
+
+def nfdump_flows(data):
+    files = sorted(p for p in data.iterdir() if p.name.startswith("nfcapd."))
+    assert files, "nfcapd wrote no file"
+    dump = subprocess.run(["nfdump", "-R", str(data), "-o", "json"], capture_output=True, text=True, timeout=30)
+    assert dump.returncode == 0, dump.stderr
+    return json.loads(dump.stdout or "[]")
+
+
+@pytest.mark.parametrize("masq", ["ebpf-masq", "ipMasq"])
+def test_every_pair_a_pod_makes_is_logged_made_and_ended(topo, plugin, tmp_path, lab, masq):
+    """A real pod's ten UDP exchanges (default config: each a one-shot flow, 30 s).
+    ebpf-masq: the exporter (`natlog --conf`, the network's natLog: a JSON file and
+    an IPFIX collector, nfcapd) logs every pair as a create and a delete (RFC 8158
+    natEvent 4/5) with the pod's name, its address and port before NAT and the node
+    port the server saw after, the end's reason and counts; nfdump decodes the same
+    pairs from the IPFIX stream; `natlog who` names the pod behind one of the ports;
+    the exporter stops on SIGTERM with its lease cleared. ipMasq (the yardstick):
+    `conntrack -E` in the node shows the same ten flows as NEW and DESTROY with their
+    translated ports; it has no pod name, and no record of a flow it could not make."""
+    srv = topo.ext.server("udp", UDP_PORT)
+    log, data = tmp_path / "natlog.json", tmp_path / "nfcapd"
+    if masq == "ebpf-masq":
+        data.mkdir()
+        port = free_udp_port()
+        cap = lab.spawn(["nfcapd", "-b", "127.0.0.1", "-p", str(port), "-w", str(data), "-t", "3600"])
+        net = topo.masq_network(plugin, natLog={"file": str(log), "ipfix": f"127.0.0.1:{port}"})
+        net.env["CNI_ARGS"] = CNI_ARGS
+        conflist = net.dir / f"{net.name}.conflist"
+        pod = net.add(topo.pod_ns("web"))
+        exporter = lab.spawn([plugin, "natlog", "--conf", conflist])
+        deadline = time.monotonic() + 10
+        while masqcli.events_ctl(topo)["log_until"] <= time.monotonic_ns():
+            assert exporter.poll() is None, exporter.stderr.read().decode()
+            assert time.monotonic() < deadline, "the exporter never took its lease"
+            time.sleep(0.05)
+    else:
+        net = topo.network([topo.bridge_plugin(ip_masq=True)])
+        pod = net.add(topo.pod_ns("web"))
+        ct_out = tmp_path / "conntrack.txt"
+        with open(ct_out, "w") as f:
+            ct = topo.node.spawn(["stdbuf", "-oL", "conntrack", "-E", "-p", "udp"], stdout=f)
+        time.sleep(0.5)
+        assert ct.poll() is None, ct.stderr.read().decode()
+
+    local = []
+    for _ in range(N_FLOWS):
+        rc, res = pod.ns.client("udp", Topo.EXT, UDP_PORT)
+        assert rc == 0, res
+        local.append(res["local"][1])
+    seen = srv.records("dgram")
+    assert len(seen) == N_FLOWS and {r["addr"] for r in seen} == {Topo.NODE_EXT}, seen
+    server_ports = sorted(r["port"] for r in seen)
+
+    def ended():
+        if masq == "ebpf-masq":
+            recs = [json.loads(l) for l in log.read_text().splitlines()] if log.exists() else []
+            return recs, sum(r["event"] == "delete" for r in recs)
+        recs = [ct_fields(l) for l in ct_out.read_text().splitlines() if l.strip()]
+        return recs, sum(ev == "DESTROY" for ev, _ in recs)
+
+    deadline = time.monotonic() + 75  # udpOneShot 30 s, then the sweep (netfilter: udp_timeout 30 s)
+    recs, n = ended()
+    while n < N_FLOWS and time.monotonic() < deadline:
+        time.sleep(1)
+        recs, n = ended()
+
+    if masq == "ipMasq":
+        lab.stop(ct)
+        new = {t[0]["sport"]: int(t[1]["dport"]) for ev, t in recs if ev == "NEW" and t[0]["src"] == pod.ip}
+        gone = {t[0]["sport"]: int(t[1]["dport"]) for ev, t in recs if ev == "DESTROY" and t[0]["src"] == pod.ip}
+        print(f"conntrack -E: {len(new)} NEW, {len(gone)} DESTROY of {N_FLOWS} flows")
+        assert sorted(int(p) for p in new) == sorted(local) and sorted(new.values()) == server_ports, recs
+        assert gone == new, recs
+        return
+
+    creates = [r for r in recs if r["event"] == "create"]
+    deletes = [r for r in recs if r["event"] == "delete"]
+    print(f"natlog: {len(creates)} create, {len(deletes)} delete of {N_FLOWS} flows")
+    for group in (creates, deletes):
+        assert sorted(r["pod_port"] for r in group) == sorted(local), recs
+        assert sorted(r["nat_port"] for r in group) == server_ports, recs
+        for r in group:
+            assert (r["namespace"], r["pod"], r["pod_addr"], r["proto"]) == ("shop", "web-0", pod.ip, 17), r
+            assert (r["nat_addr"], r["remote_addr"], r["remote_port"]) == (Topo.NODE_EXT, Topo.EXT, UDP_PORT), r
+    made = {r["pod_port"]: r for r in creates}
+    for d in deletes:
+        c = made[d["pod_port"]]
+        assert d["nat_port"] == c["nat_port"] and d["start_ms"] == c["start_ms"] <= c["time_ms"], (c, d)
+        assert d["reason"] == "expired" and d["time_ms"] - d["start_ms"] >= 29_000, d
+        assert d["counts"]["out_packets"] >= 1 and d["counts"]["in_packets"] >= 1, d
+    # natlog who: a server-side port, halfway through its pair's life.
+    d = deletes[0]
+    at = (d["start_ms"] + d["time_ms"]) / 2000
+    out = json.loads(who(plugin, log, f"{Topo.NODE_EXT}:{d['nat_port']}", "--at", str(at), "--json"))
+    [held] = out["holders"]
+    assert (held["record"]["pod"], held["record"]["pod_port"]) == ("web-0", d["pod_port"]), out
+    # SIGTERM: the exporter stops, its lease cleared, nothing lost on the way.
+    exporter.send_signal(signal.SIGTERM)
+    assert exporter.wait(10) == 0, exporter.stderr.read().decode()
+    assert masqcli.events_ctl(topo)["log_until"] == 0
+    assert masqcli.status(topo, plugin)["counters"]["events_lost"] == 0
+    # The collector decoded the same pairs (natEvent 4 create, 5 delete).
+    lab.stop(cap, signal.SIGTERM)  # nfcapd writes its file when it stops
+    flows = [f for f in nfdump_flows(data) if f.get("src4_addr") == pod.ip]
+    for ev in ("4", "5"):
+        got = sorted(f["src_xlt_port"] for f in flows if f.get("nat_event_id") == ev)
+        assert got == sorted(str(p) for p in server_ports), (ev, flows)

@@ -22,6 +22,8 @@ pkgs=(
   coturn
   # real IPFIX collectors for the NAT session log (integration/test_natlog.py)
   nfdump pmacct
+  # netfilter's own connection events, the yardstick beside the NAT log (test_natlog.py)
+  conntrack
 )
 
 missing=()

@@ -38,3 +38,12 @@ def explain(topo, binary, *args, check=True):
     (to look at a failure's exit code and stderr)."""
     p = run(topo, binary, "explain", "--json", *args, check=check)
     return json.loads(p.stdout) if check else p
+
+
+def events_ctl(topo):
+    """The event rings' leases (the events_ctl map): {log_until, live_until}, CLOCK_MONOTONIC ns
+    (the programs' clock: compare with time.monotonic_ns())."""
+    from .netlab import LAYOUT
+    path = f"{topo.lab.pin_path}/v{LAYOUT}/maps/events_ctl"
+    out = json.loads(topo.node.enter(["bpftool", "-j", "map", "dump", "pinned", path]).stdout)
+    return out[0]["formatted"]["value"]

@@ -193,6 +193,42 @@ pub fn ktime_now() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// The programs' clock (bpf_ktime_get_ns) to Unix milliseconds, by the two
+/// clocks read together once. `monitor` reads them for each batch of events; the
+/// NAT log keeps one reading for an hour, so a pair's start is the same
+/// millisecond in its create and its delete record.
+#[derive(Clone, Copy, Debug)]
+pub struct Wall {
+    ktime_ns: u64,
+    unix_ms: u64,
+}
+
+impl Wall {
+    pub fn now() -> Wall {
+        let unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis() as u64;
+        Wall { ktime_ns: ktime_now(), unix_ms }
+    }
+
+    #[cfg(test)]
+    pub fn at(ktime_ns: u64, unix_ms: u64) -> Wall {
+        Wall { ktime_ns, unix_ms }
+    }
+
+    /// `ktime_ns` (before or after the clocks were read) in Unix milliseconds.
+    pub fn ms(&self, ktime_ns: u64) -> u64 {
+        let delta_ms = (i128::from(ktime_ns) - i128::from(self.ktime_ns)).div_euclid(1_000_000);
+        (i128::from(self.unix_ms) + delta_ms).max(0) as u64
+    }
+
+    /// When the clocks were read.
+    pub fn age(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(ktime_now().saturating_sub(self.ktime_ns))
+    }
+}
+
 /// The leases (`events_ctl`): read, set one ring's, write back. The other ring's
 /// reader may renew its own meanwhile; a lost write costs it at most one renewal
 /// of the `EVENTS_LEASE_NS` its lease reaches ahead.
@@ -286,6 +322,15 @@ impl Drop for Reader {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_programs_clock_carries_over_to_wall_time_both_ways() {
+        let w = Wall::at(10_000_000_000, 1_796_472_187_000);
+        assert_eq!(w.ms(10_000_000_000), 1_796_472_187_000);
+        assert_eq!(w.ms(8_500_000_000), 1_796_472_185_500, "before the reading");
+        assert_eq!(w.ms(12_250_000_001), 1_796_472_189_250, "after it");
+        assert_eq!(w.ms(10_000_000_999_999), w.ms(10_000_000_999_000), "whole milliseconds");
+    }
 
     fn raw(e: &MasqEvent) -> Vec<u8> {
         // SAFETY: MasqEvent is plain old data.

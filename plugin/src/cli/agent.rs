@@ -43,7 +43,7 @@ use crate::{
     logging, node,
 };
 
-use super::{install, metrics};
+use super::{install, metrics, natlog};
 
 /// Checks run this often even without a file event.
 const RECHECK: Duration = Duration::from_secs(10);
@@ -240,8 +240,10 @@ pub fn main(a: &AgentArgs) -> Result<()> {
 
     let gc_every = Duration::from_secs(a.gc_interval);
     let mut last_gc = Instant::now();
+    let mut natlog: Option<natlog::export::Running> = None;
     while !term.load(Ordering::Relaxed) {
         reconcile(a, &state);
+        keep_natlog(&mut natlog, &state);
         if last_gc.elapsed() >= gc_every {
             gc(&state);
             last_gc = Instant::now();
@@ -260,8 +262,36 @@ pub fn main(a: &AgentArgs) -> Result<()> {
         }
     }
     drop(watcher);
+    if let Some(n) = natlog.take() {
+        n.stop();
+    }
     log::info!("agent=stop reason=signal data_plane=kept chain=kept");
     Ok(())
+}
+
+/// The NAT session log's exporter, as the config in force says (`natLog`):
+/// started, restarted on a change of the key or of pinPath, stopped when the key goes.
+fn keep_natlog(running: &mut Option<natlog::export::Running>, state: &Mutex<State>) {
+    let want = {
+        let st = state.lock().unwrap_or_else(|p| p.into_inner());
+        st.in_force.as_ref().and_then(|(_, c, _)| c.masq.nat_log.clone().map(|l| (c.masq.pin_path.clone(), l)))
+    };
+    let same = match (&*running, &want) {
+        (Some(r), Some((pin, l))) => r.pin_path == *pin && r.conf == *l,
+        (None, None) => true,
+        _ => false,
+    };
+    if same {
+        return;
+    }
+    if let Some(r) = running.take() {
+        log::info!("agent=natlog action=stop");
+        r.stop();
+    }
+    if let Some((pin, l)) = want {
+        log::info!("agent=natlog action=start file={:?} ipfix={:?}", l.file, l.ipfix);
+        *running = Some(natlog::export::Running::start(&pin, &l));
+    }
 }
 
 /// One pass: the config file, the data plane, the chained entry.

@@ -73,10 +73,7 @@ pub enum Command {
     #[command(long_about = manifest::LONG_HELP)]
     Manifest(Box<manifest::ManifestArgs>),
     /// The NAT session log: who held a node address and port, and its IPFIX export
-    Natlog {
-        #[command(subcommand)]
-        cmd: natlog::NatlogCmd,
-    },
+    Natlog(natlog::NatlogArgs),
     /// The data plane's events as they happen: NAT pairs made and ended, refusals, drops
     #[command(long_about = monitor::LONG_HELP)]
     Monitor(monitor::MonitorArgs),
@@ -127,7 +124,7 @@ pub fn main() -> i32 {
         Command::Validate { conf } => install::validate(&conf),
         Command::Agent(args) => agent::main(&args),
         Command::Manifest(args) => manifest::main(&args),
-        Command::Natlog { cmd } => natlog::main(&cmd),
+        Command::Natlog(a) => natlog::main(&a),
         Command::Monitor(args) => monitor::main(&args),
     };
     match res {

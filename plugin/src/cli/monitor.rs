@@ -7,14 +7,13 @@
 //! reads the other ring, so the two never take each other's events.
 
 use std::{
-    collections::HashMap,
     io::Write,
     net::{IpAddr, SocketAddr},
     sync::{
         atomic::{AtomicBool, Ordering},
         Arc,
     },
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+    time::{Duration, UNIX_EPOCH},
 };
 
 use clap::Args;
@@ -22,14 +21,14 @@ use serde_json::{json, Map, Value};
 
 use super::{
     nat_list::{policy_name, proto_name},
-    readers::{self, PolicyDesc},
+    natlog::parse_remote,
+    readers::{self, PodNames, PolicyDesc},
     PinPathArg,
 };
 use crate::{
     bpf::{
         abi::drop_reason,
-        events::{ktime_now, Event, Kind, Reader, Ring},
-        loader::Pins,
+        events::{Event, Kind, Reader, Ring, Wall},
     },
     error::{code, Error, Result},
 };
@@ -60,16 +59,6 @@ pub struct MonitorArgs {
 
 fn bad(opt: &str, msg: String) -> Error {
     Error::new(code::INVALID_CONFIG, format!("{opt}: {msg}"))
-}
-
-/// `ADDR`, `ADDR:PORT` or `[V6]:PORT`.
-fn parse_remote(s: &str) -> Result<(IpAddr, Option<u16>)> {
-    if let Ok(a) = s.parse::<IpAddr>() {
-        return Ok((a, None));
-    }
-    s.parse::<SocketAddr>()
-        .map(|sa| (sa.ip(), Some(sa.port())))
-        .map_err(|_| bad("--remote", format!("{s:?} is not ADDR or ADDR:PORT")))
 }
 
 /// Which pod a filter names.
@@ -137,41 +126,6 @@ impl Filter {
             }
         }
         true
-    }
-}
-
-/// Who holds each pod address ("namespace/name"), from the registrations, as
-/// `nat list` names them; refreshed as pods come and go.
-struct Names {
-    by_addr: HashMap<IpAddr, String>,
-    read: Instant,
-}
-
-impl Names {
-    const REFRESH: Duration = Duration::from_secs(2);
-
-    fn load(pins: &Pins) -> Result<Names> {
-        let by_addr = readers::pods(pins)?
-            .into_iter()
-            .filter(|p| !p.k8s_name.is_empty())
-            .flat_map(|p| {
-                let who = format!("{}/{}", p.k8s_namespace, p.k8s_name);
-                p.addresses.into_iter().map(move |a| (a, who.clone()))
-            })
-            .collect();
-        Ok(Names { by_addr, read: Instant::now() })
-    }
-
-    /// The pod of `a`; an address not known yet (a pod newer than the last read)
-    /// reads the registrations again, at most every REFRESH.
-    fn of(&mut self, pins: &Pins, a: IpAddr) -> Option<String> {
-        if !self.by_addr.contains_key(&a) && self.read.elapsed() >= Self::REFRESH {
-            match Names::load(pins) {
-                Ok(n) => *self = n,
-                Err(e) => log::warn!("monitor: read the pods: {}", e.msg),
-            }
-        }
-        self.by_addr.get(&a).cloned()
     }
 }
 
@@ -257,15 +211,11 @@ fn to_text(v: &Value) -> String {
     line
 }
 
-fn wall_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64
-}
-
 pub fn main(a: &MonitorArgs) -> Result<()> {
     let pins = a.pins.pins();
     let descs = readers::egress_policy_descs(&pins)?;
     let filter = Filter::of(a, &descs)?;
-    let mut names = Names::load(&pins)?;
+    let mut names = PodNames::load(&pins)?;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, Arc::clone(&stop))
@@ -278,16 +228,14 @@ pub fn main(a: &MonitorArgs) -> Result<()> {
         if events.is_empty() {
             continue;
         }
-        // The programs' clock to wall-clock time, once a batch.
-        let (k_now, w_now) = (ktime_now(), wall_ms());
-        let wall = |k: u64| w_now.saturating_sub(k_now.saturating_sub(k) / 1_000_000);
+        let wall = Wall::now();
         for e in events {
-            let who = e.pod.and_then(|p| names.of(&pins, p.ip()));
+            let who = e.pod.and_then(|p| names.of(&pins, p.ip())).map(|(ns, n)| format!("{ns}/{n}"));
             let policy = policy_name(&descs, e.policy);
             if !filter.admits(&e, who.as_deref(), policy.as_deref()) {
                 continue;
             }
-            let v = to_json(&e, wall(e.ktime_ns), e.start_ns.map(wall), who.as_deref(), policy.as_deref());
+            let v = to_json(&e, wall.ms(e.ktime_ns), e.start_ns.map(|s| wall.ms(s)), who.as_deref(), policy.as_deref());
             let line = if a.json { v.to_string() } else { to_text(&v) };
             if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
                 return reader.close(); // the reader went away (a closed pipe)

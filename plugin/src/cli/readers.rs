@@ -479,6 +479,47 @@ pub fn endpoint(a: impl std::fmt::Display, port: u16) -> String {
     }
 }
 
+/// Who holds each pod address (namespace, name), from the registrations, as
+/// `nat list` names them; read again on a miss (a pod newer than the last
+/// read), at most every `PodNames::REFRESH`. Shared by `monitor` and the natlog exporter.
+pub struct PodNames {
+    by_addr: std::collections::HashMap<IpAddr, (String, String)>,
+    read: std::time::Instant,
+}
+
+impl PodNames {
+    pub const REFRESH: std::time::Duration = std::time::Duration::from_secs(1);
+
+    pub fn load(pins: &Pins) -> Result<PodNames> {
+        let by_addr = pods(pins)?
+            .into_iter()
+            .filter(|p| !p.k8s_name.is_empty())
+            .flat_map(|p| {
+                let who = (p.k8s_namespace.clone(), p.k8s_name.clone());
+                p.addresses.into_iter().map(move |a| (a, who.clone()))
+            })
+            .collect();
+        Ok(PodNames { by_addr, read: std::time::Instant::now() })
+    }
+
+    /// The (namespace, name) of the pod holding `a`.
+    pub fn of(&mut self, pins: &Pins, a: IpAddr) -> Option<(String, String)> {
+        if !self.by_addr.contains_key(&a) && self.read.elapsed() >= Self::REFRESH {
+            match PodNames::load(pins) {
+                Ok(n) => *self = n,
+                Err(e) => log::warn!("read the pods: {}", e.msg),
+            }
+        }
+        self.by_addr.get(&a).cloned()
+    }
+
+    #[cfg(test)]
+    pub fn of_pairs(pairs: &[(&str, &str, &str)]) -> PodNames {
+        let by_addr = pairs.iter().map(|(a, ns, n)| (a.parse().unwrap(), (ns.to_string(), n.to_string()))).collect();
+        PodNames { by_addr, read: std::time::Instant::now() }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

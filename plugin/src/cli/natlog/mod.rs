@@ -3,11 +3,13 @@
 //! `ipfix` (the same records as RFC 7011 / RFC 8158 IPFIX over UDP), `who`
 //! (which pod held a node address and port at a time). This file is the command.
 //!
-//! So far: `natlog who` over a JSON log, `natlog send`, which exports a JSON
-//! log to an IPFIX collector, and `natlog snapshot`, which logs the pairs alive
-//! now (`snapshot`: what an exporter logs when it starts). The data plane's
-//! events and the live exporter are still to come.
+//! `natlog --conf CONFLIST` runs the live exporter (`export`: the data plane's
+//! events as records, where the network's `natLog` says) in the foreground, as
+//! `ebpf-masq agent` runs it on Kubernetes nodes. `natlog who` answers from a
+//! JSON log, `natlog send` exports a JSON log to an IPFIX collector, `natlog
+//! snapshot` logs the pairs alive now.
 
+pub mod export;
 pub mod file;
 pub mod ipfix;
 pub mod record;
@@ -17,6 +19,7 @@ pub mod who;
 use std::{
     net::{IpAddr, SocketAddr},
     path::PathBuf,
+    sync::{atomic::AtomicBool, Arc},
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
@@ -26,7 +29,22 @@ use record::{endpoint, Record};
 
 use super::nat_list::proto_name;
 
-use crate::error::{code, Error, Result};
+use crate::{
+    bpf::loader::Pins,
+    config,
+    error::{code, Context, Error, Result},
+};
+
+/// `natlog --conf CONFLIST` (the live exporter), or one of the subcommands.
+#[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct NatlogArgs {
+    #[command(subcommand)]
+    pub cmd: Option<NatlogCmd>,
+    #[arg(long, value_name = "CONFLIST",
+          help = "run the exporter in the foreground: the data plane's pairs as records, where this conflist's natLog says, until SIGINT/SIGTERM")]
+    pub conf: Option<PathBuf>,
+}
 
 #[derive(Subcommand, Debug)]
 pub enum NatlogCmd {
@@ -76,12 +94,41 @@ pub struct SendArgs {
     pub domain: u32,
 }
 
-pub fn main(cmd: &NatlogCmd) -> Result<()> {
-    match cmd {
-        NatlogCmd::Who(a) => who_cmd(a),
-        NatlogCmd::Send(a) => send_cmd(a),
-        NatlogCmd::Snapshot(a) => snapshot_cmd(a),
+pub fn main(a: &NatlogArgs) -> Result<()> {
+    match (&a.cmd, &a.conf) {
+        (Some(NatlogCmd::Who(a)), _) => who_cmd(a),
+        (Some(NatlogCmd::Send(a)), _) => send_cmd(a),
+        (Some(NatlogCmd::Snapshot(a)), _) => snapshot_cmd(a),
+        (None, Some(conf)) => export_cmd(conf),
+        (None, None) => Err(Error::new(
+            code::INVALID_CONFIG,
+            "natlog: give --conf CONFLIST (run the exporter) or a subcommand (who, send, snapshot)".to_string(),
+        )),
     }
+}
+
+/// The exporter in the foreground, for a node without the agent (a systemd unit: docs/natlog.md).
+fn export_cmd(conf: &std::path::Path) -> Result<()> {
+    crate::logging::init_stderr(log::LevelFilter::Info);
+    let bytes = std::fs::read(conf).ctx(code::IO_FAILURE, format!("read {}", conf.display()))?;
+    let c = config::parse_conf_file(&bytes).map_err(|e| e.context(conf.display()))?;
+    let Some(log_conf) = &c.masq.nat_log else {
+        return Err(Error::new(
+            code::INVALID_CONFIG,
+            format!("{}: the ebpf-masq entry has no \"natLog\" key: nothing to export", conf.display()),
+        ));
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, Arc::clone(&stop))
+            .map_err(|e| Error::new(code::IO_FAILURE, format!("install the signal handler: {e}")))?;
+    }
+    let t = export::run(&Pins::new(&c.masq.pin_path), log_conf, &stop)?;
+    eprintln!(
+        "ebpf-masq natlog: {} alive and {} event records written; {} not sent to the IPFIX collector",
+        t.alive, t.records, t.ipfix_unsent
+    );
+    Ok(())
 }
 
 fn bad(key: &str, msg: String) -> Error {
@@ -115,8 +162,8 @@ pub fn parse_proto(s: &str) -> Result<u8> {
     }
 }
 
-/// `ADDR`, `ADDR:PORT` or `[V6]:PORT`.
-fn parse_remote(s: &str) -> Result<(IpAddr, Option<u16>)> {
+/// `ADDR`, `ADDR:PORT` or `[V6]:PORT` (`--remote`, here and in `monitor`).
+pub fn parse_remote(s: &str) -> Result<(IpAddr, Option<u16>)> {
     if let Ok(a) = s.parse::<IpAddr>() {
         return Ok((a, None));
     }
