@@ -282,13 +282,15 @@ def nfdump_flows(data):
 
 @pytest.mark.parametrize("masq", ["ebpf-masq", "ipMasq"])
 def test_every_pair_a_pod_makes_is_logged_made_and_ended(topo, plugin, tmp_path, lab, masq):
-    """A real pod's ten UDP exchanges (default config: each a one-shot flow, 30 s).
+    """A real pod's ten UDP exchanges (default config: each a one-shot flow, 30 s),
+    then one more and the pod deleted.
     ebpf-masq: the exporter (`natlog --conf`, the network's natLog: a JSON file and
     an IPFIX collector, nfcapd) logs every pair as a create and a delete (RFC 8158
     natEvent 4/5) with the pod's name, its address and port before NAT and the node
     port the server saw after, the end's reason and counts; nfdump decodes the same
     pairs from the IPFIX stream; `natlog who` names the pod behind one of the ports;
-    the exporter stops on SIGTERM with its lease cleared. ipMasq (the yardstick):
+    the pair the deleted pod held is logged ended (pod_deleted) within seconds; the
+    exporter stops on SIGTERM with its lease cleared. ipMasq (the yardstick):
     `conntrack -E` in the node shows the same ten flows as NEW and DESTROY with their
     translated ports; it has no pod name, and no record of a flow it could not make."""
     srv = topo.ext.server("udp", UDP_PORT)
@@ -368,6 +370,19 @@ def test_every_pair_a_pod_makes_is_logged_made_and_ended(topo, plugin, tmp_path,
     out = json.loads(who(plugin, log, f"{Topo.NODE_EXT}:{d['nat_port']}", "--at", str(at), "--json"))
     [held] = out["holders"]
     assert (held["record"]["pod"], held["record"]["pod_port"]) == ("web-0", d["pod_port"]), out
+    # The pod deleted (CNI DEL flushes its pairs; the programs see nothing of it): a
+    # pair it still held is logged ended, pod_deleted, within seconds.
+    rc, res = pod.ns.client("udp", Topo.EXT, UDP_PORT)
+    assert rc == 0, res
+    net.delete(pod.ns)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        last = [json.loads(l) for l in log.read_text().splitlines()][-1]
+        if last.get("reason") == "pod_deleted":
+            break
+        time.sleep(0.5)
+    assert (last["event"], last.get("reason"), last["pod_port"]) == ("delete", "pod_deleted", res["local"][1]), last
+    assert last["pod"] == "web-0" and last["start_ms"] <= last["time_ms"], last
     # SIGTERM: the exporter stops, its lease cleared, nothing lost on the way.
     exporter.send_signal(signal.SIGTERM)
     assert exporter.wait(10) == 0, exporter.stderr.read().decode()
@@ -376,6 +391,7 @@ def test_every_pair_a_pod_makes_is_logged_made_and_ended(topo, plugin, tmp_path,
     # The collector decoded the same pairs (natEvent 4 create, 5 delete).
     lab.stop(cap, signal.SIGTERM)  # nfcapd writes its file when it stops
     flows = [f for f in nfdump_flows(data) if f.get("src4_addr") == pod.ip]
+    every = sorted(str(p) for p in [*server_ports, last["nat_port"]])
     for ev in ("4", "5"):
         got = sorted(f["src_xlt_port"] for f in flows if f.get("nat_event_id") == ev)
-        assert got == sorted(str(p) for p in server_ports), (ev, flows)
+        assert got == every, (ev, flows)

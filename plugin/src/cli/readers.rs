@@ -502,6 +502,17 @@ impl PodNames {
         Ok(PodNames { by_addr, read: std::time::Instant::now() })
     }
 
+    /// Read the registrations again now.
+    pub fn reload(&mut self, pins: &Pins) -> Result<()> {
+        *self = PodNames::load(pins)?;
+        Ok(())
+    }
+
+    /// The (namespace, name) registered for `a` at the last read, without reading.
+    pub fn known(&self, a: &IpAddr) -> Option<&(String, String)> {
+        self.by_addr.get(a)
+    }
+
     /// The (namespace, name) of the pod holding `a`.
     pub fn of(&mut self, pins: &Pins, a: IpAddr) -> Option<(String, String)> {
         if !self.by_addr.contains_key(&a) && self.read.elapsed() >= Self::REFRESH {

@@ -40,6 +40,8 @@ use crate::{
 
 /// The programs' clock is carried over to wall-clock time by one reading of the two this long.
 const WALL_EVERY: Duration = Duration::from_secs(3600);
+/// How often the exporter looks for pairs whose pod was deleted (`pod_deleted`).
+const GONE_EVERY: Duration = Duration::from_secs(2);
 /// IPFIX templates are sent again this often (RFC 7011 section 8.4 for UDP).
 pub const TEMPLATE_EVERY: Duration = Duration::from_secs(60);
 
@@ -96,15 +98,21 @@ type PairKey = (u8, SocketAddr, SocketAddr, SocketAddr);
 struct Names {
     pods: PodNames,
     policies: Vec<PolicyDesc>,
-    /// Each pair logged open: its (namespace, name, policy).
+    /// Each pair logged open: its (namespace, name, policy), and its start.
     held: HashMap<PairKey, Held>,
+    started: HashMap<PairKey, u64>,
 }
 
 type Held = (Option<String>, Option<String>, Option<String>);
 
 impl Names {
     fn load(pins: &Pins) -> Result<Names> {
-        Ok(Names { pods: PodNames::load(pins)?, policies: readers::egress_policy_descs(pins)?, held: HashMap::new() })
+        Ok(Names {
+            pods: PodNames::load(pins)?,
+            policies: readers::egress_policy_descs(pins)?,
+            held: HashMap::new(),
+            started: HashMap::new(),
+        })
     }
 
     /// The pod and policy of a pair being made now (the registrations read again on a miss).
@@ -119,11 +127,61 @@ impl Names {
         (ns, name, policy_name(&self.policies, policy))
     }
 
+    /// The pairs of pods that are gone: a CNI DEL removes its pod's pairs itself,
+    /// and the programs see nothing of it, so each pair logged open whose pod is
+    /// no longer registered (or its address is another pod's now) is logged ended
+    /// here, `pod_deleted`, at the time this is found (within `GONE_EVERY`).
+    fn gone(&mut self, pins: &Pins, now_ms: u64) -> Vec<Record> {
+        if !self.held.values().any(|(_, name, _)| name.is_some()) {
+            return Vec::new();
+        }
+        if let Err(e) = self.pods.reload(pins) {
+            log::warn!("natlog: pods not read: {}", e.msg);
+            return Vec::new();
+        }
+        self.ended_with_their_pods(now_ms)
+    }
+
+    /// [`Names::gone`] against the registrations as last read.
+    fn ended_with_their_pods(&mut self, now_ms: u64) -> Vec<Record> {
+        let pods = &self.pods;
+        let gone: Vec<PairKey> = self
+            .held
+            .iter()
+            .filter(|((_, pod, _, _), (ns, name, _))| match (ns, name) {
+                (Some(ns), Some(name)) => pods.known(&pod.ip()) != Some(&(ns.clone(), name.clone())),
+                _ => false, // a rule's source (a tunnel's client) has no registration to lose
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        gone.into_iter()
+            .filter_map(|k| self.held.remove(&k).map(|h| (k, h)))
+            .map(|((proto, pod, node, remote), (namespace, pod_name, policy))| Record {
+                time_ms: now_ms,
+                event: Event::Delete,
+                proto,
+                pod_addr: pod.ip(),
+                pod_port: pod.port(),
+                nat_addr: Some(node.ip()),
+                nat_port: Some(node.port()),
+                remote_addr: remote.ip(),
+                remote_port: remote.port(),
+                start_ms: self.started.remove(&(proto, pod, node, remote)),
+                namespace,
+                pod: pod_name,
+                policy,
+                reason: Some(EndReason::PodDeleted),
+                counts: None,
+            })
+            .collect()
+    }
+
     fn seed(&mut self, alive: &[Record]) {
         for r in alive {
             if let (Some(a), Some(p)) = (r.nat_addr, r.nat_port) {
                 let key = (r.proto, SocketAddr::new(r.pod_addr, r.pod_port), SocketAddr::new(a, p), SocketAddr::new(r.remote_addr, r.remote_port));
                 self.held.insert(key, (r.namespace.clone(), r.pod.clone(), r.policy.clone()));
+                self.started.insert(key, r.start());
             }
         }
     }
@@ -153,9 +211,18 @@ fn record_of(ev: &events::Event, wall: &Wall, names: &mut Names, pins: &Pins) ->
         Kind::PairMade => {
             let n = names.of_new(pins, pod.ip(), ev.policy);
             names.held.insert(key, n.clone());
+            names.started.insert(key, ev.start_ns.map_or(time_ms, |s| wall.ms(s)));
             n
         }
-        Kind::PairEnded => names.held.remove(&key).unwrap_or_else(|| names.of_new(pins, pod.ip(), ev.policy)),
+        Kind::PairEnded => {
+            names.started.remove(&key);
+            match names.held.remove(&key) {
+                Some(n) => n,
+                // Logged ended already (its pod deleted) or made before the exporter: no record twice.
+                None if names.pods.known(&pod.ip()).is_none() => return None,
+                None => names.of_new(pins, pod.ip(), ev.policy),
+            }
+        }
         _ => names.of_new(pins, pod.ip(), ev.policy),
     };
     let refused = matches!(event, Event::PortsExhausted | Event::QuotaExceeded);
@@ -203,13 +270,18 @@ pub fn run(pins: &Pins, c: &NatLogConf, stop: &AtomicBool) -> Result<Totals> {
     sinks.write(&alive)?;
     let mut totals = Totals { alive: alive.len() as u64, ..Totals::default() };
     let mut wall = Wall::now();
+    let mut looked = Instant::now();
     log::info!("natlog=start alive={} file={:?} ipfix={:?}", alive.len(), c.file, c.ipfix);
     while !stop.load(Ordering::Relaxed) {
         let evs = reader.read(Duration::from_millis(500))?;
         if wall.age() > WALL_EVERY {
             wall = Wall::now(); // a stepped wall clock shows within the hour
         }
-        let rs: Vec<Record> = evs.iter().filter_map(|e| record_of(e, &wall, &mut names, pins)).collect();
+        let mut rs: Vec<Record> = evs.iter().filter_map(|e| record_of(e, &wall, &mut names, pins)).collect();
+        if looked.elapsed() >= GONE_EVERY {
+            rs.extend(names.gone(pins, wall.ms(events::ktime_now())));
+            looked = Instant::now();
+        }
         totals.records += rs.len() as u64;
         sinks.write(&rs)?;
     }
@@ -286,7 +358,12 @@ mod tests {
     }
 
     fn names_with_pod() -> Names {
-        Names { pods: PodNames::of_pairs(&[("10.244.1.2", "shop", "web-0")]), policies: vec![], held: HashMap::new() }
+        Names {
+            pods: PodNames::of_pairs(&[("10.244.1.2", "shop", "web-0")]),
+            policies: vec![],
+            held: HashMap::new(),
+            started: HashMap::new(),
+        }
     }
 
     #[test]
@@ -304,6 +381,27 @@ mod tests {
         assert_eq!(ended.who(), "shop/web-0", "the name it was made with");
         assert_eq!(ended.counts, Some(Counts { out_packets: 3, out_bytes: 180, in_packets: 2, in_bytes: 120 }));
         assert!(names.held.is_empty());
+    }
+
+    #[test]
+    fn a_deleted_pods_pairs_end_as_pod_deleted_once() {
+        let pins = Pins::new(std::path::Path::new("/nonexistent"));
+        let wall = Wall::at(5_000_000_000, 1_005_000);
+        let mut names = names_with_pod();
+        record_of(&ev(Kind::PairMade), &wall, &mut names, &pins).unwrap();
+        let mut tunnel = ev(Kind::PairMade);
+        tunnel.pod = Some("192.168.6.7:5000".parse().unwrap()); // a rule's source: no registration
+        record_of(&tunnel, &wall, &mut names, &pins).unwrap();
+        assert!(names.ended_with_their_pods(2_000_000).is_empty(), "the pod is still there");
+        names.pods = PodNames::of_pairs(&[("10.244.1.2", "other", "new-pod")]); // deleted, its address reused
+        let [r] = names.ended_with_their_pods(2_000_000).try_into().unwrap();
+        assert_eq!((r.event, r.reason, r.time_ms, r.start_ms), (Event::Delete, Some(EndReason::PodDeleted), 2_000_000, Some(1_004_000)));
+        assert_eq!((r.who(), r.nat_port), ("shop/web-0".to_string(), Some(40001)));
+        assert!(names.ended_with_their_pods(2_000_000).is_empty(), "once");
+        assert_eq!(names.held.len(), 1, "the tunnel's pair stays held");
+        // A pair whose pod is gone and whose address nobody holds: an end told late is not logged twice.
+        names.pods = PodNames::of_pairs(&[]);
+        assert_eq!(record_of(&ev(Kind::PairEnded), &wall, &mut names, &pins), None);
     }
 
     #[test]
