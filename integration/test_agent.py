@@ -356,3 +356,47 @@ def test_agent_applies_ip_masq_agents_config(topo, plugin, lab):
     finally:
         agent.send_signal(signal.SIGTERM)
         agent.wait(10)
+
+
+def test_agent_runs_the_nat_log_exporter_as_the_config_says(topo, plugin, lab):
+    """Issue 29 item 3 through the agent: a ConfigMap update that adds natLog starts
+    the exporter (its lease taken; a running pod's new pair logged with the pod's
+    name); removing the key stops it (the lease cleared at once, no more records);
+    SIGTERM leaves no exporter behind."""
+    net = topo.network([topo.bridge_plugin()])
+    a = Agent(topo, plugin, lab, net)
+    log = lab.tmp / "natlog.json"
+
+    def lease():
+        return masqcli.events_ctl(topo)["log_until"]
+
+    try:
+        wait_for(lambda: a.alive() and a.get("/healthz")[0] == 200, timeout=30, what="agent healthy")
+        net.env["CNI_ARGS"] = "IgnoreUnknown=1;K8S_POD_NAMESPACE=shop;K8S_POD_NAME=web-0"
+        pod = net.add(topo.pod_ns("pod"))
+        assert lease() == 0, "no natLog, no exporter"
+
+        a.vol.publish({**a.base, "natLog": {"file": str(log)}})
+        wait_for(lambda: a.alive() and lease() > time.monotonic_ns(), timeout=20, what="exporter started")
+        udp = topo.ext.server("udp", 5001)
+        rc, res = pod.ns.client("udp", EXT, 5001)
+        assert rc == 0, res
+        [seen] = udp.records("dgram")
+
+        def created():
+            recs = [json.loads(l) for l in log.read_text().splitlines()] if log.exists() else []
+            return [r for r in recs if r["event"] == "create"]
+        wait_for(lambda: created(), timeout=10, what="the pair logged")
+        [r] = created()
+        assert (r["namespace"], r["pod"], r["pod_port"], r["nat_port"]) == ("shop", "web-0", res["local"][1], seen["port"]), r
+
+        a.vol.publish(a.base)
+        wait_for(lambda: a.alive() and lease() == 0, timeout=20, what="exporter stopped")
+        n = len(log.read_text().splitlines())
+        assert pod.ns.client("udp", EXT, 5001)[0] == 0
+        time.sleep(1)
+        assert len(log.read_text().splitlines()) == n, "nothing logged once the key is gone"
+    finally:
+        a.proc.send_signal(signal.SIGTERM)
+        a.proc.wait(10)
+    assert lease() == 0
