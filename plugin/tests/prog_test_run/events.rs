@@ -65,6 +65,23 @@ fn an_ipv6_pair_is_told_with_its_16_byte_addresses() {
 }
 
 #[test]
+fn a_pair_that_natfiltering_admits_is_told_too() {
+    let dp = pods_node();
+    dp.set_pod_filtering(POD, abi::NAT_FILTER_EI);
+    let mut r = Reader::open(&dp.pins, Ring::Live).unwrap();
+    let p = summary(&dp.egress(&udp(POD, REMOTE, 40000, 3478)).passed()).sport;
+    // Someone the pod never sent to: let in on a pair of its own, made by the ingress program.
+    assert_eq!(dp.ingress(&udp(REMOTE2, MASQ, 9999, p)).passed(), udp(REMOTE2, POD, 9999, 40000));
+    let ev = r.read(Duration::ZERO).unwrap();
+    let made: Vec<_> = ev.iter().filter(|e| e.kind == Kind::PairMade).map(|e| (e.pod, e.node, e.remote)).collect();
+    assert_eq!(
+        made,
+        [(sa(POD, 40000), sa(MASQ, p), sa(REMOTE, 3478)), (sa(POD, 40000), sa(MASQ, p), sa(REMOTE2, 9999))],
+        "{ev:?}"
+    );
+}
+
+#[test]
 fn an_expired_or_cleared_lease_emits_nothing() {
     let dp = pods_node();
     let mut leases = Leases::open(&dp.pins).unwrap();
