@@ -171,6 +171,7 @@ static __noinline int NAT_FN(open_ingress)(struct __sk_buff *skb, const FLOW_T *
 	}
 	count_add(CNT_NAT_CREATED, 1);
 	count_add(CNT_FILTER_ADMITTED, 1);
+	NAT_FN(event_made)(&fk, &e, &rk, 0);
 	nat_gc_ensure(NAT_IS_V6, false);
 	rev = bpf_map_lookup_elem(&MAP_REV, &rk);
 	if (!rev)

@@ -1,5 +1,5 @@
 //! The data plane's events (issue 29 items 1-2) through the real pinned programs,
-//! with BPF_PROG_TEST_RUN: a new flow's pair_made with its tuple while the ring's
+//! with BPF_PROG_TEST_RUN: a new flow's pair_made with its tuple (IPv4, IPv6) while the ring's
 //! lease runs, nothing once it ran out, the log and live rings each served, a
 //! refusal's event, a taken-over pair's end before its successor's start, the
 //! sweep's ends (expired, closed) with their counts, and a full ring's losses
@@ -14,7 +14,7 @@ use ebpf_masq::bpf::{
     maps,
 };
 
-use crate::support::{harness::*, node::*, packet::*};
+use crate::support::{harness::*, node::*, packet::*, packet6::*};
 
 fn sa(a: std::net::Ipv4Addr, p: u16) -> Option<SocketAddr> {
     Some(SocketAddr::new(a.into(), p))
@@ -47,6 +47,38 @@ fn a_new_flow_tells_its_pair_while_the_lease_runs() {
     assert!(r.read(Duration::ZERO).unwrap().is_empty());
     assert!(drain(&dp, abi::MAP_EVENTS_LOG).is_empty());
     assert_eq!(dp.counter(counter::EVENTS_LOST), 0);
+}
+
+#[test]
+fn an_ipv6_pair_is_told_with_its_16_byte_addresses() {
+    let dp = Dataplane::new();
+    dp.add_uplink6(LO, Some(MASQ), masq6());
+    dp.add_pod6(pod6(), VETH, true);
+    let mut r = Reader::open(&dp.pins, Ring::Live).unwrap();
+    let port = summary6(&dp.egress(&tcp6(pod6(), remote6(), 40000, 443, SYN)).passed()).sport;
+    let ev = r.read(Duration::ZERO).unwrap();
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    let e = &ev[0];
+    let sa6 = |a: std::net::Ipv6Addr, p: u16| Some(SocketAddr::new(a.into(), p));
+    assert_eq!((e.kind, e.proto), (Kind::PairMade, 6));
+    assert_eq!((e.pod, e.node, e.remote), (sa6(pod6(), 40000), sa6(masq6(), port), sa6(remote6(), 443)));
+}
+
+#[test]
+fn a_pair_that_natfiltering_admits_is_told_too() {
+    let dp = pods_node();
+    dp.set_pod_filtering(POD, abi::NAT_FILTER_EI);
+    let mut r = Reader::open(&dp.pins, Ring::Live).unwrap();
+    let p = summary(&dp.egress(&udp(POD, REMOTE, 40000, 3478)).passed()).sport;
+    // Someone the pod never sent to: let in on a pair of its own, made by the ingress program.
+    assert_eq!(dp.ingress(&udp(REMOTE2, MASQ, 9999, p)).passed(), udp(REMOTE2, POD, 9999, 40000));
+    let ev = r.read(Duration::ZERO).unwrap();
+    let made: Vec<_> = ev.iter().filter(|e| e.kind == Kind::PairMade).map(|e| (e.pod, e.node, e.remote)).collect();
+    assert_eq!(
+        made,
+        [(sa(POD, 40000), sa(MASQ, p), sa(REMOTE, 3478)), (sa(POD, 40000), sa(MASQ, p), sa(REMOTE2, 9999))],
+        "{ev:?}"
+    );
 }
 
 #[test]
