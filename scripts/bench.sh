@@ -427,14 +427,16 @@ stop_natlog() {
   "$PY" "$UTIL" natlog "$WORK/log-status.json" "$WORK/log/log-exporter.log" "$d/nat.json" "$d/nfdump-stat.txt" \
     "$d/cpu.txt" "$d/lost.jsonl"
 }
-events_lost() {   # the log mode's events_lost counter now
+events_lost() {   # the log mode's events_lost and nat_created counters now: "LOST MADE"
   ne log node "$PLUGIN" status --json --pin-path "$PIN_LOG" >"$WORK/natlog/status-now.json" 2>&1 || true
-  "$PY" "$UTIL" counter "$WORK/natlog/status-now.json" events_lost
+  echo "$("$PY" "$UTIL" counter "$WORK/natlog/status-now.json" events_lost)" \
+    "$("$PY" "$UTIL" counter "$WORK/natlog/status-now.json" nat_created)"
 }
-LOST=0
-natlog_lost() {   # natlog_lost ROUND TEST: events lost during the log mode's last test
+LOST="0 0"
+natlog_lost() {   # natlog_lost ROUND TEST: events lost and pairs made (one event each) in the log mode's last test
   local now; now=$(events_lost)
-  printf '{"round":%s,"test":"%s","lost":%s}\n' "$1" "$2" "$((now - LOST))" >>"$WORK/natlog/lost.jsonl"
+  printf '{"round":%s,"test":"%s","lost":%s,"made":%s}\n' "$1" "$2" "$((${now% *} - ${LOST% *}))" \
+    "$((${now#* } - ${LOST#* }))" >>"$WORK/natlog/lost.jsonl"
   LOST=$now
 }
 

@@ -38,7 +38,7 @@ Subcommands (all print to stdout):
                           at the IPFIX collector (`nfdump -I`'s Flows:, summed over its files), create+delete
                           events a second in the log (busiest second, mean of busy ones);
                           optionally CPU.txt (nfcapd's and the exporter's CPU seconds) and
-                          LOST.jsonl (events lost per test and round)
+                          LOST.jsonl (events lost and pairs made per test and round)
   portalloc FILE          result lines from microbench port_allocation_cost's `portalloc {json}`
                           lines: ports tried and ns per new flow by range size and share in use
   report RESULTS.jsonl META.json [--json FILE|-]
@@ -304,11 +304,13 @@ def cmd_natlog(status_path, exporter_log, json_log, nfdump_stat, cpu_txt=None, l
         cpu = Path(cpu_txt).read_text().split()
         res["cpu_s"] = dict(zip(("nfcapd", "exporter"), cpu))
     if lost_jsonl and Path(lost_jsonl).exists():   # events lost per test of the log mode, summed over rounds
-        lost = {}
+        lost, made = {}, {}
         for line in Path(lost_jsonl).read_text().splitlines():
             r = json.loads(line)
             lost.setdefault(r["test"], []).append(r["lost"])
-        res["events_lost_by_test"] = {t: v for t, v in lost.items()}
+            made.setdefault(r["test"], []).append(r.get("made"))
+        res["events_lost_by_test"] = lost
+        res["pairs_made_by_test"] = made   # nat_created's delta: a pair_made event each
     print(json.dumps(res))
 
 
