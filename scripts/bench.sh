@@ -42,9 +42,12 @@
 #           the mode's conflist), both started after setup and stopped by PID
 #           (SIGTERM) after the rounds: every pair made and ended is a ring
 #           event, a JSON line and an IPFIX record. Checked: a record within 3 s
-#           of a ping; after the run, events_lost, the exporter's exit line, the
-#           JSON log's records and nfdump's count are printed (a log mode that
-#           wrote nothing fails the run). log/ebpf is what the log costs
+#           of a ping; after the run, events_lost (in all and per test, with
+#           the pairs each test made: one event each), the exporter's exit line
+#           and CPU time, the JSON log's records (and its busiest second) and
+#           nfdump's count are printed (a log mode that wrote nothing fails the
+#           run). log/ebpf is what the log costs. Mind that only round 1 makes
+#           many events: the pod's ports then reuse pairs still alive
 #
 # One topology per mode instead of switching modes on one topology: removing
 # ebpf-masq means deleting the pod (its veth goes), and an iptables nat table,
@@ -242,6 +245,7 @@ die() { log "bench: $*"; exit 1; }
 check_prereqs() {
   [ "$(id -u)" = 0 ] || die "must run as root"
   local tools=(ip nsenter tc iperf3 ping iptables nft ss bpftool cnitool gcc clang shuf timeout sysctl)
+  [ "${NATLOG:-0}" = 0 ] || tools+=(nfcapd nfdump)   # the log mode's collector
   local missing=()
   for t in "${tools[@]}"; do command -v "$t" >/dev/null || missing+=("$t"); done
   [ -x "$PY" ] || missing+=("$PY")
