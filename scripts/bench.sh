@@ -2,7 +2,7 @@
 # Benchmark ebpf-masq (normal and fast path) against no NAT and against
 # iptables MASQUERADE.
 #
-# Six identical topologies, one per mode, built side by side and kept for the
+# Six identical topologies (seven or eight with --floor, --natlog), one per mode, built side by side and kept for the
 # whole run (so every mode sees the same kernel paths, only the NAT differs):
 #
 #   pod (10.244.1.x/24, eth0) --veth-- cni0 bridge [node] eth0 10.0.0.5 --veth-- eth0 10.0.0.2 [ext]
@@ -35,13 +35,26 @@
 #           program translates and bpf_redirect_neigh's to eth0, replies are
 #           bpf_redirect_peer'ed to the pod (the node's stack is bypassed);
 #           checked: the fastpath_egress counter moves during a ping
+#     log   with --natlog only: the ebpf mode's setup, its own pin path, plus
+#           "natLog": {"ipfix": "127.0.0.1:4739", "file": ...} in its conflist
+#           entry. The node runs an IPFIX collector (Debian's nfcapd, its data
+#           dir in the temp dir) and the exporter (`ebpf-masq natlog --conf`
+#           the mode's conflist), both started after setup and stopped by PID
+#           (SIGTERM) after the rounds: every pair made and ended is a ring
+#           event, a JSON line and an IPFIX record. Checked: a record within 3 s
+#           of a ping; after the run, events_lost (in all and per test, with
+#           the pairs each test made: one event each), the exporter's exit line
+#           and CPU time, the JSON log's records (and its busiest second) and
+#           nfdump's count are printed (a log mode that wrote nothing fails the
+#           run). log/ebpf is what the log costs. Mind that only round 1 makes
+#           many events: the pod's ports then reuse pairs still alive
 #
 # One topology per mode instead of switching modes on one topology: removing
 # ebpf-masq means deleting the pod (its veth goes), and an iptables nat table,
 # once created, leaves conntrack hooked in the namespace. Separate namespaces
 # cost nothing in the data path and never carry state from one mode to another.
 #
-# Each round runs every test for all six modes back to back (tcp: none ipt
+# Each round runs every test for all modes back to back (tcp: none ipt
 # hooks redir ebpf fast, then udp: ..., order shuffled per round after the first), so paired
 # ratios compare runs seconds apart. The machine is noisy (2 CPUs, +-20-30 %):
 # trust the paired ratios over the absolute numbers.
@@ -76,7 +89,7 @@
 #         these rows are the steadier comparison.
 #   ping  RTT: 10 x --pings back-to-back pings (ping -A; interquartile mean,
 #         as ping prints whole us), and the median of --pings pings 10 ms apart
-#   bpf   hooks, redir, ebpf and fast modes, a separate phase per round with
+#   bpf   hooks, redir, ebpf, fast (and state, log) modes, a separate phase per round with
 #         kernel.bpf_stats_enabled=1 (restored afterwards): ns per run of the
 #         pinned programs while UDP, TCP and connect+close traffic ran (in the
 #         fast mode the pod's veth program does the NAT and the redirect).
@@ -140,6 +153,8 @@
 #                  add-latency: seconds per UDP run of the per-packet stage
 #   --pings N      pings 10 ms apart per test; 10 x N back-to-back (default 50)
 #   --floor        add the state mode (above) to the data-path benchmark
+#   --natlog       add the log mode (above): paired log/ebpf ratios, issue 29's
+#                  target (connections/s with natLog >= 0.95x without)
 #   --quick        smoke test: --rounds 1 --duration 1 --pings 20 (~40 s);
 #                  with --add-latency: --reps 20 --first 2 --duration 1
 #   --json FILE    also write {meta, summary, targets, samples} as one JSON line to FILE
@@ -149,11 +164,12 @@
 # Output: progress on stderr, then the table on stdout: per metric the median
 # over rounds per mode, and the median of the per-round paired ratios
 # (ipt/none, hooks/none, ebpf/none, ebpf/hooks, ebpf/ipt, redir/none, fast/none,
-# fast/redir, fast/ipt; the JSON also has fast/ebpf) with their min-max; after the run the ebpf-masq counters/drops of
-# both ebpf modes and the ipt node's conntrack drops, as a check.
+# fast/redir, fast/ipt, with --floor state/hooks and ebpf/state, with --natlog log/ebpf; the JSON also has
+# fast/ebpf) with their min-max; after the run the ebpf-masq counters/drops of both ebpf modes and the ipt
+# node's conntrack drops, as a check (with --natlog also the log mode's evidence, above).
 #
 # Needs root; the tools come from scripts/install-deps.sh (run when missing).
-# Everything it creates (namespaces emb-<id>-*, pins /sys/fs/bpf/emb-<id>{,-fast,-hooks,-redir},
+# Everything it creates (namespaces emb-<id>-*, pins /sys/fs/bpf/emb-<id>{,-fast,-hooks,-redir,-state,-log},
 # cnitool cache entries, processes, a temp dir) is removed on exit, also on
 # failure or Ctrl-C; kernel.bpf_stats_enabled is put back as it was.
 set -euo pipefail
@@ -169,7 +185,7 @@ MODES=(none ipt hooks redir ebpf fast)
 EXT_IP=10.0.0.2
 NODE_IP=10.0.0.5
 POD_SUBNET=10.244.1.0/24
-IPERF_PORT=5201 UDP_PORT=5300 CPS_PORT=5301 CHURN_PORT=5302
+IPERF_PORT=5201 UDP_PORT=5300 CPS_PORT=5301 CHURN_PORT=5302 IPFIX_PORT=4739
 
 # ---------------------------------------------------------------- options
 ROUNDS=5 DURATION=2 PINGS=50 UDP_LEN=64 STATS_SECS=1 JSON_OUT="" BUILD=0 QUICK=0
@@ -195,6 +211,7 @@ while [ $# -gt 0 ]; do
     --newflow)  NEWFLOW=1; shift ;;
     --quick)    QUICK=1; shift ;;
     --floor)    MODES+=(state); shift ;;
+    --natlog)   MODES+=(log); NATLOG=1; shift ;;
     --build)    BUILD=1; shift ;;
     -h|--help)  usage 0 ;;
     *) echo "bench: unknown option $1" >&2; usage 2 >&2 ;;
@@ -228,6 +245,7 @@ die() { log "bench: $*"; exit 1; }
 check_prereqs() {
   [ "$(id -u)" = 0 ] || die "must run as root"
   local tools=(ip nsenter tc iperf3 ping iptables nft ss bpftool cnitool gcc clang shuf timeout sysctl)
+  [ "${NATLOG:-0}" = 0 ] || tools+=(nfcapd nfdump)   # the log mode's collector
   local missing=()
   for t in "${tools[@]}"; do command -v "$t" >/dev/null || missing+=("$t"); done
   [ -x "$PY" ] || missing+=("$PY")
@@ -257,6 +275,8 @@ PIN_FAST=/sys/fs/bpf/$PFX-fast      # fast mode (the fastPath flag is per pin pa
 PIN_HOOKS=/sys/fs/bpf/$PFX-hooks    # hooks mode: the empty program and its links
 PIN_REDIR=/sys/fs/bpf/$PFX-redir    # redir mode: the redirect-only programs, their maps and link
 PIN_STATE=/sys/fs/bpf/$PFX-state    # state mode (--floor): the state-floor program and its links
+PIN_LOG=/sys/fs/bpf/$PFX-log        # log mode (--natlog): ebpf with natLog
+NATLOG_PIDS=()     # log mode: the exporter, the collector (stopped before the report)
 WORK=""
 NAMESPACES=()      # netns we created
 PIDS=()            # background processes we started
@@ -283,7 +303,7 @@ cleanup() {
     rm -rf "$PIN"-*
     rm -f /var/lib/cni/results/"$PFX"-*
   fi
-  rm -rf "$PIN" "$PIN_FAST" "$PIN_HOOKS" "$PIN_REDIR" "$PIN_STATE"   # the anchors' links go with their pins
+  rm -rf "$PIN" "$PIN_FAST" "$PIN_HOOKS" "$PIN_REDIR" "$PIN_STATE" "$PIN_LOG"   # the anchors' links go with their pins
   [ -n "$WORK" ] && rm -rf "$WORK"
   exit "$rc"
 }
@@ -344,6 +364,7 @@ setup_mode() {   # setup_mode MODE [dual]: dual = IPv6 on the node, ext and pod 
   case $mode in
     ebpf) conf=("$PIN" $variant) ;;
     fast) conf=("$PIN_FAST" fast) ;;
+    log)  conf=("$PIN_LOG" log "127.0.0.1:$IPFIX_PORT" "$WORK/natlog/nat.json"); mkdir -p "$WORK/natlog/nfcapd" ;;
   esac
   "$PY" "$UTIL" conflist "$PFX-$mode" "$WORK/$mode/ipam" "${conf[@]}" >"$WORK/$mode/netconf/$PFX-$mode.conflist"
   ADDED+=("$mode")
@@ -359,6 +380,7 @@ setup_mode() {   # setup_mode MODE [dual]: dual = IPv6 on the node, ext and pod 
            attach_redir "$mode" ;;
     ipt)  nx "$mode" node iptables -t nat -A POSTROUTING -s "$POD_SUBNET" -o eth0 -j MASQUERADE ;;
     ebpf|fast) ;;  # the plugin attached itself during cnitool add
+    log)  start_natlog ;;
   esac
 
   spawn "$mode" ext iperf3 iperf3 -s -p "$IPERF_PORT"
@@ -372,7 +394,55 @@ setup_mode() {   # setup_mode MODE [dual]: dual = IPv6 on the node, ext and pod 
   wait_listen "$mode" t "$CPS_PORT"
 }
 
-pin_of() { case $1 in ebpf) echo "$PIN" ;; fast) echo "$PIN_FAST" ;; hooks) echo "$PIN_HOOKS" ;; state) echo "$PIN_STATE" ;; redir) echo "$PIN_REDIR" ;; esac; }
+pin_of() { case $1 in ebpf) echo "$PIN" ;; fast) echo "$PIN_FAST" ;; hooks) echo "$PIN_HOOKS" ;; state) echo "$PIN_STATE" ;; redir) echo "$PIN_REDIR" ;; log) echo "$PIN_LOG" ;; esac; }
+
+# The log mode's collector (nfcapd on the node's 127.0.0.1) and exporter, in the
+# node's netns; the exporter through nsenter, so it sees the pins. Not through nx/ne:
+# a function in the background is a subshell, and its PID would not be theirs.
+start_natlog() {
+  local d=$WORK/natlog
+  ip netns exec "$(ns log node)" nfcapd -b 127.0.0.1 -p "$IPFIX_PORT" -w "$d/nfcapd" -t 3600 >"$WORK/log/log-nfcapd.log" 2>&1 &
+  NATLOG_PIDS+=($!); PIDS+=($!)
+  sleep 0.5
+  kill -0 "${NATLOG_PIDS[0]}" 2>/dev/null || die "log: nfcapd exited: $(tail -c 300 "$WORK/log/log-nfcapd.log")"
+  nsenter --net="/run/netns/$(ns log node)" -- "$PLUGIN" natlog --conf "$WORK/log/netconf/$PFX-log.conflist" >"$WORK/log/log-exporter.log" 2>&1 &
+  NATLOG_PIDS+=($!); PIDS+=($!)
+  sleep 0.5
+  kill -0 "${NATLOG_PIDS[1]}" 2>/dev/null || die "log: the exporter exited: $(tail -c 300 "$WORK/log/log-exporter.log")"
+}
+# After the rounds: the exporter, then the collector, stopped by SIGTERM and waited for
+# (nfcapd writes its file when it stops); then what they wrote, as JSON.
+stop_natlog() {
+  local pid d=$WORK/natlog
+  for pid in "${NATLOG_PIDS[@]}"; do   # CPU seconds each took (utime + stime), as a hint where the cost went
+    awk -v t="$(getconf CLK_TCK)" '{print ($14 + $15) / t}' "/proc/$pid/stat" 2>/dev/null || echo null
+  done >"$d/cpu.txt"
+  for pid in "${NATLOG_PIDS[1]}" "${NATLOG_PIDS[0]}"; do   # the exporter first: its last records reach nfcapd
+    kill -TERM "$pid" 2>/dev/null
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$pid" 2>/dev/null && log "bench: log: process $pid did not stop on SIGTERM in 10 s"
+    wait "$pid" 2>/dev/null || true
+  done
+  local keep=() p
+  for p in "${PIDS[@]}"; do [[ " ${NATLOG_PIDS[*]} " == *" $p "* ]] || keep+=("$p"); done
+  PIDS=("${keep[@]}")
+  local f
+  for f in "$d"/nfcapd/nfcapd.*; do [ -e "$f" ] && nfdump -r "$f" -I; done >"$d/nfdump-stat.txt" 2>&1 || true
+  "$PY" "$UTIL" natlog "$WORK/log-status.json" "$WORK/log/log-exporter.log" "$d/nat.json" "$d/nfdump-stat.txt" \
+    "$d/cpu.txt" "$d/lost.jsonl"
+}
+events_lost() {   # the log mode's events_lost and nat_created counters now: "LOST MADE"
+  ne log node "$PLUGIN" status --json --pin-path "$PIN_LOG" >"$WORK/natlog/status-now.json" 2>&1 || true
+  echo "$("$PY" "$UTIL" counter "$WORK/natlog/status-now.json" events_lost)" \
+    "$("$PY" "$UTIL" counter "$WORK/natlog/status-now.json" nat_created)"
+}
+LOST="0 0"
+natlog_lost() {   # natlog_lost ROUND TEST: events lost and pairs made (one event each) in the log mode's last test
+  local now; now=$(events_lost)
+  printf '{"round":%s,"test":"%s","lost":%s,"made":%s}\n' "$1" "$2" "$((${now% *} - ${LOST% *}))" \
+    "$((${now#* } - ${LOST#* }))" >>"$WORK/natlog/lost.jsonl"
+  LOST=$now
+}
 
 # tcx_or_tc MODE PROG DEV HOOK LINK: PROG on DEV's HOOK as a TCX link pinned at
 # LINK, or as a tc clsact filter where the kernel has no TCX.
@@ -433,7 +503,7 @@ fp_egress() {   # fp_egress MODE: the mode's fastpath_egress counter
 # Fail early if a mode is not what it claims to be.
 check_mode() {
   local mode=$1 ruleset filters fp0="" fp1 rd0="" rd1
-  case $mode in ebpf|fast) fp0=$(fp_egress "$mode") ;; redir) rd0=$(redir_count) ;; esac
+  case $mode in ebpf|fast|log) fp0=$(fp_egress "$mode") ;; redir) rd0=$(redir_count) ;; esac
   nx "$mode" pod ping -n -q -c 3 -i 0.05 -W 1 "$EXT_IP" >/dev/null \
     || die "$mode: pod cannot ping ext (for ipt/ebpf/fast: the NAT does not work)"
   if [ -n "$fp0" ]; then   # fast: the pings took the fast path; ebpf: they did not
@@ -441,9 +511,15 @@ check_mode() {
     [[ $fp0 =~ ^[0-9]+$ && $fp1 =~ ^[0-9]+$ ]] || die "$mode: no fastpath_egress counter in ebpf-masq status"
     case $mode in
       fast) [ "$fp1" -gt "$fp0" ] || die "fast: fastpath_egress did not move during a ping ($fp0 -> $fp1)" ;;
-      ebpf) [ "$fp1" = "$fp0" ] || die "ebpf: fastpath_egress moved ($fp0 -> $fp1), fastPath is on" ;;
+      ebpf|log) [ "$fp1" = "$fp0" ] || die "$mode: fastpath_egress moved ($fp0 -> $fp1), fastPath is on" ;;
     esac
     log "bench: $mode: fastpath_egress $fp0 -> $fp1 during 3 pings"
+  fi
+  if [ "$mode" = log ]; then   # the ping's pair reached the exporter's JSON log
+    for _ in $(seq 30); do [ -s "$WORK/natlog/nat.json" ] && break; sleep 0.1; done
+    [ -s "$WORK/natlog/nat.json" ] || die "log: no record in the exporter's JSON log 3 s after a ping: $(tail -c 300 "$WORK/log/log-exporter.log")"
+    log "bench: log: $(wc -l <"$WORK/natlog/nat.json") record(s) in the JSON log after 3 pings"
+    LOST=$(events_lost)
   fi
   if [ -n "$rd0" ]; then   # redir: the pings and their replies were redirected, both ways
     rd1=$(redir_count)
@@ -454,11 +530,11 @@ check_mode() {
   ruleset=$(nx "$mode" node nft list ruleset 2>/dev/null || true)
   filters=$(ne "$mode" node "$PY" "$REPO/integration/lab/bpfhooks.py" eth0 egress)   # TCX programs and tc filters
   case $mode in
-    none|hooks|state|redir|ebpf|fast) [ -z "$ruleset" ] || die "$mode: node has netfilter rules: $ruleset" ;;
+    none|hooks|state|redir|ebpf|fast|log) [ -z "$ruleset" ] || die "$mode: node has netfilter rules: $ruleset" ;;
     ipt) grep -q masquerade <<<"$ruleset" || die "ipt: MASQUERADE rule missing" ;;
   esac
   case $mode in
-    ebpf|fast) grep -q masq_up_egress <<<"$filters" || die "$mode: ebpf-masq is not on the node's eth0 egress" ;;
+    ebpf|fast|log) grep -q masq_up_egress <<<"$filters" || die "$mode: ebpf-masq is not on the node's eth0 egress" ;;
     hooks) grep -q masq_empty <<<"$filters" || die "hooks: the empty program is not on the node's eth0 egress" ;;
     state) grep -q masq_state <<<"$filters" || die "state: the state-floor program is not on the node's eth0 egress" ;;
     *)    [ -z "$filters" ] || die "$mode: unexpected BPF program on eth0: $filters" ;;
@@ -605,7 +681,8 @@ main() {
     log "bench: warning: kernel.bpf_stats_enabled is already 1: every ebpf-masq test pays the stats' clock reads"
   log "bench: id $ID, plugin $PLUGIN, rounds $ROUNDS, duration ${DURATION}s, work dir $WORK"
   for mode in "${MODES[@]}"; do setup_mode "$mode"; done
-  for mode in ebpf fast; do
+  for mode in "${MODES[@]}"; do
+    case $mode in ebpf|fast|log) ;; *) continue ;; esac
     [ -d "$(echo "$(pin_of "$mode")"/v*/progs)" ] || die "$mode: no pinned programs under $(pin_of "$mode")"
   done
   for mode in "${MODES[@]}"; do check_mode "$mode"; done
@@ -622,6 +699,7 @@ main() {
           ping) m_ping "$r" "$mode" ;;
           *) "m_$test" "$r" "$mode" "$DURATION"; sleep 0.3 ;;  # let softirq backlogs drain
         esac
+        [ "$mode" != log ] || natlog_lost "$r" "$test"   # outside the timed test
       done
     done
     for mode in "${order[@]}"; do case $mode in none|ipt) ;; *) bpf_phase "$r" "$mode" ;; esac; done
@@ -639,6 +717,14 @@ main() {
   done
   nx ipt node cat /proc/net/stat/nf_conntrack >"$WORK/ct-stat.txt" 2>&1 || true
   "$PY" "$UTIL" health "$WORK/ebpf-status.json" "$WORK/fast-status.json" "$WORK/ct-stat.txt" >"$WORK/health.json"
+  echo null >"$WORK/natlog.json"
+  if [ "${NATLOG:-0}" = 1 ]; then   # the log mode's evidence: lost events, what the exporter wrote
+    ne log node "$PLUGIN" status --json --pin-path "$PIN_LOG" >"$WORK/log-status.json" 2>&1 || true
+    stop_natlog >"$WORK/natlog.json"
+    log "bench: log: $(cat "$WORK/natlog.json")"
+    "$PY" -c 'import json, sys; d = json.load(open(sys.argv[1])); sys.exit(not (d["json_records"] > 0 and (d["ipfix_records_at_collector"] or 0) > 0))' \
+      "$WORK/natlog.json" || die "log: the exporter wrote no records (JSON log or collector): $(cat "$WORK/natlog.json")"
+  fi
 
   "$PY" - "$WORK/meta.json" <<EOF
 import json, os, platform, sys
@@ -647,7 +733,7 @@ json.dump({"rounds": $ROUNDS, "duration_s": $DURATION, "pings": $PINGS, "udp_len
            "plugin": "$PLUGIN", "iptables": "$(iptables -V)",
            "bridge_nf_call_iptables": "$(nx ipt node sysctl -n net.bridge.bridge-nf-call-iptables 2>/dev/null || echo n/a)",
            "loadavg_start": "$load0", "loadavg_end": "$(cut -d' ' -f1-3 /proc/loadavg)",
-           "health": json.load(open("$WORK/health.json")),
+           "health": json.load(open("$WORK/health.json")), "natlog": json.load(open("$WORK/natlog.json")),
            "runtime_s": $((SECONDS - t_start))}, open(sys.argv[1], "w"))
 EOF
   if [ -n "$JSON_OUT" ]; then

@@ -24,13 +24,21 @@ Subcommands (all print to stdout):
                           result, ifindexes and MACs from `ip -o link show` lines
   redircount DUMP.json    the redir mode's two counters (bpftool -j map dump of
                           redir_count, summed over CPUs): "to-uplink into-pod"
-  conflist NAME DATADIR [PIN [fast]]
+  conflist NAME DATADIR [PIN [fast|dual|log IPFIX FILE]]
                           a conflist bridge + host-local (+ ebpf-masq when PIN is given,
-                          with "fastPath": true when the 4th argument is "fast")
+                          with "fastPath": true when the 4th argument is "fast", with
+                          "natLog": {"ipfix": IPFIX, "file": FILE} when it is "log")
   health STATUS.json FAST_STATUS.json CT_STAT
                           after the run: ebpf-masq's counters/drops (`ebpf-masq status
                           --json`) for the ebpf and the fast mode, and the ipt node's
                           conntrack stats (/proc/net/stat/nf_conntrack), as JSON
+  natlog STATUS.json EXPORTER_LOG JSON_LOG NFDUMP_STAT
+                          after the run, the --natlog mode's evidence as JSON: events_lost,
+                          the exporter's exit line, records in its JSON log (by event) and
+                          at the IPFIX collector (`nfdump -I`'s Flows:, summed over its files), create+delete
+                          events a second in the log (busiest second, mean of busy ones);
+                          optionally CPU.txt (nfcapd's and the exporter's CPU seconds) and
+                          LOST.jsonl (events lost and pairs made per test and round)
   portalloc FILE          result lines from microbench port_allocation_cost's `portalloc {json}`
                           lines: ports tried and ns per new flow by range size and share in use
   report RESULTS.jsonl META.json [--json FILE|-]
@@ -45,21 +53,21 @@ from pathlib import Path
 
 POD_SUBNET = "10.244.1.0/24"
 POD_SUBNET6 = "fd00:a::/64"   # the --sweep mode's dual-stack pod
-MODES = ["none", "ipt", "hooks", "state", "redir", "ebpf", "fast"]   # state: with --floor only
+MODES = ["none", "ipt", "hooks", "state", "redir", "ebpf", "log", "fast"]   # state: --floor only; log: --natlog only
 MODE_LABEL = {"none": "no-NAT", "ipt": "iptables", "hooks": "empty-hooks", "state": "state-floor",
               "redir": "redirect-only",
-              "ebpf": "ebpf-masq", "fast": "ebpf-fast"}
+              "ebpf": "ebpf-masq", "log": "ebpf-natlog", "fast": "ebpf-fast"}
 # (summary key, numerator, denominator); TABLE_RATIOS are the table's columns,
 # fast_vs_ebpf is in the JSON only (the table is wide enough).
 RATIOS = [("ipt_vs_none", "ipt", "none"), ("hooks_vs_none", "hooks", "none"), ("ebpf_vs_none", "ebpf", "none"),
           ("ebpf_vs_hooks", "ebpf", "hooks"), ("ebpf_vs_ipt", "ebpf", "ipt"),
           ("redir_vs_none", "redir", "none"), ("fast_vs_none", "fast", "none"), ("fast_vs_redir", "fast", "redir"),
           ("fast_vs_ipt", "fast", "ipt"), ("fast_vs_ebpf", "fast", "ebpf"),
-          ("state_vs_hooks", "state", "hooks"), ("ebpf_vs_state", "ebpf", "state")]
+          ("state_vs_hooks", "state", "hooks"), ("ebpf_vs_state", "ebpf", "state"), ("log_vs_ebpf", "log", "ebpf")]
 TABLE_RATIOS = [("ipt/none", "ipt_vs_none"), ("hooks/none", "hooks_vs_none"), ("ebpf/none", "ebpf_vs_none"),
                 ("ebpf/hooks", "ebpf_vs_hooks"), ("ebpf/ipt", "ebpf_vs_ipt"), ("redir/none", "redir_vs_none"),
                 ("fast/none", "fast_vs_none"), ("fast/redir", "fast_vs_redir"), ("fast/ipt", "fast_vs_ipt"),
-                ("state/hooks", "state_vs_hooks"), ("ebpf/state", "ebpf_vs_state")]
+                ("state/hooks", "state_vs_hooks"), ("ebpf/state", "ebpf_vs_state"), ("log/ebpf", "log_vs_ebpf")]
 
 # key: (label, unit, higher is better). Order = table order.
 METRICS = {
@@ -237,8 +245,9 @@ def cmd_health(status_path, fast_status_path, ct_path):
     print(json.dumps(health))
 
 
-def cmd_conflist(name, data_dir, pin=None, variant=None):
-    """variant: "fast" (fastPath on) or "dual" (the pod gets an IPv6 address too)."""
+def cmd_conflist(name, data_dir, pin=None, variant=None, ipfix=None, log_file=None):
+    """variant: "fast" (fastPath on), "dual" (the pod gets an IPv6 address too) or
+    "log" (natLog on: ipfix HOST:PORT and log_file PATH)."""
     ipam = {"type": "host-local", "subnet": POD_SUBNET, "routes": [{"dst": "0.0.0.0/0"}], "dataDir": data_dir}
     if variant == "dual":
         ipam = {"type": "host-local", "ranges": [[{"subnet": POD_SUBNET}], [{"subnet": POD_SUBNET6}]],
@@ -249,7 +258,60 @@ def cmd_conflist(name, data_dir, pin=None, variant=None):
         plugins.append({"type": "ebpf-masq", "pinPath": pin, "egressInterfaces": ["eth0"]})
         if variant == "fast":
             plugins[-1]["fastPath"] = True
+        if variant == "log":
+            plugins[-1]["natLog"] = {"ipfix": ipfix, "file": log_file}
     print(json.dumps({"cniVersion": "1.0.0", "name": name, "plugins": plugins}, indent=2))
+
+
+def cmd_natlog(status_path, exporter_log, json_log, nfdump_stat, cpu_txt=None, lost_jsonl=None):
+    """The --natlog mode's evidence: events_lost, the exporter's exit line, what
+    it wrote (JSON lines by event, nfdump's flow count) and the events a second
+    the log shows (busiest second, and the mean over seconds with >= 100 events)."""
+    res = {}
+    try:
+        res["events_lost"] = json.loads(Path(status_path).read_text()).get("counters", {}).get("events_lost")
+    except (OSError, ValueError) as e:
+        res["events_lost"] = f"error: {e!r}"
+    lines = Path(exporter_log).read_text(errors="replace").splitlines() if Path(exporter_log).exists() else []
+    exit_line = [line for line in lines if "records written" in line]
+    res["exporter_exit"] = exit_line[-1] if exit_line else (lines[-1] if lines else "(no output)")
+    by_event, per_s, n = {}, {}, 0
+    if Path(json_log).exists():
+        with open(json_log) as f:
+            for line in f:
+                try:
+                    r = json.loads(line)
+                except ValueError:
+                    continue
+                n += 1
+                by_event[r.get("event")] = by_event.get(r.get("event"), 0) + 1
+                if r.get("event") in ("create", "delete"):
+                    sec = r["time_ms"] // 1000
+                    per_s[sec] = per_s.get(sec, 0) + 1
+    res["json_records"] = n
+    res["json_by_event"] = by_event
+    busy = [v for v in per_s.values() if v >= 100]
+    res["events_per_s_max"] = max(per_s.values()) if per_s else 0
+    res["events_per_s_mean_busy"] = round(statistics.mean(busy)) if busy else 0
+    res["busy_seconds"] = len(busy)
+    m = [line for line in Path(nfdump_stat).read_text().splitlines() if line.startswith("Flows:")] \
+        if Path(nfdump_stat).exists() else []
+    try:   # one `nfdump -I` per file nfcapd wrote
+        res["ipfix_records_at_collector"] = sum(int(line.split()[1]) for line in m) if m else None
+    except (ValueError, IndexError):
+        res["ipfix_records_at_collector"] = None
+    if cpu_txt and Path(cpu_txt).exists():   # nfcapd's, then the exporter's CPU seconds
+        cpu = Path(cpu_txt).read_text().split()
+        res["cpu_s"] = dict(zip(("nfcapd", "exporter"), cpu))
+    if lost_jsonl and Path(lost_jsonl).exists():   # events lost per test of the log mode, summed over rounds
+        lost, made = {}, {}
+        for line in Path(lost_jsonl).read_text().splitlines():
+            r = json.loads(line)
+            lost.setdefault(r["test"], []).append(r["lost"])
+            made.setdefault(r["test"], []).append(r.get("made"))
+        res["events_lost_by_test"] = lost
+        res["pairs_made_by_test"] = made   # nat_created's delta: a pair_made event each
+    print(json.dumps(res))
 
 
 # ---------------------------------------------------------------- report
@@ -354,6 +416,8 @@ def print_table(summary, meta):
           f"loadavg {meta.get('loadavg_start', '?')} -> {meta.get('loadavg_end', '?')}")
     for name, h in meta.get("health", {}).items():
         print(f"{name}: " + ", ".join(f"{k}={v}" for k, v in h.items()))
+    if meta.get("natlog"):
+        print("ebpf_masq_natlog: " + ", ".join(f"{k}={v}" for k, v in meta["natlog"].items()))
     print("values: median over rounds; ratios: median of per-round paired ratios [min-max over rounds]")
     print(line(head))
     print(line(["-" * w for w in widths]))
@@ -371,6 +435,8 @@ TARGETS = [
     ("fast path: TCP throughput vs no-NAT", "tcp_gbps", "fast_vs_none", 1.00, True),
     ("default: TCP churn to one endpoint vs iptables", "churn", "ebpf_vs_ipt", 1.00, True),
     ("fast path: TCP churn to one endpoint vs iptables", "churn", "fast_vs_ipt", 1.00, True),
+    ("natLog on (IPFIX + file): new TCP connections/s vs off", "cps", "log_vs_ebpf", 0.95, True),
+    ("natLog on (IPFIX + file): TCP churn vs off", "churn", "log_vs_ebpf", 0.95, True),
 ]
 UPLINK_NS_TARGET = 60.0
 
@@ -445,7 +511,7 @@ def print_targets(summary, data=None):
     rows = target_rows(summary, data)
     if not rows:
         return
-    head = ("target (issues 7, 17; paired median [min-max])", "wanted", "measured", "met", "anchor")
+    head = ("target (issues 7, 17, 29; paired median [min-max])", "wanted", "measured", "met", "anchor")
     widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
     print()
     print("anchor: default mode, the same ratio with empty programs at ebpf-masq's hooks (empty-hooks: the most")
@@ -496,7 +562,7 @@ def main(argv):
     cmds = {"iperf": cmd_iperf, "ping": cmd_ping, "get": cmd_get, "progstats": cmd_progstats,
             "bpfdelta": cmd_bpfdelta, "bpfshow": cmd_bpfshow, "counter": cmd_counter,
             "redirpod": cmd_redirpod, "redircount": cmd_redircount,
-            "health": cmd_health,
+            "health": cmd_health, "natlog": cmd_natlog,
             "conflist": cmd_conflist, "report": cmd_report,
             "sweepline": cmd_sweepline, "sweepstatus": cmd_sweepstatus, "portalloc": cmd_portalloc}
     if len(argv) < 2 or argv[1] not in cmds:
