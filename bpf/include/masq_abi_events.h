@@ -5,7 +5,7 @@
  * packets dropped, through two ring buffers, and the leases that turn them on.
  * A change here bumps MASQ_LAYOUT_VERSION as anywhere in masq_abi.h.
  *
- * events_log, events_live (RINGBUF, EVENTS_RING_BYTES each): the NAT session
+ * events_log, events_live (RINGBUF, EVENTS_LOG_RING_BYTES / EVENTS_LIVE_RING_BYTES): the NAT session
  * log's exporter reads events_log, `ebpf-masq monitor` reads events_live, so a
  * person watching never takes an event from the log (or the other way round).
  * events_ctl (ARRAY, 1 entry, struct events_ctl): each ring's lease, the
@@ -23,7 +23,8 @@
 #include <linux/types.h>
 #include <linux/in6.h>
 
-#define EVENTS_RING_BYTES (1 << 20)   /* each ring: 1 MiB, ~9,000 events of 112 bytes */
+#define EVENTS_LOG_RING_BYTES (8 << 20)  /* events_log: 8 MiB, 69,905 events of 112 bytes (+8 header) */
+#define EVENTS_LIVE_RING_BYTES (1 << 20) /* events_live: 1 MiB, 8,738 events */
 #define EVENTS_LEASE_NS 3000000000ULL /* how far ahead a reader renews its lease (every ~1 s) */
 
 /* struct masq_event.kind */

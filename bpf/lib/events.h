@@ -8,15 +8,15 @@
 #ifndef MASQ_EVENTS_H
 #define MASQ_EVENTS_H
 
-#define EVENTS_RING(name)							\
+#define EVENTS_RING(name, bytes)						\
 	struct {								\
 		__uint(type, BPF_MAP_TYPE_RINGBUF);				\
-		__uint(max_entries, EVENTS_RING_BYTES);				\
+		__uint(max_entries, bytes);					\
 		__uint(pinning, LIBBPF_PIN_BY_NAME);				\
 	} name SEC(".maps")
 
-EVENTS_RING(events_log);
-EVENTS_RING(events_live);
+EVENTS_RING(events_log, EVENTS_LOG_RING_BYTES);   /* the log must not lose: 8x the live ring */
+EVENTS_RING(events_live, EVENTS_LIVE_RING_BYTES);
 ARRAY_MAP(events_ctl, 1, struct events_ctl);
 /*
  * Not pinned: one program run's scratch. The port search notes a pair it takes
@@ -94,7 +94,7 @@ static __always_inline __u32 event_reserve(__u32 on, __u8 kind, struct masq_even
  * event_send - submit @e (from event_reserve, filled), and a copy of it into
  * events_live when @on still names both rings (@e is then events_log's). Never
  * a wakeup (BPF_RB_NO_WAKEUP): a reader that sleeps in poll() would have one per
- * event (an irq_work each, ~10x a new flow's cost); readers look every 200 ms
+ * event (an irq_work each, ~10x a new flow's cost); readers look every 100-200 ms
  * or so instead (plugin/src/bpf/events.rs).
  */
 static __always_inline void event_send(struct masq_event *e, __u32 on)

@@ -195,7 +195,7 @@ fn a_full_ring_counts_what_it_lost() {
     let kept = drain(&dp, abi::MAP_EVENTS_LIVE).len() as u64;
     assert!(lost > 0, "nothing lost ({kept} kept)");
     assert_eq!(kept + lost, n, "every event kept or counted lost");
-    assert_eq!(kept, u64::from(abi::EVENTS_RING_BYTES) / (112 + 8));
+    assert_eq!(kept, u64::from(abi::EVENTS_LIVE_RING_BYTES) / (112 + 8));
 }
 
 /// What the events cost a new flow (kernel-measured BPF_PROG_TEST_RUN, median of

@@ -40,6 +40,10 @@ use crate::{
 
 /// The programs' clock is carried over to wall-clock time by one reading of the two this long.
 const WALL_EVERY: Duration = Duration::from_secs(3600);
+/// How long the exporter sleeps when it found the ring empty (the programs never
+/// wake a reader): a burst from idle must fit the ring (EVENTS_LOG_RING_BYTES,
+/// 69,905 events) in that time, ~700,000 events a second.
+const READ_EVERY: Duration = Duration::from_millis(100);
 /// How often the exporter looks for pairs whose pod was deleted (`pod_deleted`).
 const GONE_EVERY: Duration = Duration::from_secs(2);
 /// IPFIX templates are sent again this often (RFC 7011 section 8.4 for UDP).
@@ -273,7 +277,7 @@ pub fn run(pins: &Pins, c: &NatLogConf, stop: &AtomicBool) -> Result<Totals> {
     let mut looked = Instant::now();
     log::info!("natlog=start alive={} file={:?} ipfix={:?}", alive.len(), c.file, c.ipfix);
     while !stop.load(Ordering::Relaxed) {
-        let evs = reader.read(Duration::from_millis(500))?;
+        let evs = reader.read(READ_EVERY)?;
         if wall.age() > WALL_EVERY {
             wall = Wall::now(); // a stepped wall clock shows within the hour
         }
