@@ -136,18 +136,23 @@ static __always_inline __u32 NAT_FN(tcp_reusable)(const struct NAT_FN(probe) *p,
  * event_taken - note the end of the pair whose reverse half @old (forward half
  * @fwd, or NULL) is being taken over, towards @rk, by a new flow whose pair will
  * be made at @tag (its created_ns), for the event that pair tells
- * (new_pair_tmpl.h event_made): in events_scratch. Whether or not a reader holds a
- * lease: one lookup. A global function with no stack of its own: no branch here
- * doubles the port search's states for the verifier, and the search's call chain
- * (the deepest) grows no deeper. Returns 0.
+ * (new_pair_tmpl.h event_made): in events_scratch, only while a reader holds a
+ * lease (the gate, events_on: one lookup, no clock read when none does). A global
+ * function with no stack of its own: no branch here doubles the port search's
+ * states for the verifier, and the search's call chain (the deepest) grows no
+ * deeper. A note left from a lease since ended is never told: event_made matches
+ * it by its new pair's created_ns. Returns 0.
  */
 /* event_taken_v4, event_taken_v6 */
 __attribute__((noinline)) int NAT_FN(event_taken)(const KEY_T *rk, const ENTRY_T *old, const ENTRY_T *fwd,
 						  __u64 tag)
 {
-	struct masq_event *s = bpf_map_lookup_elem(&events_scratch, &events_zero_key);
+	struct masq_event *s;
 
-	if (!s || !rk || !old)
+	if (!rk || !old || !events_on())
+		return 0;
+	s = bpf_map_lookup_elem(&events_scratch, &events_zero_key);
+	if (!s)
 		return 0;
 	__builtin_memset(&s->pod, 0, 3 * sizeof(s->pod));
 	__builtin_memcpy(&s->pod, &old->addr, sizeof(ADDR_T));
