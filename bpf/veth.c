@@ -99,11 +99,11 @@ int masq_veth_in(struct __sk_buff *skb)
 
 	switch (check) {
 	case SOURCE_TRUNCATED:
-		return drop_with(DROP_MALFORMED);
+		return drop_with(skb, DROP_MALFORMED);
 	case SOURCE_SPOOFED:
 		if (vi)
 			vi->stats.spoofed += 1;
-		return drop_with(DROP_SPOOFED_SOURCE);
+		return drop_with(skb, DROP_SPOOFED_SOURCE);
 	}
 	if (vi) {
 		vi->stats.packets += 1;

@@ -35,6 +35,9 @@
 #define EV_REFUSED_SHARE    5  /* ... over its source's share of a busy endpoint's ports */
 #define EV_REFUSED_LIMIT    6  /* ... its pod holds its port limit towards the remote endpoint */
 
+/* struct masq_event.nat_flags for EV_DROP */
+#define EV_DROP_F_IN        1  /* the packet came from outside: remote -> node (or pod, translated back) */
+
 /* struct masq_event.reason for EV_PAIR_ENDED */
 #define EV_END_CLOSED       1  /* removed by the expiry sweep after its TCP close (FIN or RST) */
 #define EV_END_EXPIRED      2  /* removed by the expiry sweep, idle past its timeout */
@@ -45,7 +48,9 @@
  * One struct for both families: addresses are 16 bytes, an IPv4 one in the first
  * 4 (v6 0). Ports in network byte order (an ICMP echo's id as the pod's and the
  * node's port, 0 as the remote's). What a kind leaves unknown is 0: a refusal has
- * no node port, a drop has only its reason (and its time). */
+ * no node port. A drop has its reason, the hook's interface and the packet as it
+ * was dropped: from a pod, its source in pod and destination in remote; from
+ * outside (EV_DROP_F_IN), its source in remote and destination in node. */
 struct masq_event {
 	__u64 ktime_ns;            /* bpf_ktime_get_ns() when it happened */
 	__u64 start_ns;            /* pair made / ended: the pair's created_ns */
@@ -64,8 +69,8 @@ struct masq_event {
 	__u8 v6;                   /* 1: IPv6 addresses */
 	__u8 policy;               /* 0, or 1 + the egressPolicies index whose address the pair took */
 	__u8 reason;               /* EV_PAIR_ENDED: EV_END_*; EV_DROP: enum masq_drop_reason */
-	__u8 nat_flags;            /* the pair's NAT_F_* */
-	__u32 ifindex;             /* the uplink the pair's flow left by */
+	__u8 nat_flags;            /* the pair's NAT_F_*; EV_DROP: EV_DROP_F_* */
+	__u32 ifindex;             /* the uplink the pair's flow left by; EV_DROP: the hook's interface */
 };
 
 /* ---- events_ctl (ARRAY, 1 entry): the rings' leases ---- */

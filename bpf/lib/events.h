@@ -135,11 +135,83 @@ __attribute__((noinline)) int event_copy(const struct masq_event *s)
 }
 
 /*
- * event_drop - a packet dropped for @reason, into each ring whose lease runs. Only the
- * reason: drop_with knows no more of the packet. A global function, verified
- * once whatever its callers. Returns 0.
+ * event_drop_tuple - what @e can tell of the dropped packet @skb: its protocol,
+ * addresses and ports (an ICMP echo's id) as they were when it was dropped, read
+ * from its network header whatever the link (Ethernet or L3). A packet from a pod
+ * (@in 0) gives its source as the pod's endpoint and its destination as the
+ * remote's; one from outside (@in 1, EV_DROP_F_IN) its source as the remote's and
+ * its destination as the node's (or the pod's, when it was already translated
+ * back). What cannot be read (a truncated header, a later fragment's ports) stays 0.
  */
-__attribute__((noinline)) int event_drop(__u32 reason)
+static __always_inline void event_drop_tuple(struct __sk_buff *skb, struct masq_event *e, __u32 in)
+{
+	__u8 src[16] = {}, dst[16] = {};
+	__be16 ports[2] = {}, id;
+	__u32 l4 = 0;
+	__u8 vhl;
+
+	if (bpf_skb_load_bytes_relative(skb, 0, &vhl, 1, BPF_HDR_START_NET))
+		return;
+	if ((vhl >> 4) == 4) {
+		struct iphdr ip;
+
+		if (bpf_skb_load_bytes_relative(skb, 0, &ip, sizeof(ip), BPF_HDR_START_NET))
+			return;
+		__builtin_memcpy(src, &ip.saddr, 4);
+		__builtin_memcpy(dst, &ip.daddr, 4);
+		e->proto = ip.protocol;
+		if (!(ip.frag_off & bpf_htons(IP_OFFSET)))
+			l4 = ip.ihl * 4;
+	} else if ((vhl >> 4) == 6) {
+		struct ipv6hdr ip6;
+
+		if (bpf_skb_load_bytes_relative(skb, 0, &ip6, sizeof(ip6), BPF_HDR_START_NET))
+			return;
+		__builtin_memcpy(src, &ip6.saddr, 16);
+		__builtin_memcpy(dst, &ip6.daddr, 16);
+		e->proto = ip6.nexthdr;
+		e->v6 = 1;
+		l4 = sizeof(ip6);
+	} else {
+		return;
+	}
+	if (l4 && (e->proto == IPPROTO_TCP || e->proto == IPPROTO_UDP)) {
+		if (bpf_skb_load_bytes_relative(skb, l4 & 0x3ff, ports, sizeof(ports), BPF_HDR_START_NET))
+			ports[0] = ports[1] = 0;
+	} else if (l4 && (e->proto == IPPROTO_ICMP || e->proto == IPPROTO_ICMPV6)) {
+		__u8 icmp[6];
+
+		/* an echo request's id is its port, the pod's (request out) or the node's (reply in) */
+		if (!bpf_skb_load_bytes_relative(skb, l4 & 0x3ff, icmp, sizeof(icmp), BPF_HDR_START_NET) &&
+		    (icmp[0] == 8 || icmp[0] == 0 || icmp[0] == 128 || icmp[0] == 129)) {
+			__builtin_memcpy(&id, icmp + 4, sizeof(id));
+			if (in)
+				ports[1] = id;
+			else
+				ports[0] = id;
+		}
+	}
+	if (in) {
+		__builtin_memcpy(&e->remote, src, 16);
+		__builtin_memcpy(&e->node, dst, 16);
+		e->remote_port = ports[0];
+		e->node_port = ports[1];
+		e->nat_flags = EV_DROP_F_IN;
+	} else {
+		__builtin_memcpy(&e->pod, src, 16);
+		__builtin_memcpy(&e->remote, dst, 16);
+		e->pod_port = ports[0];
+		e->remote_port = ports[1];
+	}
+}
+
+/*
+ * event_drop - a packet @skb dropped for @reason, into each ring whose lease
+ * runs: the reason, the hook's interface (a pod's veth names the pod whatever
+ * source it spoofed) and the packet's tuple (event_drop_tuple; @in: it came from
+ * outside). A global function, verified once whatever its callers. Returns 0.
+ */
+__attribute__((noinline)) int event_drop(struct __sk_buff *skb, __u32 reason, __u32 in)
 {
 	struct masq_event *e = NULL;
 	__u32 on = events_on();
@@ -149,6 +221,8 @@ __attribute__((noinline)) int event_drop(__u32 reason)
 	if (!e)
 		return 0;
 	e->reason = reason;
+	e->ifindex = skb->ifindex;
+	event_drop_tuple(skb, e, in);
 	event_send(e, on);
 	return 0;
 }

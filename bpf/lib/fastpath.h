@@ -100,7 +100,7 @@ static __always_inline int fp_to_pod(struct __sk_buff *skb, __u32 ifindex, const
 	if (data + sizeof(macs) <= data_end)
 		__builtin_memcpy(data, macs, sizeof(macs));
 	else if (bpf_skb_store_bytes(skb, 0, macs, sizeof(macs), 0))
-		return drop_with(DROP_CSUM);
+		return drop_inbound(skb, DROP_CSUM);
 	count_add(CNT_FP_INGRESS, 1);
 	return bpf_redirect_peer(ifindex, 0);
 }
@@ -132,7 +132,7 @@ static __noinline int fp_reply_v4(struct __sk_buff *skb, const struct uplink_inf
 	if (!l2)
 		return MASQ_PASS;
 	if (fp_ttl_dec4(skb, ttl, f->proto))
-		return drop_with(DROP_CSUM);
+		return drop_inbound(skb, DROP_CSUM);
 	return fp_to_pod(skb, ifindex, l2);
 }
 
@@ -158,7 +158,7 @@ static __noinline int fp_reply_v6(struct __sk_buff *skb, const struct uplink_inf
 	if (!l2)
 		return MASQ_PASS;
 	if (fp_hop_dec6(skb, hl))
-		return drop_with(DROP_CSUM);
+		return drop_inbound(skb, DROP_CSUM);
 	return fp_to_pod(skb, ifindex, l2);
 }
 

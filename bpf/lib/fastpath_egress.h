@@ -213,14 +213,14 @@ static __noinline int fp_egress_v4(struct __sk_buff *skb, const struct node_conf
 			 * find the same (one search a new flow). Anything else: it decides. */
 			if (reason == DROP_NO_PORT || reason == DROP_NAT_FULL || reason == DROP_OVER_SHARE ||
 			    reason == DROP_OVER_LIMIT)
-				return drop_with(reason);
+				return drop_with(skb, reason);
 			goto fallback;
 		}
 		if (nat_touch_v4(skb, fwd, &f, now))
 			snat_sync_rev_v4(skb, &f, fwd, now);
 	}
 	if (nat4_rewrite(skb, &f, true, &fwd->addr, fwd->port) || fp_ttl_dec4(skb, ip.ttl, f.proto))
-		return drop_with(DROP_CSUM);
+		return drop_with(skb, DROP_CSUM);
 	count_add(CNT_SNAT_PKTS_V4, 1);
 	count_add(CNT_SNAT_BYTES_V4, f.len);
 	count_add(CNT_FP_EGRESS, 1);
@@ -387,12 +387,12 @@ static __noinline int fp_egress_v6(struct __sk_buff *skb, const struct node_conf
 		fwd = fp_new_flow_v6(skb, f, up, r.ifindex, &reason);
 		if (!fwd) {
 			if (reason)
-				return drop_with(reason);
+				return drop_with(skb, reason);
 			goto fallback;
 		}
 	}
 	if (nat6_rewrite(skb, f, true, &fwd->addr, fwd->port) || fp_hop_dec6(skb, hl))
-		return drop_with(DROP_CSUM);
+		return drop_with(skb, DROP_CSUM);
 	count_add(CNT_SNAT_PKTS_V6, 1);
 	count_add(CNT_SNAT_BYTES_V6, f->len);
 	count_add(CNT_FP_EGRESS, 1);

@@ -38,7 +38,7 @@ static __noinline int NAT_FN(snat_fragment)(struct __sk_buff *skb, const struct 
 		}
 		if (fwd) {
 			if (REWRITE_ADDR(skb, f, true, &fwd->addr))
-				return drop_with(DROP_CSUM);
+				return drop_with(skb, DROP_CSUM);
 			if (fwd->flags & NAT_F_BY_RULE)
 				NAT_FN(rule_account)(fwd->rule_id, f->len);
 			count_add(CNT_FRAGS, 1);
@@ -51,7 +51,7 @@ static __noinline int NAT_FN(snat_fragment)(struct __sk_buff *skb, const struct 
 	DECIDE(skb->ifindex, up, f, &d);
 	if (d.verdict == VERDICT_NONE)
 		return MASQ_PASS;
-	return drop_with(DROP_FRAG_NO_STATE);
+	return drop_with(skb, DROP_FRAG_NO_STATE);
 }
 
 /*
@@ -81,7 +81,7 @@ static __noinline int NAT_FN(icmp_err_egress)(struct __sk_buff *skb, const FLOW_
 	if (fwd->flags & NAT_F_INBOUND)
 		return MASQ_PASS; /* about a flow begun outside: nothing was translated */
 	if (ICMP_ERR_REWRITE(skb, f, &in, true, ADDR_EQ(&in.daddr, &f->saddr), &fwd->addr, fwd->port))
-		return drop_with(DROP_CSUM);
+		return drop_with(skb, DROP_CSUM);
 	count_add(CNT_ICMP_ERR_OUT, 1);
 	return MASQ_PASS;
 }
@@ -121,7 +121,7 @@ static __noinline int NAT_FN(host_egress)(struct __sk_buff *skb, const FLOW_T *f
 		if (NAT_FN(snat_refresh)(skb, f, fwd, now)) {
 			if (fwd->port == f->sport)
 				return MASQ_PASS;
-			return REWRITE(skb, f, true, &fwd->addr, fwd->port) ? drop_with(DROP_CSUM) : MASQ_PASS;
+			return REWRITE(skb, f, true, &fwd->addr, fwd->port) ? drop_with(skb, DROP_CSUM) : MASQ_PASS;
 		}
 		NAT_FN(fwd_del)(&fk); /* its pair is going: as a new flow */
 	}
@@ -167,7 +167,7 @@ static __noinline int NAT_FN(snat_egress)(struct __sk_buff *skb, const struct up
 		if (ret != NAT_NOT_OURS)
 			return ret;
 		/* Untranslatable (e.g. it quotes a later fragment): never show a pod's address. */
-		return QUOTES_POD(skb, &f) ? drop_with(DROP_UNSUPPORTED_PROTO) : MASQ_PASS;
+		return QUOTES_POD(skb, &f) ? drop_with(skb, DROP_UNSUPPORTED_PROTO) : MASQ_PASS;
 	}
 
 	now = bpf_ktime_get_coarse_ns(); /* last_seen needs seconds, not ns: the cheap clock */
@@ -217,13 +217,13 @@ static __noinline int NAT_FN(snat_egress)(struct __sk_buff *skb, const struct up
 	 * it to, and it must not leave with the pod's address either.
 	 */
 	if (f.l4 == L4_OK && f.proto == ICMP_PROTO && f.icmp_type == ECHO_REPLY)
-		return drop_with(DROP_UNSUPPORTED_PROTO);
+		return drop_with(skb, DROP_UNSUPPORTED_PROTO);
 	switch (f.l4) {
 	case L4_TRUNCATED:
-		return drop_with(DROP_MALFORMED);
+		return drop_with(skb, DROP_MALFORMED);
 	case L4_UNSUPPORTED:
 	case L4_ICMP_ERROR:
-		return drop_with(DROP_UNSUPPORTED_PROTO);
+		return drop_with(skb, DROP_UNSUPPORTED_PROTO);
 	}
 
 create:
@@ -234,14 +234,14 @@ create:
 		 * other flow must not leave: its replies would reach somebody else. */
 		if ((d.nat_flags & NAT_F_HOST) && f.proto == ICMP_PROTO)
 			return MASQ_PASS;
-		return drop_with(reason);
+		return drop_with(skb, reason);
 	}
 	if (NAT_FN(nat_touch)(skb, fwd, &f, now))
 		NAT_FN(snat_sync_rev)(skb, &f, fwd, now); /* a first packet that is a FIN (a flow picked up) */
 	if (fwd->flags & NAT_F_HOST) {
 		if (fwd->port == f.sport)
 			return MASQ_PASS;
-		return REWRITE(skb, &f, true, &fwd->addr, fwd->port) ? drop_with(DROP_CSUM) : MASQ_PASS;
+		return REWRITE(skb, &f, true, &fwd->addr, fwd->port) ? drop_with(skb, DROP_CSUM) : MASQ_PASS;
 	}
 
 rewrite:
@@ -252,7 +252,7 @@ rewrite:
 	else if (fwd->policy)
 		policy_account(fwd->policy, f.len);
 	if (REWRITE(skb, &f, true, &fwd->addr, fwd->port))
-		return drop_with(DROP_CSUM);
+		return drop_with(skb, DROP_CSUM);
 	count_add(CNT_SNAT_PKTS, 1);
 	count_add(CNT_SNAT_BYTES, f.len);
 	return MASQ_PASS;

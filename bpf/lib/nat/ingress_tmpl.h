@@ -24,7 +24,7 @@ static __noinline int NAT_FN(rnat_fragment)(struct __sk_buff *skb, const FLOW_T 
 	if (!rev)
 		return MASQ_PASS;
 	if (REWRITE_ADDR(skb, f, false, &rev->addr))
-		return drop_with(DROP_CSUM);
+		return drop_inbound(skb, DROP_CSUM);
 	count_add(CNT_FRAGS, 1);
 	count_add(CNT_RNAT_PKTS, 1);
 	count_add(CNT_RNAT_BYTES, f->len);
@@ -52,7 +52,7 @@ static __noinline int NAT_FN(icmp_err_ingress)(struct __sk_buff *skb, const FLOW
 	if (!rev)
 		return MASQ_PASS; /* about the host's own traffic */
 	if (ICMP_ERR_REWRITE(skb, f, &in, false, true, &rev->addr, rev->port))
-		return drop_with(DROP_CSUM);
+		return drop_inbound(skb, DROP_CSUM);
 	count_add(CNT_ICMP_ERR_IN, 1);
 	return MASQ_PASS;
 }
@@ -181,7 +181,7 @@ static __noinline int NAT_FN(open_ingress)(struct __sk_buff *skb, const FLOW_T *
 	if (f->frag == FRAG_FIRST)
 		NAT_FN(frag_remember)(f);
 	if (REWRITE(skb, f, false, &rev->addr, rev->port))
-		return drop_with(DROP_CSUM);
+		return drop_inbound(skb, DROP_CSUM);
 	count_add(CNT_RNAT_PKTS, 1);
 	count_add(CNT_RNAT_BYTES, f->len);
 	return MASQ_PASS;
@@ -235,7 +235,7 @@ static __noinline int NAT_FN(rnat_ingress)(struct __sk_buff *skb, const struct u
 	if (f.frag == FRAG_FIRST)
 		NAT_FN(frag_remember)(&f);
 	if (REWRITE(skb, &f, false, &rev->addr, rev->port))
-		return drop_with(DROP_CSUM);
+		return drop_inbound(skb, DROP_CSUM);
 	count_add(CNT_RNAT_PKTS, 1);
 	count_add(CNT_RNAT_BYTES, f.len);
 #ifdef FP_REPLY

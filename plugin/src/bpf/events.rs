@@ -126,10 +126,14 @@ pub struct Event {
     /// CLOCK_MONOTONIC (bpf_ktime_get_ns) when it happened.
     pub ktime_ns: u64,
     pub proto: u8,
-    /// The pod endpoint (before NAT); None for a drop.
+    /// The pod endpoint (before NAT); a drop's source when it came from a pod,
+    /// None when it came from outside.
     pub pod: Option<SocketAddr>,
-    /// The node endpoint the pair took; a refusal has the node address, port 0.
+    /// The node endpoint the pair took; a refusal has the node address, port 0;
+    /// a drop from outside its destination (the node's, or the pod's when it was
+    /// translated back already), None for one from a pod.
     pub node: Option<SocketAddr>,
+    /// The remote endpoint (a drop's destination, or its source from outside).
     pub remote: Option<SocketAddr>,
     /// 0, or 1 + the egress policy's index.
     pub policy: u8,
@@ -164,15 +168,21 @@ impl Event {
         let kind = Kind::of(e.kind)?;
         let v6 = e.v6 != 0;
         let ep = |a: &[u8; 16], p: [u8; 2]| SocketAddr::new(addr(a, v6), u16::from_be_bytes(p));
-        let tuple = kind != Kind::Drop;
+        // A drop holds the packet's source and destination: pod -> remote, or
+        // (EV_DROP_F_IN) remote -> node; the other endpoint is not known.
+        let inbound = kind == Kind::Drop && u32::from(e.nat_flags) & abi::EV_DROP_F_IN != 0;
+        let (has_pod, has_node) = match kind {
+            Kind::Drop => (!inbound, inbound),
+            _ => (true, true),
+        };
         let pair = matches!(kind, Kind::PairMade | Kind::PairEnded);
         Some(Event {
             kind,
             ktime_ns: e.ktime_ns,
             proto: e.proto,
-            pod: tuple.then(|| ep(&e.pod, e.pod_port)),
-            node: tuple.then(|| ep(&e.node, e.node_port)),
-            remote: tuple.then(|| ep(&e.remote, e.remote_port)),
+            pod: has_pod.then(|| ep(&e.pod, e.pod_port)),
+            node: has_node.then(|| ep(&e.node, e.node_port)),
+            remote: Some(ep(&e.remote, e.remote_port)),
             policy: e.policy,
             end: if kind == Kind::PairEnded { EndReason::of(e.reason) } else { None },
             drop_reason: (kind == Kind::Drop).then_some(u32::from(e.reason)),
@@ -182,6 +192,13 @@ impl Event {
             ifindex: e.ifindex,
             nat_flags: e.nat_flags,
         })
+    }
+}
+
+impl Event {
+    /// A drop of a packet that came from outside (its destination is in `node`).
+    pub fn from_outside(&self) -> bool {
+        self.kind == Kind::Drop && self.pod.is_none()
     }
 }
 
@@ -364,9 +381,21 @@ mod tests {
         let d = Event::decode(&raw(&e)).unwrap();
         assert_eq!((d.end, d.out, d.r#in), (Some(EndReason::TakenOver), (3, 0), (0, 99)));
         assert_eq!(d.pod.unwrap().ip(), "fd00::5".parse::<IpAddr>().unwrap());
-        let drop = MasqEvent { kind: abi::EV_DROP as u8, reason: 1, ..Default::default() };
+        let mut drop = MasqEvent { kind: abi::EV_DROP as u8, reason: 1, proto: 17, ifindex: 7, ..Default::default() };
+        drop.pod[..4].copy_from_slice(&[10, 1, 0, 5]);
+        drop.remote[..4].copy_from_slice(&[203, 0, 113, 9]);
+        drop.pod_port = 5353u16.to_be_bytes();
+        drop.remote_port = 53u16.to_be_bytes();
         let d = Event::decode(&raw(&drop)).unwrap();
-        assert_eq!((d.kind, d.drop_reason, d.pod), (Kind::Drop, Some(1), None));
+        assert_eq!((d.kind, d.drop_reason, d.proto, d.ifindex), (Kind::Drop, Some(1), 17, 7));
+        assert_eq!((d.pod, d.node), (Some("10.1.0.5:5353".parse().unwrap()), None), "from a pod");
+        assert_eq!((d.remote, d.from_outside()), (Some("203.0.113.9:53".parse().unwrap()), false));
+        let mut inbound = MasqEvent { kind: abi::EV_DROP as u8, nat_flags: abi::EV_DROP_F_IN as u8, ..drop };
+        inbound.node[..4].copy_from_slice(&[192, 0, 2, 1]);
+        inbound.node_port = 40001u16.to_be_bytes();
+        let d = Event::decode(&raw(&inbound)).unwrap();
+        assert_eq!((d.pod, d.node), (None, Some("192.0.2.1:40001".parse().unwrap())), "from outside");
+        assert!(d.from_outside());
         assert_eq!(Event::decode(&raw(&MasqEvent::default())), None, "kind 0");
         assert_eq!(Event::decode(&[1, 2, 3]), None, "short");
     }

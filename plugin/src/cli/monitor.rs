@@ -135,9 +135,7 @@ fn to_json(e: &Event, time_ms: u64, start_ms: Option<u64>, who: Option<&str>, po
     let mut o = Map::new();
     o.insert("time_ms".into(), json!(time_ms));
     o.insert("event".into(), json!(e.kind.name()));
-    if e.kind != Kind::Drop {
-        o.insert("proto".into(), json!(proto_name(e.proto)));
-    }
+    o.insert("proto".into(), json!(proto_name(e.proto)));
     let mut ep = |name: &str, sa: Option<SocketAddr>, port: bool| {
         if let Some(sa) = sa {
             o.insert(format!("{name}_addr"), json!(sa.ip().to_string()));
@@ -147,7 +145,7 @@ fn to_json(e: &Event, time_ms: u64, start_ms: Option<u64>, who: Option<&str>, po
         }
     };
     ep("pod", e.pod, true);
-    ep("nat", e.node, matches!(e.kind, Kind::PairMade | Kind::PairEnded));
+    ep("nat", e.node, matches!(e.kind, Kind::PairMade | Kind::PairEnded | Kind::Drop));
     ep("remote", e.remote, true);
     if let Some((ns, name)) = who.and_then(|w| w.split_once('/')) {
         o.insert("namespace".into(), json!(ns));
@@ -169,6 +167,8 @@ fn to_json(e: &Event, time_ms: u64, start_ms: Option<u64>, who: Option<&str>, po
     if let Some(d) = e.drop_reason {
         let name = drop_reason::NAMES.get(d as usize).copied().unwrap_or("unknown");
         o.insert("reason".into(), json!(name));
+        o.insert("from".into(), json!(if e.from_outside() { "outside" } else { "pod" }));
+        o.insert("ifindex".into(), json!(e.ifindex));
     }
     Value::Object(o)
 }
@@ -187,14 +187,16 @@ fn to_text(v: &Value) -> String {
         humantime::format_rfc3339_millis(t).to_string()
     });
     let mut line = format!("{} {:<15}", time.unwrap_or_default(), s("event"));
-    if v["event"] == "drop" {
-        line.push_str(&format!(" reason={}", s("reason")));
-        return line;
-    }
     let who = match (v.get("namespace"), v.get("pod")) {
         (Some(ns), Some(p)) => format!(" ({}/{})", ns.as_str().unwrap_or(""), p.as_str().unwrap_or("")),
         _ => String::new(),
     };
+    if v["event"] == "drop" {
+        // The packet as it was dropped: pod -> remote, or remote -> node from outside.
+        let (from, to) = if v["from"] == "outside" { (ep("remote"), ep("nat")) } else { (ep("pod"), ep("remote")) };
+        line.push_str(&format!(" reason={} {} {from} -> {to}{who} if={}", s("reason"), s("proto"), v["ifindex"]));
+        return line;
+    }
     line.push_str(&format!(" {} {}{} -> {} -> {}", s("proto"), ep("pod"), who, ep("nat"), ep("remote")));
     if let Some(p) = v.get("policy").and_then(|p| p.as_str()) {
         line.push_str(&format!(" policy={p}"));
@@ -209,6 +211,18 @@ fn to_text(v: &Value) -> String {
         ));
     }
     line
+}
+
+/// The pod an event is about: a pair's or refusal's by its address; a drop's by
+/// the veth it was dropped on (a spoofed source names nobody, or somebody else),
+/// else by its source, or (from outside) by its destination when that was
+/// translated back to a pod's address already.
+fn who_of(names: &mut PodNames, pins: &crate::bpf::loader::Pins, e: &Event) -> Option<(String, String)> {
+    match e.kind {
+        Kind::Drop if e.from_outside() => e.node.and_then(|n| names.of(pins, n.ip())),
+        Kind::Drop => names.of_veth(pins, e.ifindex).or_else(|| e.pod.and_then(|p| names.of(pins, p.ip()))),
+        _ => e.pod.and_then(|p| names.of(pins, p.ip())),
+    }
 }
 
 pub fn main(a: &MonitorArgs) -> Result<()> {
@@ -230,7 +244,7 @@ pub fn main(a: &MonitorArgs) -> Result<()> {
         }
         let wall = Wall::now();
         for e in events {
-            let who = e.pod.and_then(|p| names.of(&pins, p.ip())).map(|(ns, n)| format!("{ns}/{n}"));
+            let who = who_of(&mut names, &pins, &e).map(|(ns, n)| format!("{ns}/{n}"));
             let policy = policy_name(&descs, e.policy);
             if !filter.admits(&e, who.as_deref(), policy.as_deref()) {
                 continue;
@@ -306,6 +320,22 @@ mod tests {
         assert_eq!((v["nat_addr"].as_str(), v["nat_port"].as_u64()), (Some("192.0.2.1"), Some(40001)));
         let t = to_text(&v);
         assert!(t.contains("tcp 10.1.0.5:40000 (default/web) -> 192.0.2.1:40001 -> 203.0.113.9:443"), "{t}");
+        let drop = Event {
+            kind: Kind::Drop,
+            node: None,
+            drop_reason: Some(0),
+            start_ns: None,
+            ifindex: 9,
+            pod: Some("10.1.0.99:4000".parse().unwrap()),
+            ..made()
+        };
+        let v = to_json(&drop, 1_000, None, Some("default/web"), None);
+        assert_eq!((v["reason"].as_str(), v["from"].as_str(), v["pod_port"].as_u64()), (Some("spoofed_source"), Some("pod"), Some(4000)));
+        let t = to_text(&v);
+        assert!(t.contains("reason=spoofed_source tcp 10.1.0.99:4000 -> 203.0.113.9:443 (default/web) if=9"), "{t}");
+        let inbound = Event { pod: None, node: Some("192.0.2.1:40001".parse().unwrap()), drop_reason: Some(5), ..drop };
+        let t = to_text(&to_json(&inbound, 1_000, None, None, None));
+        assert!(t.contains("reason=checksum tcp 203.0.113.9:443 -> 192.0.2.1:40001 if=9"), "{t}");
         let mut r = made();
         r.kind = Kind::RefusedNoPort;
         let v = to_json(&r, 1, None, None, None);

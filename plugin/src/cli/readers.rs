@@ -484,6 +484,9 @@ pub fn endpoint(a: impl std::fmt::Display, port: u16) -> String {
 /// read), at most every `PodNames::REFRESH`. Shared by `monitor` and the natlog exporter.
 pub struct PodNames {
     by_addr: std::collections::HashMap<IpAddr, (String, String)>,
+    /// Each named pod's host-side veth ifindex (a packet dropped there is that
+    /// pod's, whatever source address it carried).
+    by_veth: std::collections::HashMap<u32, (String, String)>,
     read: std::time::Instant,
 }
 
@@ -491,15 +494,22 @@ impl PodNames {
     pub const REFRESH: std::time::Duration = std::time::Duration::from_secs(1);
 
     pub fn load(pins: &Pins) -> Result<PodNames> {
-        let by_addr = pods(pins)?
-            .into_iter()
-            .filter(|p| !p.k8s_name.is_empty())
-            .flat_map(|p| {
-                let who = (p.k8s_namespace.clone(), p.k8s_name.clone());
-                p.addresses.into_iter().map(move |a| (a, who.clone()))
-            })
-            .collect();
-        Ok(PodNames { by_addr, read: std::time::Instant::now() })
+        // The registrations alone (attachments and their pod_meta), not `pods`' counters:
+        // the NAT log's exporter reads them every few seconds while it holds named pairs.
+        let metas = if has_map(pins, abi::MAP_POD_META) { pod::list_meta(pins)? } else { Default::default() };
+        let mut by_addr = std::collections::HashMap::new();
+        let mut by_veth = std::collections::HashMap::new();
+        for (k, info) in pod::list_attachments(pins)? {
+            let (namespace, name, _) = pod::meta_fields(&metas.get(&k).copied().unwrap_or_default());
+            if name.is_empty() {
+                continue;
+            }
+            for a in pod::addrs_of(&info) {
+                by_addr.insert(a, (namespace.clone(), name.clone()));
+            }
+            by_veth.insert(info.veth_ifindex, (namespace, name));
+        }
+        Ok(PodNames { by_addr, by_veth, read: std::time::Instant::now() })
     }
 
     /// Read the registrations again now.
@@ -515,19 +525,34 @@ impl PodNames {
 
     /// The (namespace, name) of the pod holding `a`.
     pub fn of(&mut self, pins: &Pins, a: IpAddr) -> Option<(String, String)> {
-        if !self.by_addr.contains_key(&a) && self.read.elapsed() >= Self::REFRESH {
+        if !self.by_addr.contains_key(&a) {
+            self.refresh(pins);
+        }
+        self.by_addr.get(&a).cloned()
+    }
+
+    /// The (namespace, name) of the pod whose host-side veth is `ifindex`.
+    pub fn of_veth(&mut self, pins: &Pins, ifindex: u32) -> Option<(String, String)> {
+        if !self.by_veth.contains_key(&ifindex) {
+            self.refresh(pins);
+        }
+        self.by_veth.get(&ifindex).cloned()
+    }
+
+    /// Read the registrations again, on a miss, if the last read is `REFRESH` old.
+    fn refresh(&mut self, pins: &Pins) {
+        if self.read.elapsed() >= Self::REFRESH {
             match PodNames::load(pins) {
                 Ok(n) => *self = n,
                 Err(e) => log::warn!("read the pods: {}", e.msg),
             }
         }
-        self.by_addr.get(&a).cloned()
     }
 
     #[cfg(test)]
     pub fn of_pairs(pairs: &[(&str, &str, &str)]) -> PodNames {
         let by_addr = pairs.iter().map(|(a, ns, n)| (a.parse().unwrap(), (ns.to_string(), n.to_string()))).collect();
-        PodNames { by_addr, read: std::time::Instant::now() }
+        PodNames { by_addr, by_veth: Default::default(), read: std::time::Instant::now() }
     }
 }
 

@@ -118,8 +118,28 @@ fn both_rings_get_every_event_and_a_drop_names_its_reason() {
         let ev = r.read(Duration::ZERO).unwrap();
         let kinds: Vec<Kind> = ev.iter().map(|e| e.kind).collect();
         assert_eq!(kinds, [Kind::PairMade, Kind::Drop], "{ev:?}");
-        assert_eq!(ev[1].drop_reason, Some(abi::drop_reason::SPOOFED_SOURCE));
+        let d = &ev[1];
+        assert_eq!(d.drop_reason, Some(abi::drop_reason::SPOOFED_SOURCE));
+        // The packet as it was dropped, and the veth it was dropped on (the pod, whatever source it spoofed).
+        assert_eq!((d.proto, d.pod, d.remote, d.node), (6, sa(STRANGER, 40000), sa(REMOTE, 443), None), "{d:?}");
+        assert_eq!((d.ifindex, d.from_outside()), (LO, false));
     }
+}
+
+#[test]
+fn a_drop_tells_its_packet_v6_and_an_echos_id() {
+    let dp = Dataplane::new();
+    dp.add_uplink6(LO, Some(MASQ), masq6());
+    dp.add_pod6(pod6(), VETH, true);
+    let mut r = Reader::open(&dp.pins, Ring::Live).unwrap();
+    // An echo reply from the pod to a remote that never pinged it through us: it must not leave.
+    dp.egress(&echo6_reply(pod6(), remote6(), 777, 1)).dropped();
+    let ev = r.read(Duration::ZERO).unwrap();
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    let d = &ev[0];
+    let sa6 = |a: std::net::Ipv6Addr, p: u16| Some(SocketAddr::new(a.into(), p));
+    assert_eq!((d.kind, d.drop_reason), (Kind::Drop, Some(abi::drop_reason::UNSUPPORTED_PROTO)));
+    assert_eq!((d.proto, d.pod, d.remote), (58, sa6(pod6(), 777), sa6(remote6(), 0)), "{d:?}");
 }
 
 #[test]
@@ -136,6 +156,7 @@ fn a_refusal_and_a_taken_over_pair_are_told() {
     // The refused flow's packet is dropped too, and told as such.
     assert_eq!(kinds, [Kind::PairMade, Kind::PairMade, Kind::RefusedNoPort, Kind::Drop], "{ev:?}");
     assert_eq!(ev[3].drop_reason, Some(abi::drop_reason::NO_PORT));
+    assert_eq!((ev[3].proto, ev[3].pod, ev[3].remote), (17, sa(POD, 40001), sa(REMOTE, 53)), "the refused packet");
     assert_eq!((ev[2].pod, ev[2].remote), (sa(POD, 40001), sa(REMOTE, 53)));
     assert_eq!(ev[2].node.map(|n| n.port()), Some(0), "a refusal has no node port");
     // A TCP pair reset and quiet past 2 s gives its port to the next flow: its end, then the new pair.

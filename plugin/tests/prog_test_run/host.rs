@@ -8,6 +8,7 @@
 //!   (a listener, a bound UDP socket, a host connection on that tuple);
 //! - host echo requests keep their id, and a pod's ping never takes it;
 //! - nodePortRange is never handed out.
+//!
 //! Needs root and a bpffs at /sys/fs/bpf; attaches nothing anywhere. The socket
 //! tests run in a netns of their own (the lookups see the calling thread's).
 
