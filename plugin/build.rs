@@ -25,6 +25,9 @@ fn main() {
     for entry in ["include", "lib"] {
         rerun_if_any_changed(&bpf_dir.join(entry));
     }
+    // Extra clang arguments, for measuring builds only (e.g. -DMASQ_NO_EVENTS: the
+    // events compiled out, docs/monitor.md); a release never sets it.
+    let extra = env::var("EBPF_MASQ_BPF_CFLAGS").unwrap_or_default();
     for prog in PROGRAMS {
         let src = bpf_dir.join(format!("{prog}.c"));
         let obj = out_dir.join(format!("{prog}.o"));
@@ -32,6 +35,7 @@ fn main() {
         let status = Command::new(&clang)
             .args(["-O2", "-g", "-Wall", "-Werror", "-target", "bpf"])
             .arg(format!("-I{multiarch}"))
+            .args(extra.split_whitespace())
             .arg("-c")
             .arg(&src)
             .arg("-o")
@@ -41,6 +45,7 @@ fn main() {
         assert!(status.success(), "clang failed on {}", src.display());
     }
     println!("cargo:rerun-if-env-changed=CLANG");
+    println!("cargo:rerun-if-env-changed=EBPF_MASQ_BPF_CFLAGS");
     generate_abi(&bpf_dir.join("include"), &multiarch, &out_dir);
 }
 

@@ -18,7 +18,7 @@ use std::net::Ipv4Addr;
 
 use ebpf_masq::bpf::abi::{counter, drop_reason, EXCL_NATIVE_ROUTING};
 use ebpf_masq::bpf::nat_hot::{self, Released};
-use support::node::{MASQ, NATIVE_DST, POD, REMOTE};
+use support::node::{MASQ, NATIVE_DST, POD, REMOTE, STRANGER};
 use support::{harness::*, packet::*};
 
 const VETH: u32 = 1;
@@ -78,6 +78,7 @@ fn per_packet_cost() {
         ("uplink ingress: host's own TCP reply (pass)", "ingress", tcp(REMOTE, MASQ, 443, 50000, ACK)),
         ("uplink egress: pod to nativeRoutingCIDR (pass)", "egress", tcp(POD, NATIVE_DST, 40000, 443, ACK)),
         ("pod veth: source check (pass)", "veth", tcp(POD, REMOTE, 40000, 443, ACK)),
+        ("pod veth: spoofed source (drop)", "veth", tcp(STRANGER, REMOTE, 40000, 443, ACK)),
     ];
     report(&dp, "path (IPv4)", &cases);
     let (ns, _) = new_flow_cost(&dp, 0);
