@@ -75,7 +75,9 @@ def test_monitor_shows_a_pods_pairs_and_refusal_and_its_lease_ends_with_it(topo,
     pod = net.add(topo.pod_ns("web"))
     net.env.pop("CNI_ARGS")
     other = net.add(topo.pod_ns("other"))
-    assert masqcli.events_ctl(topo) == {"log_until": 0, "live_until": 0}
+    ctl = masqcli.events_ctl(topo)
+    assert {k: ctl[k] for k in ("log_until", "live_until", "log_pid", "live_pid")} == dict.fromkeys(
+        ("log_until", "live_until", "log_pid", "live_pid"), 0), ctl
 
     mon = monitor(topo, plugin, "--pod", "shop/web-0")
     wait_lease(topo, mon)
@@ -120,9 +122,12 @@ def test_monitor_shows_a_pods_pairs_and_refusal_and_its_lease_ends_with_it(topo,
     # Stopped (SIGTERM): the lease is cleared at once.
     mon = monitor(topo, plugin)
     wait_lease(topo, mon)
+    assert topo.status(plugin)["event_leases"]["live"]["pid"] == mon.pid  # who holds it, in status
     mon.send_signal(signal.SIGTERM)
     assert mon.wait(5) == 0, mon.stderr.read().decode()
-    assert masqcli.events_ctl(topo)["live_until"] == 0
+    ctl = masqcli.events_ctl(topo)
+    assert (ctl["live_until"], ctl["live_pid"]) == (0, 0), ctl
+    assert topo.status(plugin)["event_leases"]["live"] is None
 
 
 SPOOF = ("import socket, struct, sys\n"

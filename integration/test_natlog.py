@@ -401,3 +401,74 @@ def test_every_pair_a_pod_makes_is_logged_made_and_ended(topo, plugin, tmp_path,
     for ev in ("4", "5"):
         got = sorted(f["src_xlt_port"] for f in flows if f.get("nat_event_id") == ev)
         assert got == every, (ev, flows)
+
+
+# --- a collector down or unreachable ----------------------------------------------------------------
+
+COLLECTORS = {
+    # Nothing listens on this loopback port: the node's stack answers each message with an
+    # ICMP port unreachable (RFC 1122 3.2.2.1), which the connected socket reports.
+    "down": "127.0.0.1:{free}",
+    # The node has an "unreachable" route to the collector: every send fails at once.
+    "unreachable": "198.51.100.7:4739",
+}
+
+
+@pytest.mark.parametrize("collector", sorted(COLLECTORS))
+def test_a_collector_down_or_unreachable_loses_no_packet_and_counts_every_record(topo, plugin, tmp_path, collector):
+    """The exporter runs in the node with its IPFIX collector down (no listener) or
+    unreachable (no route). A real pod's flows (20 UDP exchanges, 5 TCP connections,
+    default config) all pass, nothing is dropped and no event is lost: the data plane
+    never waits for the exporter, nor the exporter for its socket. The JSON file gets
+    every record, and `status` and metrics count each of them as not received by the
+    collector (RFC 6888 section 4 asks a CGN to log; over UDP, RFC 7011 section 10.3,
+    records may be lost, so the exporter says how many). netfilter has no session log of its
+    own to set beside this (ulogd2 is a separate daemon), so there is no yardstick run."""
+    addr = COLLECTORS[collector].format(free=free_udp_port())
+    if collector == "unreachable":
+        topo.node.ip("route", "add", "unreachable", "198.51.100.7/32")
+    log = tmp_path / "natlog.json"
+    net = topo.masq_network(plugin, natLog={"file": str(log), "ipfix": addr})
+    net.env["CNI_ARGS"] = CNI_ARGS
+    pod = net.add(topo.pod_ns("web"))
+    udp, tcp = topo.ext.server("udp", UDP_PORT), topo.ext.server("tcp", 5004)
+    exporter = topo.node.spawn([plugin, "natlog", "--conf", net.dir / f"{net.name}.conflist"], enter=True)
+    deadline = time.monotonic() + 10
+    while masqcli.status(topo, plugin)["event_leases"]["log"] is None:
+        assert exporter.poll() is None, exporter.stderr.read().decode()
+        assert time.monotonic() < deadline, "the exporter never took its lease"
+        time.sleep(0.05)
+    assert masqcli.status(topo, plugin)["event_leases"]["log"]["pid"] > 0
+
+    for proto, n, port in (("udp", 20, UDP_PORT), ("tcp", 5, 5004)):
+        for _ in range(n):
+            rc, res = pod.ns.client(proto, Topo.EXT, port)
+            assert rc == 0, (proto, res)
+    assert len(udp.records("dgram")) == 20 and {r["addr"] for r in udp.records("dgram")} == {Topo.NODE_EXT}
+    assert len(tcp.records("accept")) == 5
+
+    def lines():
+        return [json.loads(l) for l in log.read_text().splitlines()] if log.exists() else []
+
+    # Every record written is counted, and (after the exporter's next count) counted not received.
+    deadline = time.monotonic() + 15
+    while True:
+        s = masqcli.status(topo, plugin)
+        recs = lines()
+        if s["natlog"]["records"] == len(recs) >= 25 and s["natlog"]["ipfix_unsent"] == len(recs):
+            break
+        assert time.monotonic() < deadline, (s["natlog"], len(recs))
+        time.sleep(0.2)
+    assert sum(r["event"] == "create" for r in recs) == 25, recs
+    assert s["counters"]["events_lost"] == 0 and not any(s["drops"].values()), (s["counters"], s["drops"])
+    metrics = masqcli.run(topo, plugin, "metrics").stdout
+    assert "ebpf_masq_natlog_exporting 1" in metrics.splitlines(), metrics
+    assert f"ebpf_masq_natlog_ipfix_unsent_total {len(recs)}" in metrics.splitlines(), metrics
+    # SIGTERM: the exit line says the same; the lease is given up.
+    exporter.send_signal(signal.SIGTERM)
+    assert exporter.wait(10) == 0
+    err = exporter.stderr.read().decode()
+    n = len(lines())
+    assert f"ebpf-masq natlog: {n} records written (0 of them pairs alive at start); {n} not sent" in err, err
+    s = masqcli.status(topo, plugin)
+    assert s["event_leases"]["log"] is None and s["natlog"]["ipfix_unsent"] == n, s["natlog"]

@@ -18,7 +18,7 @@
 #include <linux/types.h>
 #include <linux/in6.h>
 
-#define MASQ_LAYOUT_VERSION 17
+#define MASQ_LAYOUT_VERSION 18
 
 /* ---- config (ARRAY, 1 entry): node-wide knobs written by the plugin ---- */
 struct node_config {

@@ -8,8 +8,10 @@
  * events_log, events_live (RINGBUF, EVENTS_LOG_RING_BYTES / EVENTS_LIVE_RING_BYTES): the NAT session
  * log's exporter reads events_log, `ebpf-masq monitor` reads events_live, so a
  * person watching never takes an event from the log (or the other way round).
- * events_ctl (ARRAY, 1 entry, struct events_ctl): each ring's lease, the
- * bpf_ktime_get_ns() time until which the programs write into it. A reader
+ * events_ctl (ARRAY, 1 entry, struct events_ctl, BPF_F_MMAPABLE): each ring's
+ * lease, the bpf_ktime_get_ns() time until which the programs write into it, and
+ * who holds it; readers map it and renew, clear or count with atomic stores to
+ * their own fields only, so two readers never undo each other. A reader
  * renews its lease every second or so (EVENTS_LEASE_NS ahead); a reader that
  * dies, however, stops renewing it, and the events are off again when it runs
  * out. With no lease the programs pay one array lookup and a compare where an
@@ -73,13 +75,17 @@ struct masq_event {
 	__u32 ifindex;             /* the uplink the pair's flow left by; EV_DROP: the hook's interface */
 };
 
-/* ---- events_ctl (ARRAY, 1 entry): the rings' leases ---- */
+/* ---- events_ctl (ARRAY, 1 entry, mmapable): the rings' leases, and the log's counts ---- */
 struct events_ctl {
 	__u64 log_until;           /* bpf_ktime_get_ns() until which events go to events_log */
 	__u64 live_until;          /* ... to events_live */
+	__u32 log_pid;             /* the process holding the log's lease (0: none); the programs never read it */
+	__u32 live_pid;            /* ... the live ring's */
+	__u64 log_records;         /* session log records the log's reader wrote since it started */
+	__u64 log_ipfix_unsent;    /* ... of them, those its IPFIX collector did not get (refused, no route) */
 };
 
 _Static_assert(sizeof(struct masq_event) == 112, "masq_event size");
-_Static_assert(sizeof(struct events_ctl) == 16, "events_ctl size");
+_Static_assert(sizeof(struct events_ctl) == 40, "events_ctl size");
 
 #endif /* MASQ_ABI_EVENTS_H */

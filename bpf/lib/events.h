@@ -17,7 +17,8 @@
 
 EVENTS_RING(events_log, EVENTS_LOG_RING_BYTES);   /* the log must not lose: 8x the live ring */
 EVENTS_RING(events_live, EVENTS_LIVE_RING_BYTES);
-ARRAY_MAP(events_ctl, 1, struct events_ctl);
+/* Mapped by its readers (bpf/events.rs Leases): atomic stores, no read-modify-write of the whole value. */
+MAP_PINNED(events_ctl, BPF_MAP_TYPE_ARRAY, 1, __u32, struct events_ctl, MAP_FLAGS(BPF_F_MMAPABLE));
 /*
  * Not pinned: one program run's scratch. The port search notes a pair it takes
  * over here (the deepest call chain has no stack for an event's call), and the

@@ -9,10 +9,11 @@
 use std::{
     net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
     os::fd::AsRawFd,
+    sync::atomic::{AtomicU32, AtomicU64, Ordering},
     time::{Duration, Instant},
 };
 
-use aya::maps::{Array, MapData, RingBuf};
+use aya::maps::{MapData, RingBuf};
 
 use super::{
     abi::{self, EventsCtl, MasqEvent},
@@ -41,12 +42,6 @@ impl Ring {
         }
     }
 
-    fn until(self, c: &mut EventsCtl) -> &mut u64 {
-        match self {
-            Ring::Log => &mut c.log_until,
-            Ring::Live => &mut c.live_until,
-        }
-    }
 }
 
 /// What an event tells (`struct masq_event.kind`).
@@ -246,27 +241,119 @@ impl Wall {
     }
 }
 
-/// The leases (`events_ctl`): read, set one ring's, write back. The other ring's
-/// reader may renew its own meanwhile; a lost write costs it at most one renewal
-/// of the `EVENTS_LEASE_NS` its lease reaches ahead.
+/// The leases (`events_ctl`, mapped: BPF_F_MMAPABLE). Each reader stores only
+/// its own fields, atomically, into the one value the programs read: two readers
+/// renewing at once never undo each other (a map update writes the whole value
+/// back, and would put the other's older lease back).
 pub struct Leases {
-    ctl: Array<MapData, EventsCtl>,
+    ptr: std::ptr::NonNull<std::ffi::c_void>,
+    len: std::num::NonZeroUsize,
+}
+
+// SAFETY: the mapping is shared memory reached only through atomics.
+unsafe impl Send for Leases {}
+
+/// Where a field of `struct events_ctl` lies in the mapped value.
+macro_rules! ctl_at {
+    ($f:ident) => {
+        std::mem::offset_of!(EventsCtl, $f)
+    };
 }
 
 impl Leases {
     pub fn open(pins: &Pins) -> Result<Leases> {
-        Ok(Leases { ctl: maps::open(pins, abi::MAP_EVENTS_CTL)? })
+        use std::os::fd::AsFd;
+        let path = pins.map(abi::MAP_EVENTS_CTL);
+        let map = MapData::from_pin(&path).map_err(|e| {
+            Error::bpf(format!("open pinned map {}: {e} (is the node set up? run `ebpf-masq apply`)", path.display()))
+        })?;
+        // An mmapable array's values start at offset 0; the kernel maps whole pages.
+        let len = std::num::NonZeroUsize::new(std::mem::size_of::<EventsCtl>().next_multiple_of(4096)).expect("non-zero");
+        // SAFETY: a fresh shared mapping of the map's fd; it outlives the fd (closed with `map`).
+        let ptr = unsafe {
+            nix::sys::mman::mmap(
+                None,
+                len,
+                nix::sys::mman::ProtFlags::PROT_READ | nix::sys::mman::ProtFlags::PROT_WRITE,
+                nix::sys::mman::MapFlags::MAP_SHARED,
+                map.fd().as_fd(),
+                0,
+            )
+        }
+        .map_err(|e| Error::bpf(format!("map {} into memory: {e}", abi::MAP_EVENTS_CTL)))?;
+        Ok(Leases { ptr, len })
     }
 
-    pub fn get(&self) -> Result<EventsCtl> {
-        self.ctl.get(&0, 0).map_err(|e| Error::bpf(format!("read {}: {e}", abi::MAP_EVENTS_CTL)))
+    fn u64_at(&self, off: usize) -> &AtomicU64 {
+        // SAFETY: `off` is a field of the mapped struct (ctl_at!), 8-byte aligned; the mapping lives as long as self.
+        unsafe { AtomicU64::from_ptr(self.ptr.as_ptr().cast::<u8>().add(off).cast()) }
+    }
+
+    fn u32_at(&self, off: usize) -> &AtomicU32 {
+        // SAFETY: as u64_at, 4-byte aligned.
+        unsafe { AtomicU32::from_ptr(self.ptr.as_ptr().cast::<u8>().add(off).cast()) }
+    }
+
+    fn until(&self, ring: Ring) -> &AtomicU64 {
+        self.u64_at(match ring {
+            Ring::Log => ctl_at!(log_until),
+            Ring::Live => ctl_at!(live_until),
+        })
+    }
+
+    fn pid(&self, ring: Ring) -> &AtomicU32 {
+        self.u32_at(match ring {
+            Ring::Log => ctl_at!(log_pid),
+            Ring::Live => ctl_at!(live_pid),
+        })
+    }
+
+    /// The whole value as it is now (each field read atomically).
+    pub fn get(&self) -> EventsCtl {
+        let r = Ordering::Relaxed;
+        EventsCtl {
+            log_until: self.until(Ring::Log).load(r),
+            live_until: self.until(Ring::Live).load(r),
+            log_pid: self.pid(Ring::Log).load(r),
+            live_pid: self.pid(Ring::Live).load(r),
+            log_records: self.u64_at(ctl_at!(log_records)).load(r),
+            log_ipfix_unsent: self.u64_at(ctl_at!(log_ipfix_unsent)).load(r),
+        }
     }
 
     /// Set `ring`'s lease to run until `until` (bpf_ktime_get_ns time; 0: off).
-    pub fn set(&mut self, ring: Ring, until: u64) -> Result<()> {
-        let mut c = self.get()?;
-        *ring.until(&mut c) = until;
-        self.ctl.set(0, c, 0).map_err(|e| Error::bpf(format!("write {}: {e}", abi::MAP_EVENTS_CTL)))
+    pub fn set(&mut self, ring: Ring, until: u64) {
+        self.until(ring).store(until, Ordering::Release);
+    }
+
+    /// Take `ring`'s lease for this process until `until`.
+    pub fn hold(&mut self, ring: Ring, until: u64) {
+        self.pid(ring).store(std::process::id(), Ordering::Relaxed);
+        self.until(ring).store(until, Ordering::Release);
+    }
+
+    /// Give `ring`'s lease up: its end cleared, and its holder when that is still us
+    /// (a second reader of the same ring that took it since keeps its name).
+    pub fn release(&mut self, ring: Ring) {
+        self.until(ring).store(0, Ordering::Release);
+        let me = std::process::id();
+        let _ = self.pid(ring).compare_exchange(me, 0, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// The session log's counts, for `status` and metrics: records written since
+    /// its exporter started, and how many of them the IPFIX collector did not get.
+    pub fn set_log_counts(&mut self, records: u64, ipfix_unsent: u64) {
+        self.u64_at(ctl_at!(log_records)).store(records, Ordering::Relaxed);
+        self.u64_at(ctl_at!(log_ipfix_unsent)).store(ipfix_unsent, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Leases {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in open, unmapped once.
+        if let Err(e) = unsafe { nix::sys::mman::munmap(self.ptr, self.len.get()) } {
+            log::warn!("events: unmap {}: {e}", abi::MAP_EVENTS_CTL);
+        }
     }
 }
 
@@ -283,13 +370,16 @@ impl Reader {
     pub fn open(pins: &Pins, ring: Ring) -> Result<Reader> {
         let buf = maps::open(pins, ring.map())?;
         let mut leases = Leases::open(pins)?;
-        leases.set(ring, ktime_now() + abi::EVENTS_LEASE_NS)?;
+        if ring == Ring::Log {
+            leases.set_log_counts(0, 0);
+        }
+        leases.hold(ring, ktime_now() + abi::EVENTS_LEASE_NS);
         Ok(Reader { ring, buf, leases, renewed: Instant::now() })
     }
 
     fn renew_if_due(&mut self) -> Result<()> {
         if self.renewed.elapsed() >= RENEW {
-            self.leases.set(self.ring, ktime_now() + abi::EVENTS_LEASE_NS)?;
+            self.leases.hold(self.ring, ktime_now() + abi::EVENTS_LEASE_NS);
             self.renewed = Instant::now();
         }
         Ok(())
@@ -322,17 +412,20 @@ impl Reader {
         out
     }
 
+    /// Publish the session log's counts (the log's reader: its exporter).
+    pub fn log_counts(&mut self, records: u64, ipfix_unsent: u64) {
+        self.leases.set_log_counts(records, ipfix_unsent);
+    }
+
     /// Give the lease up now (also done when the reader is dropped).
-    pub fn close(&mut self) -> Result<()> {
-        self.leases.set(self.ring, 0)
+    pub fn close(&mut self) {
+        self.leases.release(self.ring);
     }
 }
 
 impl Drop for Reader {
     fn drop(&mut self) {
-        if let Err(e) = self.close() {
-            log::warn!("events: could not clear the {:?} lease: {}", self.ring, e.msg);
-        }
+        self.close();
     }
 }
 

@@ -252,11 +252,13 @@ pub fn main(a: &MonitorArgs) -> Result<()> {
             let v = to_json(&e, wall.ms(e.ktime_ns), e.start_ns.map(|s| wall.ms(s)), who.as_deref(), policy.as_deref());
             let line = if a.json { v.to_string() } else { to_text(&v) };
             if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
-                return reader.close(); // the reader went away (a closed pipe)
+                reader.close(); // the reader went away (a closed pipe)
+                return Ok(());
             }
         }
     }
-    reader.close()
+    reader.close();
+    Ok(())
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 use crate::{
     bpf::{
         abi::{self, counter, drop_reason, ExclInfo, NodeConfig, UplinkInfo},
+        events,
         loader::{self, Pins},
         maps, nat,
     },
@@ -281,6 +282,7 @@ pub fn collect(pins: &Pins) -> Result<Value> {
         + nat::orphans::<nat::V4>(pins)?.len()
         + nat::orphans::<nat::V6>(pins)?.len();
     let gc = readers::nat_gc(pins)?.unwrap_or_default();
+    let leases = events::Leases::open(pins)?.get();
     let now = crate::pod::monotonic_ns();
 
     Ok(json!({
@@ -314,7 +316,21 @@ pub fn collect(pins: &Pins) -> Result<Value> {
         },
         "counters": counters,
         "drops": drops,
+        "event_leases": leases_json(&leases, now),
+        "natlog": {"records": leases.log_records, "ipfix_unsent": leases.log_ipfix_unsent},
     }))
+}
+
+/// Who holds each event ring's lease (`events_ctl`), and for how long yet: null when nobody does.
+fn leases_json(c: &abi::EventsCtl, now_ns: u64) -> Value {
+    let lease = |until: u64, pid: u32| {
+        if until > now_ns {
+            json!({"pid": pid, "remaining_s": (until - now_ns) as f64 / 1e9})
+        } else {
+            Value::Null
+        }
+    };
+    json!({"log": lease(c.log_until, c.log_pid), "live": lease(c.live_until, c.live_pid)})
 }
 
 pub fn run(pins: &Pins, json_out: bool) -> Result<()> {
@@ -424,6 +440,18 @@ pub fn run(pins: &Pins, json_out: bool) -> Result<()> {
             count("port_alloc_failures")
         );
     }
+    for (ring, who) in [("log", "the NAT session log's exporter"), ("live", "monitor")] {
+        let l = &s["event_leases"][ring];
+        if !l.is_null() {
+            println!("events_{ring}: read by {who}, pid {} (lease runs {:.1} s more)", l["pid"], l["remaining_s"].as_f64().unwrap_or(0.0));
+        }
+    }
+    if !s["event_leases"]["log"].is_null() {
+        println!(
+            "natlog: {} records written, {} not received by the IPFIX collector (since the exporter started)",
+            s["natlog"]["records"], s["natlog"]["ipfix_unsent"]
+        );
+    }
     println!("counters: {}", s["counters"]);
     println!("drops: {}", s["drops"]);
     Ok(())
@@ -432,6 +460,14 @@ pub fn run(pins: &Pins, json_out: bool) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lease_shows_its_holder_while_it_runs_and_null_after() {
+        let c = abi::EventsCtl { log_until: 5_000_000_000, log_pid: 42, live_until: 900, live_pid: 7, ..Default::default() };
+        let v = leases_json(&c, 1_000_000_000);
+        assert_eq!(v["log"], json!({"pid": 42, "remaining_s": 4.0}));
+        assert!(v["live"].is_null(), "ran out: {v}");
+    }
     use crate::cli::readers::{PolicyAction, PolicyDesc, PolicyRow};
 
     fn row(action: PolicyAction, destinations: &[&str], pods: &[&str]) -> PolicyRow {

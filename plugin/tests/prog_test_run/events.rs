@@ -88,23 +88,67 @@ fn an_expired_or_cleared_lease_emits_nothing() {
     // Never taken: nothing.
     dp.egress(&udp(POD, REMOTE, 40000, 3478)).passed();
     // Ran out (a reader killed a while ago).
-    leases.set(Ring::Live, ktime_now() - 1).unwrap();
-    leases.set(Ring::Log, ktime_now() - 1).unwrap();
+    leases.set(Ring::Live, ktime_now() - 1);
+    leases.set(Ring::Log, ktime_now() - 1);
     dp.egress(&udp(POD, REMOTE, 40001, 3478)).passed();
     dp.veth(&tcp(STRANGER, REMOTE, 40000, 443, SYN)).dropped();
     assert!(drain(&dp, abi::MAP_EVENTS_LIVE).is_empty());
     assert!(drain(&dp, abi::MAP_EVENTS_LOG).is_empty());
     // A reader that closes clears its lease at once.
     let mut r = Reader::open(&dp.pins, Ring::Live).unwrap();
-    r.close().unwrap();
-    assert_eq!(leases.get().unwrap().live_until, 0);
+    r.close();
+    assert_eq!(leases.get().live_until, 0);
     dp.egress(&udp(POD, REMOTE, 40002, 3478)).passed();
     assert!(drain(&dp, abi::MAP_EVENTS_LIVE).is_empty());
     // Dropped too: the lease goes with the reader.
     let r = Reader::open(&dp.pins, Ring::Log).unwrap();
-    assert!(leases.get().unwrap().log_until > ktime_now());
+    assert!(leases.get().log_until > ktime_now());
     drop(r);
-    assert_eq!(leases.get().unwrap().log_until, 0);
+    assert_eq!(leases.get().log_until, 0);
+}
+
+#[test]
+fn two_readers_never_undo_each_others_lease() {
+    // The exporter and monitor renew and clear their own leases at any moment:
+    // each stores only its own fields (the map is mmapped), so a reader closing
+    // while the other renews leaves the other's lease running, and the programs
+    // see both. (With a read-modify-write of the whole value the one closing
+    // could write the other's older lease back, or the renewal its cleared one.)
+    let dp = pods_node();
+    let leases = Leases::open(&dp.pins).unwrap();
+    let mut log = Reader::open(&dp.pins, Ring::Log).unwrap();
+    log.log_counts(12, 3);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flapper = {
+        let (pins, stop) = (dp.pins.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut n = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let mut live = Reader::open(&pins, Ring::Live).unwrap();
+                live.close();
+                n += 1;
+            }
+            n
+        })
+    };
+    let mut writes = 0u32;
+    let until = std::time::Instant::now() + Duration::from_millis(300);
+    while std::time::Instant::now() < until {
+        let mut l = Leases::open(&dp.pins).unwrap();
+        l.hold(Ring::Log, ktime_now() + abi::EVENTS_LEASE_NS);
+        writes += 1;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let flaps = flapper.join().unwrap();
+    assert!(flaps > 100 && writes > 100, "{flaps} monitor opens/closes beside {writes} exporter renewals");
+    let c = leases.get();
+    assert!(c.log_until > ktime_now(), "the exporter's lease survived the monitor's flapping: {c:?}");
+    assert_eq!((c.live_until, c.live_pid), (0, 0), "{c:?}");
+    assert_eq!((c.log_pid, c.log_records, c.log_ipfix_unsent), (std::process::id(), 12, 3), "{c:?}");
+    // The programs read the same value: a pair made now goes to the log ring only.
+    dp.egress(&udp(POD, REMOTE, 40100, 3478)).passed();
+    assert_eq!(log.read(Duration::ZERO).unwrap().len(), 1);
+    assert!(drain(&dp, abi::MAP_EVENTS_LIVE).is_empty());
 }
 
 #[test]

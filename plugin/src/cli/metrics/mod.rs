@@ -21,7 +21,7 @@ use prometheus_client::{
 };
 
 use crate::{
-    bpf::{abi, loader::Pins},
+    bpf::{abi, events, loader::Pins},
     cli::readers::{self, PodRow, PolicyRow, RuleRow},
     error::{code, Error, Result},
 };
@@ -43,6 +43,9 @@ pub struct Snapshot {
     pub pods: Vec<PodRow>,
     /// Egress policies with their counters and selected pods.
     pub egress_policies: Vec<PolicyRow>,
+    /// The NAT session log's exporter, while it holds its lease: (records written,
+    /// records its IPFIX collector did not get), since it started.
+    pub natlog: Option<(u64, u64)>,
 }
 
 /// The expiry sweep's state, as `metrics` reports it.
@@ -93,7 +96,10 @@ pub fn collect(pins: &Pins) -> Result<Snapshot> {
     let mut pods = readers::pods(pins)?;
     pods.sort_by(|a, b| (&a.container_id, &a.ifname).cmp(&(&b.container_id, &b.ifname)));
     let egress_policies = readers::egress_policies(pins, &pods)?;
+    let ctl = events::Leases::open(pins)?.get();
+    let natlog = (ctl.log_until > events::ktime_now()).then_some((ctl.log_records, ctl.log_ipfix_unsent));
     Ok(Snapshot {
+        natlog,
         loaded: true,
         counters: readers::counters(pins)?.into_iter().map(|(n, v)| (n.to_string(), v)).collect(),
         drops: readers::drops(pins)?.into_iter().map(|(n, v)| (n.to_string(), v)).collect(),
@@ -356,6 +362,17 @@ fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder) -> fmt::Result {
           "1 while the NAT expiry sweep runs; 0 while it is idle (no pair, or none created yet).", u64::from(s.sweep.armed))?;
     gauge(enc, "ebpf_masq_nat_expiry_walks_ipv6",
           "1 while the sweep cycle walks the IPv6 NAT shards too (IPv6 pairs may exist).", u64::from(s.sweep.walks_ipv6))?;
+
+    gauge(enc, "ebpf_masq_natlog_exporting",
+          "1 while a NAT session log exporter holds the events_log lease (agent or `ebpf-masq natlog`).",
+          u64::from(s.natlog.is_some()))?;
+    if let Some((records, unsent)) = s.natlog {
+        counter(enc, "ebpf_masq_natlog_records_total",
+                "NAT session log records the exporter wrote (since it started: a restart begins at 0).", records)?;
+        counter(enc, "ebpf_masq_natlog_ipfix_unsent_total",
+                "Of those, records its IPFIX collector did not get as far as this host can tell (no route, or an \
+                 ICMP port unreachable back: collector down); never retried, never waited for.", unsent)?;
+    }
 
     counters(
         enc,

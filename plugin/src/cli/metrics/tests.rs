@@ -219,6 +219,7 @@ fn snapshot() -> Snapshot {
         // Hostile label values: quotes, backslashes, a newline.
         pods: vec![pod("abc", "eth0"), pod("abc", "net1"), pod("we\"ird\\id\nx", "eth0")],
         egress_policies: vec![policy(0, "partner", &["team-a/web-1", "team-a/web-2"]), policy(1, "optout", &[])],
+        natlog: Some((120, 7)),
     }
 }
 
@@ -259,6 +260,9 @@ fn exposition_parses_and_holds_every_family() {
         ("ebpf_masq_egress_policy_flows_total", "counter"),
         ("ebpf_masq_egress_policy_unmasqueraded_packets_total", "counter"),
         ("ebpf_masq_egress_policy_pods", "gauge"),
+        ("ebpf_masq_natlog_exporting", "gauge"),
+        ("ebpf_masq_natlog_records_total", "counter"),
+        ("ebpf_masq_natlog_ipfix_unsent_total", "counter"),
     ] {
         assert_eq!(types.get(name).map(String::as_str), Some(kind), "{name}\n{text}");
     }
@@ -299,6 +303,14 @@ fn exposition_parses_and_holds_every_family() {
     assert_eq!(value(&series, "ebpf_masq_egress_policy_unmasqueraded_packets_total", &[("policy", "optout")]), 1.0);
     assert_eq!(value(&series, "ebpf_masq_egress_policy_pods", &partner), 2.0);
     assert_eq!(value(&series, "ebpf_masq_egress_policy_pods", &[("policy", "optout")]), 0.0);
+    assert_eq!(value(&series, "ebpf_masq_natlog_exporting", &[]), 1.0);
+    assert_eq!(value(&series, "ebpf_masq_natlog_records_total", &[]), 120.0);
+    assert_eq!(value(&series, "ebpf_masq_natlog_ipfix_unsent_total", &[]), 7.0);
+    // No exporter: the gauge says so, and its counters are not made up.
+    let text = render(&Snapshot { natlog: None, ..snapshot() });
+    let (_, series) = validate(&text).unwrap();
+    assert_eq!(value(&series, "ebpf_masq_natlog_exporting", &[]), 0.0);
+    assert!(!text.contains("ebpf_masq_natlog_records_total"));
 }
 
 #[test]
@@ -331,7 +343,7 @@ fn exposition_lines_are_what_users_see() {
     let families: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("# TYPE ")).map(|l| l.split(' ').next().unwrap()).collect();
     assert_eq!(families.first(), Some(&"ebpf_masq_data_plane_loaded"));
     assert_eq!(families.last(), Some(&"ebpf_masq_pod_port_refusals_total"));
-    assert_eq!(families.len(), 47, "{families:?}");
+    assert_eq!(families.len(), 50, "{families:?}");
     assert!(!text.contains("# EOF") && !text.contains("# UNIT") && !text.contains("_total_total"), "{text}");
     // A zero float gauge is written "0.0" (it was "0"): the same value to every parser.
     let s = Snapshot { sweep: Sweep::default(), ..snapshot() };

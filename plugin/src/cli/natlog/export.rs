@@ -44,6 +44,8 @@ const WALL_EVERY: Duration = Duration::from_secs(3600);
 /// wake a reader): a burst from idle must fit the ring (EVENTS_LOG_RING_BYTES,
 /// 69,905 events) in that time, ~700,000 events a second.
 const READ_EVERY: Duration = Duration::from_millis(100);
+/// How often the exporter publishes its counts (records, IPFIX unsent) for `status` and metrics.
+const COUNT_EVERY: Duration = Duration::from_secs(1);
 /// How often the exporter looks for pairs whose pod was deleted (`pod_deleted`).
 const GONE_EVERY: Duration = Duration::from_secs(2);
 /// IPFIX templates are sent again this often (RFC 7011 section 8.4 for UDP).
@@ -85,9 +87,13 @@ impl Sinks {
         Ok(())
     }
 
-    /// (records sent, records not sent) to the IPFIX collector.
-    pub fn ipfix_counts(&self) -> Option<(u64, u64)> {
-        self.ipfix.as_ref().map(|x| (x.sent.records, x.sent.unsent_records))
+    /// (records sent, records not sent) to the IPFIX collector, with any error
+    /// it sent back since the last message taken into account.
+    pub fn ipfix_counts(&mut self) -> Option<(u64, u64)> {
+        self.ipfix.as_mut().map(|x| {
+            x.settle();
+            (x.sent.records, x.sent.unsent_records)
+        })
     }
 }
 
@@ -257,7 +263,9 @@ fn record_of(ev: &events::Event, wall: &Wall, names: &mut Names, pins: &Pins) ->
 /// What an export run did (logged at its end, and by the agent's metrics).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Totals {
+    /// Records of the pairs alive at start (counted in `records` too).
     pub alive: u64,
+    /// Every record written.
     pub records: u64,
     pub ipfix_unsent: u64,
 }
@@ -272,9 +280,9 @@ pub fn run(pins: &Pins, c: &NatLogConf, stop: &AtomicBool) -> Result<Totals> {
     let alive = snapshot::alive(pins)?;
     names.seed(&alive);
     sinks.write(&alive)?;
-    let mut totals = Totals { alive: alive.len() as u64, ..Totals::default() };
+    let mut totals = Totals { alive: alive.len() as u64, records: alive.len() as u64, ..Totals::default() };
     let mut wall = Wall::now();
-    let mut looked = Instant::now();
+    let (mut looked, mut counted) = (Instant::now(), Instant::now());
     log::info!("natlog=start alive={} file={:?} ipfix={:?}", alive.len(), c.file, c.ipfix);
     while !stop.load(Ordering::Relaxed) {
         let evs = reader.read(READ_EVERY)?;
@@ -288,9 +296,15 @@ pub fn run(pins: &Pins, c: &NatLogConf, stop: &AtomicBool) -> Result<Totals> {
         }
         totals.records += rs.len() as u64;
         sinks.write(&rs)?;
+        if counted.elapsed() >= COUNT_EVERY {
+            totals.ipfix_unsent = sinks.ipfix_counts().map_or(0, |(_, u)| u);
+            reader.log_counts(totals.records, totals.ipfix_unsent);
+            counted = Instant::now();
+        }
     }
-    reader.close()?;
     totals.ipfix_unsent = sinks.ipfix_counts().map_or(0, |(_, u)| u);
+    reader.log_counts(totals.records, totals.ipfix_unsent);
+    reader.close();
     log::info!("natlog=stop records={} ipfix_unsent={}", totals.records, totals.ipfix_unsent);
     Ok(totals)
 }

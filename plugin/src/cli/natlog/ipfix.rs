@@ -206,21 +206,30 @@ impl Pending {
 pub struct Sent {
     pub messages: u64,
     pub records: u64,
-    /// Records in messages the socket refused (collector down, no route):
-    /// counted, never retried, never waited for.
+    /// Records the collector did not get, as far as this host can tell: in
+    /// messages the socket refused (no route), and in messages an ICMP port
+    /// unreachable came back for (collector down). Counted, never retried,
+    /// never waited for. A lower bound: UDP hears of nothing else.
     pub unsent_records: u64,
 }
 
 /// An exporting process towards one collector (one transport session, one
-/// observation domain).
+/// observation domain). Its UDP socket is connected to the collector, so the
+/// kernel reports the collector's ICMP port unreachable (ECONNREFUSED) on the next
+/// send or in SO_ERROR ([`Exporter::settle`]): the message it answered is counted
+/// unsent. With no route at start the socket stays unconnected (each send fails
+/// at once, counted) and connects once a route appears.
 pub struct Exporter {
     sock: UdpSocket,
     to: SocketAddr,
+    connected: bool,
     domain: u32,
     /// Data records sent before the next message (the sequence number).
     sequence: u32,
     template_every: Duration,
     templates_at: Option<Instant>,
+    /// Data records in the last message the socket took (an ICMP error may come back for it).
+    last_records: u64,
     pub sent: Sent,
 }
 
@@ -232,7 +241,18 @@ impl Exporter {
             .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("{collector}: no address")))?;
         let sock = UdpSocket::bind(if to.is_ipv6() { "[::]:0" } else { "0.0.0.0:0" })?;
         sock.set_nonblocking(true)?;
-        Ok(Self { sock, to, domain, sequence: 0, template_every, templates_at: None, sent: Sent::default() })
+        let connected = sock.connect(to).is_ok();
+        Ok(Self {
+            sock,
+            to,
+            connected,
+            domain,
+            sequence: 0,
+            template_every,
+            templates_at: None,
+            last_records: 0,
+            sent: Sent::default(),
+        })
     }
 
     /// Sends `records` (and the templates when they are due) in as few messages as fit.
@@ -264,12 +284,41 @@ impl Exporter {
     }
 
     fn send(&mut self, m: Vec<u8>, records: u32) {
-        match self.sock.send_to(&m, self.to) {
+        if !self.connected {
+            self.connected = self.sock.connect(self.to).is_ok();
+        }
+        let r = if self.connected { self.sock.send(&m) } else { self.sock.send_to(&m, self.to) };
+        match r {
             Ok(_) => {
                 self.sent.messages += 1;
                 self.sent.records += u64::from(records);
+                self.last_records = u64::from(records);
             }
-            Err(_) => self.sent.unsent_records += u64::from(records),
+            Err(e) => {
+                if e.raw_os_error() == Some(libc::ECONNREFUSED) {
+                    self.refused(); // this send failed on the error the last message brought back
+                }
+                self.sent.unsent_records += u64::from(records);
+                self.last_records = 0;
+            }
+        }
+    }
+
+    /// The collector's host said its port was closed (ICMP port unreachable)
+    /// when the last message arrived: that message was lost.
+    fn refused(&mut self) {
+        self.sent.records -= self.last_records;
+        self.sent.unsent_records += self.last_records;
+        self.last_records = 0;
+    }
+
+    /// Take an error the collector sent back since the last send (SO_ERROR), so
+    /// the counts are right between messages and at the end.
+    pub fn settle(&mut self) {
+        if let Ok(Some(e)) = self.sock.take_error() {
+            if e.raw_os_error() == Some(libc::ECONNREFUSED) {
+                self.refused();
+            }
         }
     }
 }
@@ -428,5 +477,28 @@ mod tests {
         assert_eq!(e.sent.records, 43);
         assert_eq!(e.sent.unsent_records, 0);
         assert!(e.sent.messages >= 4, "templates once, then several data messages: {}", e.sent.messages);
+    }
+
+    #[test]
+    fn a_collector_down_gets_every_record_counted_unsent() {
+        // A port nobody listens on (loopback answers ICMP port unreachable at once).
+        let gone = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = gone.local_addr().unwrap().to_string();
+        drop(gone);
+        let mut e = Exporter::new(&to, 9, Duration::from_secs(600)).unwrap();
+        let recs: Vec<Record> = (0..5).map(|_| rec("10.1.0.5", Some("default"))).collect();
+        for _ in 0..4 {
+            e.export(&recs, 1);
+        }
+        e.settle();
+        assert_eq!((e.sent.records, e.sent.unsent_records), (0, 20), "{:?}", e.sent);
+        // It comes back: the next messages arrive and count as sent.
+        let rx = UdpSocket::bind(&to).unwrap();
+        rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        e.export(&recs, 2);
+        e.settle();
+        assert_eq!((e.sent.records, e.sent.unsent_records), (5, 20), "{:?}", e.sent);
+        let mut buf = [0u8; 65536];
+        assert!(rx.recv(&mut buf).unwrap() > 0);
     }
 }

@@ -125,8 +125,8 @@ fn export_cmd(conf: &std::path::Path) -> Result<()> {
     }
     let t = export::run(&Pins::new(&c.masq.pin_path), log_conf, &stop)?;
     eprintln!(
-        "ebpf-masq natlog: {} alive and {} event records written; {} not sent to the IPFIX collector",
-        t.alive, t.records, t.ipfix_unsent
+        "ebpf-masq natlog: {} records written ({} of them pairs alive at start); {} not sent to the IPFIX collector",
+        t.records, t.alive, t.ipfix_unsent
     );
     Ok(())
 }
@@ -256,6 +256,7 @@ fn send_cmd(a: &SendArgs) -> Result<()> {
         .map_err(|e| bad("--ipfix", format!("{}: {e}", a.ipfix)))?;
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs() as u32;
     e.export(&records, now);
+    e.settle();
     eprintln!(
         "ebpf-masq natlog send: {} records in {} messages to {}; {} not sent",
         e.sent.records, e.sent.messages, a.ipfix, e.sent.unsent_records
