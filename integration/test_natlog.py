@@ -472,3 +472,62 @@ def test_a_collector_down_or_unreachable_loses_no_packet_and_counts_every_record
     assert f"ebpf-masq natlog: {n} records written (0 of them pairs alive at start); {n} not sent" in err, err
     s = masqcli.status(topo, plugin)
     assert s["event_leases"]["log"] is None and s["natlog"]["ipfix_unsent"] == n, s["natlog"]
+
+
+def test_an_exporter_stops_loudly_when_an_upgrade_adopts_its_data_plane(topo, plugin, tmp_path, lab):
+    """An exporter reading the ring of pin layout N-1 (a binary before an upgrade)
+    while the new binary's first ADD adopts that data plane and removes its pins:
+    the old ring gets no more events, so the exporter stops within seconds with an
+    error naming the pin path (the agent and the systemd unit start it again); it
+    never goes on silently writing nothing. Started again, it logs the pair the pod
+    made before the upgrade as alive, with the node port the server saw: no hole
+    in who held it. (The adoption is this binary's as layout N-1:
+    EBPF_MASQ_TEST_AS_LAYOUT, as in test_lifecycle's upgrade tests.)"""
+    from lab.netlab import LAYOUT
+    old_v = LAYOUT - 1
+    log = tmp_path / "natlog.json"
+    net = topo.masq_network(plugin, natLog={"file": str(log)})
+    net.env.update(CNI_ARGS=CNI_ARGS, EBPF_MASQ_TEST_AS_LAYOUT=str(old_v))
+    pod = net.add(topo.pod_ns("web"))
+    conflist = net.dir / f"{net.name}.conflist"
+    old = lab.spawn([plugin, "natlog", "--conf", conflist], env={**os.environ, "EBPF_MASQ_TEST_AS_LAYOUT": str(old_v)})
+    deadline = time.monotonic() + 10
+    while masqcli.events_ctl(topo, old_v)["log_until"] <= time.monotonic_ns():
+        assert old.poll() is None and time.monotonic() < deadline, old.stderr.read().decode()
+        time.sleep(0.05)
+
+    def record(event, port, timeout=10):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for r in ([json.loads(l) for l in log.read_text().splitlines()] if log.exists() else []):
+                if r["event"] == event and r["pod_port"] == port:
+                    return r
+            time.sleep(0.1)
+        raise AssertionError(f"no {event} record for pod port {port}")
+
+    srv = topo.ext.server("udp", UDP_PORT)
+    rc, res = pod.ns.client("udp", Topo.EXT, UDP_PORT)
+    assert rc == 0, res
+    [seen] = srv.records("dgram")
+    made = record("create", res["local"][1])
+    assert (made["nat_port"], made["pod"]) == (seen["port"], "web-0"), made
+
+    # The upgrade: the new binary's first ADD adopts layout N-1 and removes its pins.
+    del net.env["EBPF_MASQ_TEST_AS_LAYOUT"]
+    net.env["CNI_ARGS"] = CNI_ARGS.replace("web-0", "web-1").replace("u-1", "u-2")
+    net.add(topo.pod_ns("web1"))
+    assert sorted(os.listdir(topo.lab.pin_path)) == [f"v{LAYOUT}"]
+    t = time.monotonic()
+    rc = old.wait(10)
+    err = old.stderr.read().decode()
+    print(f"the old exporter stopped {time.monotonic() - t:.1f} s after the adoption: {err.strip()}")
+    assert rc != 0 and f"{topo.lab.pin_path}/v{old_v} is gone" in err, (rc, err)
+
+    new = lab.spawn([plugin, "natlog", "--conf", conflist])
+    alive = record("alive", res["local"][1])
+    assert (alive["nat_addr"], alive["nat_port"]) == (Topo.NODE_EXT, seen["port"]), alive
+    assert (alive["namespace"], alive["pod"]) == ("shop", "web-0"), alive
+    # Each exporter carries the programs' clock over to Unix time by its own reading of both clocks.
+    assert abs(alive["start_ms"] - made["start_ms"]) <= 5, (made, alive)
+    new.send_signal(signal.SIGTERM)
+    assert new.wait(10) == 0, new.stderr.read().decode()

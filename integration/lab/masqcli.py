@@ -40,11 +40,11 @@ def explain(topo, binary, *args, check=True):
     return json.loads(p.stdout) if check else p
 
 
-def events_ctl(topo):
+def events_ctl(topo, layout=None):
     """The event rings' leases (the events_ctl map): {log_until, live_until} CLOCK_MONOTONIC ns
     (the programs' clock: compare with time.monotonic_ns()), {log_pid, live_pid} their holders,
     {log_records, log_ipfix_unsent} the session log's counts."""
     from .netlab import LAYOUT
-    path = f"{topo.lab.pin_path}/v{LAYOUT}/maps/events_ctl"
+    path = f"{topo.lab.pin_path}/v{layout or LAYOUT}/maps/events_ctl"
     out = json.loads(topo.node.enter(["bpftool", "-j", "map", "dump", "pinned", path]).stdout)
     return out[0]["formatted"]["value"]

@@ -363,6 +363,12 @@ pub struct Reader {
     buf: RingBuf<MapData>,
     leases: Leases,
     renewed: Instant,
+    /// The layout's directory and the ring's pin: when the pin goes (an uninstall,
+    /// or a newer layout's adoption), the programs write elsewhere or nowhere.
+    root: std::path::PathBuf,
+    pin: std::path::PathBuf,
+    /// The pin was found gone at the last renewal.
+    gone: bool,
 }
 
 impl Reader {
@@ -374,25 +380,39 @@ impl Reader {
             leases.set_log_counts(0, 0);
         }
         leases.hold(ring, ktime_now() + abi::EVENTS_LEASE_NS);
-        Ok(Reader { ring, buf, leases, renewed: Instant::now() })
+        let (root, pin) = (pins.root.clone(), pins.map(ring.map()));
+        Ok(Reader { ring, buf, leases, renewed: Instant::now(), root, pin, gone: false })
     }
 
-    fn renew_if_due(&mut self) -> Result<()> {
+    /// Renew the lease when due, and look whether the ring's pin is still there.
+    fn renew_if_due(&mut self) {
         if self.renewed.elapsed() >= RENEW {
             self.leases.hold(self.ring, ktime_now() + abi::EVENTS_LEASE_NS);
             self.renewed = Instant::now();
+            self.gone = !self.pin.exists();
         }
-        Ok(())
     }
 
     /// The events the ring holds now, or (when it is empty) those it holds after
     /// `wait` (at most RENEW); renews the lease when due. The programs submit
     /// without a wakeup (an irq_work per event would cost ~10x a new flow), so the
     /// poll is a sleep: a reader sees an event within `wait`. Records it cannot
-    /// decode are skipped.
+    /// decode are skipped. Once the ring's pin is gone and the ring is drained,
+    /// an error: reading on would go on silently with no events.
     pub fn read(&mut self, wait: Duration) -> Result<Vec<Event>> {
-        self.renew_if_due()?;
+        self.renew_if_due();
         let mut out = self.drain();
+        if out.is_empty() && self.gone {
+            return Err(Error::new(
+                crate::error::code::IO_FAILURE,
+                format!(
+                    "the data plane at {} is gone (uninstalled, or adopted by a newer pin layout): its {} ring gets \
+                     no more events; start this reader again",
+                    self.root.display(),
+                    self.ring.map()
+                ),
+            ));
+        }
         if out.is_empty() {
             let mut pfd = libc::pollfd { fd: self.buf.as_raw_fd(), events: libc::POLLIN, revents: 0 };
             let ms = wait.min(RENEW).as_millis() as libc::c_int;
