@@ -41,7 +41,6 @@ impl Ring {
             Ring::Live => abi::MAP_EVENTS_LIVE,
         }
     }
-
 }
 
 /// What an event tells (`struct masq_event.kind`).
@@ -198,12 +197,7 @@ impl Event {
 }
 
 /// CLOCK_MONOTONIC now, in ns: the programs' bpf_ktime_get_ns().
-pub fn ktime_now() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes the timespec it is given.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+pub use super::sys::monotonic_ns as ktime_now;
 
 /// The programs' clock (bpf_ktime_get_ns) to Unix milliseconds, by the two
 /// clocks read together once. `monitor` reads them for each batch of events; the
@@ -250,9 +244,6 @@ pub struct Leases {
     len: std::num::NonZeroUsize,
 }
 
-// SAFETY: the mapping is shared memory reached only through atomics.
-unsafe impl Send for Leases {}
-
 /// Where a field of `struct events_ctl` lies in the mapped value.
 macro_rules! ctl_at {
     ($f:ident) => {
@@ -263,12 +254,9 @@ macro_rules! ctl_at {
 impl Leases {
     pub fn open(pins: &Pins) -> Result<Leases> {
         use std::os::fd::AsFd;
-        let path = pins.map(abi::MAP_EVENTS_CTL);
-        let map = MapData::from_pin(&path).map_err(|e| {
-            Error::bpf(format!("open pinned map {}: {e} (is the node set up? run `ebpf-masq apply`)", path.display()))
-        })?;
-        // An mmapable array's values start at offset 0; the kernel maps whole pages.
-        let len = std::num::NonZeroUsize::new(std::mem::size_of::<EventsCtl>().next_multiple_of(4096)).expect("non-zero");
+        let map = maps::open_data(pins, abi::MAP_EVENTS_CTL)?;
+        // An mmapable array's values start at offset 0 (the kernel maps the whole page).
+        let len = std::num::NonZeroUsize::new(std::mem::size_of::<EventsCtl>()).expect("non-zero");
         // SAFETY: a fresh shared mapping of the map's fd; it outlives the fd (closed with `map`).
         let ptr = unsafe {
             nix::sys::mman::mmap(

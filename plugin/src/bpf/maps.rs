@@ -11,12 +11,16 @@ pub fn open<T>(pins: &Pins, name: &str) -> Result<T>
 where
     T: TryFrom<Map, Error = MapError>,
 {
-    let path = pins.map(name);
-    let data = MapData::from_pin(&path).map_err(|e| {
-        Error::bpf(format!("open pinned map {}: {e} (is the node set up? run `ebpf-masq apply`)", path.display()))
-    })?;
-    let map = Map::from_map_data(data).map_err(|e| Error::bpf(format!("map {name}: {e}")))?;
+    let map = Map::from_map_data(open_data(pins, name)?).map_err(|e| Error::bpf(format!("map {name}: {e}")))?;
     T::try_from(map).map_err(|e| Error::bpf(format!("map {name}: {e}")))
+}
+
+/// Open the pinned map `name` untyped (its fd, e.g. to mmap it).
+pub fn open_data(pins: &Pins, name: &str) -> Result<MapData> {
+    let path = pins.map(name);
+    MapData::from_pin(&path).map_err(|e| {
+        Error::bpf(format!("open pinned map {}: {e} (is the node set up? run `ebpf-masq apply`)", path.display()))
+    })
 }
 
 /// Make `ifindex` an uplink with `info`: its `uplinks` entry, and its
