@@ -122,25 +122,32 @@ fn two_readers_never_undo_each_others_lease() {
     let flapper = {
         let (pins, stop) = (dp.pins.clone(), stop.clone());
         std::thread::spawn(move || {
-            let mut n = 0u32;
+            let (mut n, mut undone) = (0u32, 0u32);
+            let seen = Leases::open(&pins).unwrap();
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let mut live = Reader::open(&pins, Ring::Live).unwrap();
                 live.close();
                 n += 1;
+                // Nobody else holds the live lease: once cleared it must stay cleared
+                // while the exporter renews its own beside it.
+                for _ in 0..50 {
+                    undone += u32::from(seen.get().live_until != 0);
+                }
             }
-            n
+            (n, undone)
         })
     };
     let mut writes = 0u32;
-    let until = std::time::Instant::now() + Duration::from_millis(300);
+    let until = std::time::Instant::now() + Duration::from_millis(1000);
     while std::time::Instant::now() < until {
         let mut l = Leases::open(&dp.pins).unwrap();
         l.hold(Ring::Log, ktime_now() + abi::EVENTS_LEASE_NS);
         writes += 1;
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let flaps = flapper.join().unwrap();
+    let (flaps, undone) = flapper.join().unwrap();
     assert!(flaps > 100 && writes > 100, "{flaps} monitor opens/closes beside {writes} exporter renewals");
+    assert_eq!(undone, 0, "a cleared live lease was seen running again {undone} times ({flaps} closes)");
     let c = leases.get();
     assert!(c.log_until > ktime_now(), "the exporter's lease survived the monitor's flapping: {c:?}");
     assert_eq!((c.live_until, c.live_pid), (0, 0), "{c:?}");
