@@ -125,7 +125,7 @@ fn generate_abi(include: &Path, multiarch: &str, out_dir: &Path) {
         .blocklist_type("__be16|__be32|in6_addr.*|bpf_timer")
         .ctypes_prefix("crate::bpf::abi::generated::ctypes")
         .use_core()
-        .constified_enum("excl_reason")
+        .constified_enum("excl_reason|pod_net_origin")
         .constified_enum_module("masq_counter|masq_drop_reason")
         .prepend_enum_name(false)
         .derive_default(true)

@@ -18,7 +18,7 @@
 #include <linux/types.h>
 #include <linux/in6.h>
 
-#define MASQ_LAYOUT_VERSION 18
+#define MASQ_LAYOUT_VERSION 19
 
 /* ---- config (ARRAY, 1 entry): node-wide knobs written by the plugin ---- */
 struct node_config {
@@ -182,6 +182,22 @@ struct excl_info {
 	__u32 index;               /* position of the CIDR in its config list */
 };
 
+/* ---- pod_nets4 / pod_nets6 (LPM_TRIE, keys lpm4_key / lpm6_key): the node's pod
+ * address ranges: podCIDRs, and the subnet of every registered pod's address (its
+ * prevResult prefix, when shorter than a host route). A packet from inside them that
+ * no registered pod owns, to a destination a pod's packet would be masqueraded to, is
+ * dropped (DROP_UNREGISTERED_POD): a pod whose ADD never reached ebpf-masq never
+ * leaves with its own address, and is let out once the agent has registered it. */
+#define POD_NETS_MAX 1024
+enum pod_net_origin {
+	POD_NET_CONFIGURED = 1,    /* podCIDRs; index: its position in the list */
+	POD_NET_LEARNED = 2,       /* a registered pod's subnet */
+};
+struct pod_net_info {
+	__u32 origin;              /* enum pod_net_origin */
+	__u32 index;
+};
+
 /* ---- rules4 (LPM_TRIE): user-defined masquerade rules, keyed by out ifindex + source ---- */
 #define MAX_RULES 256
 struct rule4_key {
@@ -330,6 +346,7 @@ struct attachment_key {
 	char ifname[ATT_IFNAME_LEN];
 };
 #define ATT_F_NAT_OUTGOING 0x1
+#define ATT_F_FOUND 0x8            /* registered by the agent from a runtime's CNI cache, not by an ADD */
 /* and the pod's NAT_FILTER_* bits, and its port limit (PORT_LIMIT_SHIFT) */
 struct attachment_info {
 	__u32 veth_ifindex;
@@ -428,6 +445,7 @@ enum masq_drop_reason {
 	DROP_NAT_FULL,             /* uplink: NAT table (the flow's shard) full: new flow refused */
 	DROP_OVER_SHARE,           /* uplink: the source holds over its share of a busy endpoint's ports */
 	DROP_OVER_LIMIT,           /* uplink: the pod holds its port limit towards the remote endpoint */
+	DROP_UNREGISTERED_POD,     /* uplink: from the node's pod ranges (pod_nets) but no registered pod's */
 	DROP_MAX
 };
 
@@ -446,11 +464,14 @@ _Static_assert(sizeof(struct uplink_info) == 24, "uplink_info size");
 _Static_assert(sizeof(struct lpm4_key) == 8, "lpm4_key size");
 _Static_assert(sizeof(struct lpm6_key) == 20, "lpm6_key size");
 _Static_assert(sizeof(struct excl_info) == 8, "excl_info size");
+_Static_assert(sizeof(struct pod_net_info) == 8, "pod_net_info size");
 _Static_assert(sizeof(struct rule4_key) == 12, "rule4_key size");
 _Static_assert(sizeof(struct rule_info) == 16, "rule_info size");
 _Static_assert(sizeof(struct rule_except4_key) == 12, "rule_except4_key size");
 _Static_assert(NAT_FILTER_AD != POD_F_NAT_OUTGOING && NAT_FILTER_AD != RULE_F_TO_ADDRESS &&
 	       NAT_FILTER_AD != ATT_F_NAT_OUTGOING, "filter bits are free in every flags word");
+_Static_assert((ATT_F_FOUND & (ATT_F_NAT_OUTGOING | NAT_FILTER_MASK)) == 0 && ATT_F_FOUND < (1u << PORT_LIMIT_SHIFT),
+	       "ATT_F_FOUND is a bit of its own");
 _Static_assert(sizeof(struct rule_stats) == 16, "rule_stats size");
 _Static_assert(sizeof(struct pod_meta) == 1408, "pod_meta size");
 _Static_assert(sizeof(struct host_port) == 4, "host_port size");

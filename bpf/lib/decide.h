@@ -15,7 +15,10 @@
  *     policies select (pod_info.policies), the first of them that holds the
  *     destination decides instead: its address (paired within its pool), or
  *     untouched for a natOutgoing:false policy (egress_policy_v4/v6).
- *  3. Anything else is not ours: untouched.
+ *  3. A source no registered pod owns, inside the node's pod ranges (pod_nets4/6),
+ *     to a destination in no exclusion -> VERDICT_UNREGISTERED: the caller drops it
+ *     (a pod whose ADD never reached ebpf-masq never leaves with its own address).
+ *  4. Anything else is not ours: untouched.
  *
  * The per-family steps (masq_addr, egress_policy, rule_excepts, masq_decide) are
  * written once in decide_tmpl.h and instantiated at the end of this file with
@@ -30,6 +33,7 @@ enum masq_verdict {
 	VERDICT_NONE = 0,
 	VERDICT_POD = 1,
 	VERDICT_RULE = 2,
+	VERDICT_UNREGISTERED = 3,  /* from the node's pod ranges, no registered pod's: dropped */
 };
 
 struct masq_decision4 {
@@ -117,6 +121,8 @@ static __always_inline void policy_count_flow(__u32 slot)
 #define MAP_EGRESS policy_dst4
 #define EXCL_KEY_INIT(a) { .prefixlen = 32, .addr = (a) }
 #define EXCL_KEY_FILL(k, a) do {} while (0)
+#define LPM_KEY_SET(k, a) ((k).addr = (a))
+#define MAP_POD_NETS pod_nets4
 #define UPLINK_F_HAS UPLINK_F_HAS_V4
 #define UPLINK_F_POOL UPLINK_F_POOL4
 #define UPLINK_MASQ(out, up) (*(out) = (up)->masq_v4)
@@ -146,6 +152,8 @@ static __always_inline void policy_count_flow(__u32 slot)
 #define MAP_EGRESS policy_dst6
 #define EXCL_KEY_INIT(a) { .prefixlen = 128 }
 #define EXCL_KEY_FILL(k, a) __builtin_memcpy((k).addr, (a), sizeof((k).addr))
+#define LPM_KEY_SET(k, a) __builtin_memcpy((k).addr, (a), sizeof((k).addr))
+#define MAP_POD_NETS pod_nets6
 #define UPLINK_F_HAS UPLINK_F_HAS_V6
 #define UPLINK_F_POOL UPLINK_F_POOL6
 #define UPLINK_MASQ(out, up) __builtin_memcpy((out), (up)->masq_v6, sizeof(*(out)))

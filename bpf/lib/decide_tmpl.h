@@ -17,6 +17,8 @@
  *   EXCL_KEY_INIT(a) EXCL_KEY_FILL(k, a)   the exclusion key of destination @a: IPv4's is
  *                      whole from the start, IPv6's address copied in only once needed
  *                      (each as the separate functions were; the other way costs code)
+ *   LPM_KEY_SET(k, a)  put address @a in the host-route key @k (for pod_nets, then excl)
+ *   MAP_POD_NETS       pod_nets4 / pod_nets6
  *   UPLINK_F_HAS UPLINK_F_POOL UPLINK_MASQ(out, up)   the uplink's address of this family
  *   POOL_LEN POOL_ADDRS  the pool's length and addresses of this family (len4, v4 / len6, v6)
  *   RULE_TO            the rule's toAddress of this family (to_v4 / to_v6)
@@ -131,8 +133,22 @@ static __always_inline void DECIDE_FN(masq_decide)(__u32 ifindex, const struct u
 	}
 
 	pod = bpf_map_lookup_elem(&MAP_PODS, ADDR_PTR(saddr));
-	if (!pod)
+	if (!pod) {
+		/*
+		 * No registered pod's. From inside the node's pod ranges, towards a
+		 * destination a pod's packet would be masqueraded to, it is a pod whose
+		 * ADD never reached ebpf-masq: it must not leave with its own address
+		 * (the caller drops it) until the agent registers it. The one key is
+		 * used for both lookups: the IPv6 fast path's stack has no room for two.
+		 */
+		LPM_KEY_SET(ek, saddr);
+		if (!bpf_map_lookup_elem(&MAP_POD_NETS, &ek))
+			return;
+		LPM_KEY_SET(ek, daddr);
+		if (!bpf_map_lookup_elem(&MAP_EXCL, &ek))
+			d->verdict = VERDICT_UNREGISTERED;
 		return;
+	}
 	if (!(pod->flags & POD_F_NAT_OUTGOING)) {
 		if (count)
 			count_add(CNT_SKIP_NO_NAT_OUTGOING, 1);
@@ -174,6 +190,8 @@ static __always_inline void DECIDE_FN(masq_decide)(__u32 ifindex, const struct u
 #undef MAP_EGRESS
 #undef EXCL_KEY_INIT
 #undef EXCL_KEY_FILL
+#undef LPM_KEY_SET
+#undef MAP_POD_NETS
 #undef UPLINK_F_HAS
 #undef UPLINK_F_POOL
 #undef UPLINK_MASQ

@@ -73,6 +73,8 @@ static __always_inline struct uplink_info *uplink_get(__u32 ifindex)
 
 MAP_PER_FAMILY(LPM_MAP, 1024, excl4, struct lpm4_key, struct excl_info,
 			      excl6, struct lpm6_key, struct excl_info);
+MAP_PER_FAMILY(LPM_MAP, POD_NETS_MAX, pod_nets4, struct lpm4_key, struct pod_net_info,
+			      pod_nets6, struct lpm6_key, struct pod_net_info);
 LPM_MAP(rules4, MAX_RULES, struct rule4_key, struct rule_info);
 LPM_MAP(rule_except4, 4096, struct rule_except4_key, __u32);
 PERCPU_ARRAY_MAP(rule_stats, MAX_RULES, struct rule_stats);

@@ -66,6 +66,8 @@ pub struct Registration {
     /// address (podPortLimit, or a lower ebpf-masq.io/port-limit); 0: none. In the
     /// flags of its attachment record, pods4/pods6 entries and veths entry.
     pub port_limit: u16,
+    /// Registered by the agent from a runtime's CNI cache (ATT_F_FOUND), not by an ADD.
+    pub found: bool,
 }
 
 /// A port limit as its bits of `PodInfo.flags` and `AttachmentInfo.flags` (0: none).
@@ -159,6 +161,9 @@ impl Registration {
         }
         info.flags |= self.nat_filtering & abi::NAT_FILTER_MASK;
         info.flags |= port_limit_flags(self.port_limit);
+        if self.found {
+            info.flags |= abi::ATT_F_FOUND;
+        }
         for a in &self.addrs {
             match a {
                 IpAddr::V4(v4) => {
@@ -470,6 +475,7 @@ mod tests {
             meta: PodMeta::default(),
             policies: 0,
             port_limit: 0,
+            found: false,
         };
         assert_eq!(reg.to_info().unwrap_err().code, 7);
         let ok = Registration { addrs: vec!["10.0.0.1".parse().unwrap(), "fd00::1".parse().unwrap()], ..reg };
@@ -503,6 +509,7 @@ mod tests {
             meta: PodMeta::default(),
             policies: 0,
             port_limit,
+            found: false,
         }
     }
 

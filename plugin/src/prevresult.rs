@@ -233,6 +233,19 @@ impl PrevResult {
         out
     }
 
+    /// The container interface's addresses with their prefixes (the pod's subnet),
+    /// as `container_ips` picks them.
+    pub fn container_nets(&self, ifname: &str) -> Vec<ipnetwork::IpNetwork> {
+        let ips = self.container_ips(ifname);
+        let mut out: Vec<ipnetwork::IpNetwork> = Vec::new();
+        for ip in &self.ips {
+            if ips.contains(&ip.address.ip()) && !out.iter().any(|n| n.ip() == ip.address.ip()) {
+                out.push(ip.address);
+            }
+        }
+        out
+    }
+
     /// Host-side interface names: interfaces without a sandbox (bridge/ptp
     /// report the host veth and the bridge itself).
     pub fn host_interfaces(&self) -> Vec<&str> {

@@ -51,7 +51,7 @@ static __noinline int NAT_FN(snat_fragment)(struct __sk_buff *skb, const struct 
 	DECIDE(skb->ifindex, up, f, &d);
 	if (d.verdict == VERDICT_NONE)
 		return MASQ_PASS;
-	return drop_with(skb, DROP_FRAG_NO_STATE);
+	return drop_with(skb, d.verdict == VERDICT_UNREGISTERED ? DROP_UNREGISTERED_POD : DROP_FRAG_NO_STATE);
 }
 
 /*
@@ -210,6 +210,8 @@ static __noinline int NAT_FN(snat_egress)(struct __sk_buff *skb, const struct up
 	DECIDE(skb->ifindex, up, &f, &d);
 	if (d.verdict == VERDICT_NONE)
 		return MASQ_PASS;
+	if (d.verdict == VERDICT_UNREGISTERED)
+		return drop_with(skb, DROP_UNREGISTERED_POD);
 
 	/*
 	 * From here on the packet must leave masqueraded or not at all. An echo

@@ -88,8 +88,8 @@ static __noinline void NAT_FN(inbound_track)(struct __sk_buff *skb, const struct
 	if (f->proto == ICMP_PROTO && f->icmp_type != ECHO_REQUEST)
 		return;
 	DECIDE_REPLY(skb->ifindex, up, f, &d);
-	if (d.verdict == VERDICT_NONE)
-		return;
+	if (d.verdict != VERDICT_POD && d.verdict != VERDICT_RULE)
+		return;	/* not ours, or an unregistered pod's: its reply would be dropped anyway */
 	ENTRY_T n = {
 		.addr = f->daddr, .port = f->dport,
 		.flags = NAT_F_INBOUND | (d.verdict == VERDICT_RULE ? NAT_F_BY_RULE : 0),

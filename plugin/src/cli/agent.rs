@@ -13,6 +13,11 @@
 //!   as `ipMasqAgent`: its CIDRs are unioned with the network's nonMasqueradeCIDRs,
 //!   its masqLinkLocal/masqLinkLocalIPv6 replace the network's; it is watched like
 //!   --conf and read again at least every resyncInterval (a bad file: as a bad --conf);
+//! - pods whose ADD never reached ebpf-masq (started before the agent chained it,
+//!   or while the main plugin's conflist was without our entry) are found in
+//!   libcni's result cache (--cni-cache-dir) and registered as their ADD would
+//!   have registered them: at start, on a cache change and every RECHECK; /healthz
+//!   is 503 until the first pass has registered every one of them;
 //! - registrations whose host veth is gone are removed on a timer, as CNI GC would;
 //! - `/metrics` (the node's counters and the agent's own) and `/healthz` (200 when
 //!   the data plane and the chained entry are in place, 503 with the reason) are
@@ -71,11 +76,17 @@ chains ebpf-masq into the primary network config of --cni-conf-dir (as `install
    (RFC 1918; with --ip-masq-agent-all-reserved-ranges every reserved range).
    It is read again on a change and at least every resyncInterval; an invalid
    file is refused as an invalid --conf is (the config in force stays);
+ - pods of the chained network that ebpf-masq never saw an ADD of (started
+   before the agent, or while the conflist was without our entry) are read from
+   libcni's result cache (--cni-cache-dir, where containerd, CRI-O and cnitool
+   keep every ADD's result) and registered as their ADD would have registered
+   them: at start, when the cache changes and every 10 s;
  - every --gc-interval seconds, registrations whose host veth is gone are removed
    (pods deleted while the node was down, or a DEL that was lost);
  - with --metrics-listen ADDR:PORT (numeric), GET /metrics serves the node's
    counters and the agent's, GET /healthz answers 200 when the data plane and
-   the chained entry are in place and 503 with the reason otherwise.
+   the chained entry are in place and every pod found in the cache is
+   registered, and 503 with the reason otherwise.
 
 SIGTERM or SIGINT: exit 0, leaving the data plane and the chain in place.
 Logs go to stderr (the container's log).";
@@ -92,6 +103,9 @@ pub struct AgentArgs {
     pub conflist: Option<String>,
     #[arg(long, value_name = "ADDR:PORT", help = "serve /metrics and /healthz here (numeric, e.g. 0.0.0.0:9436)")]
     pub metrics_listen: Option<String>,
+    #[arg(long, value_name = "DIR", default_value = config::cni_cache::DEFAULT_CNI_CACHE_DIR,
+          help = "libcni's cache directory (its results/ holds every ADD's result), e.g. /host/var/lib/cni")]
+    pub cni_cache_dir: PathBuf,
     #[arg(long, value_name = "SECONDS", default_value_t = 60,
           value_parser = clap::value_parser!(u64).range(1..=86400),
           help = "remove registrations whose veth is gone this often")]
@@ -143,6 +157,14 @@ struct State {
     rejections: u64,
     rechains: u64,
     gc_removed: u64,
+    /// A pass over the CNI cache has run with the config in force (readiness waits for it).
+    discovered: bool,
+    /// Why pods found in the cache are not registered (None: every one is).
+    discovery: Option<String>,
+    /// Pods registered from the cache since the agent started.
+    pods_found: u64,
+    /// Cache files that are not libcni's (told once each, then skipped).
+    bad_cache_files: std::collections::HashSet<PathBuf>,
 }
 
 impl State {
@@ -160,6 +182,10 @@ impl State {
         }
         p.extend(self.data_plane.iter().map(|d| format!("data plane: {d}")));
         p.extend(self.chain.iter().map(|c| format!("chain: {c}")));
+        if self.in_force.is_some() && !self.discovered {
+            p.push("pods: the CNI cache has not been read yet".into());
+        }
+        p.extend(self.discovery.iter().map(|d| format!("pods: {d}")));
         p
     }
 
@@ -189,8 +215,17 @@ impl State {
              # HELP ebpf_masq_agent_rechains_total Times the agent wrote the chained entry back into the CNI config.\n\
              # TYPE ebpf_masq_agent_rechains_total counter\nebpf_masq_agent_rechains_total {}\n\
              # HELP ebpf_masq_agent_gc_removed_total Registrations removed because their veth was gone.\n\
-             # TYPE ebpf_masq_agent_gc_removed_total counter\nebpf_masq_agent_gc_removed_total {}\n",
-            self.reloads, self.rejections, self.rechains, self.gc_removed
+             # TYPE ebpf_masq_agent_gc_removed_total counter\nebpf_masq_agent_gc_removed_total {}\n\
+             # HELP ebpf_masq_agent_pods_found_total Pods whose ADD never reached ebpf-masq, registered from the runtime's CNI cache.\n\
+             # TYPE ebpf_masq_agent_pods_found_total counter\nebpf_masq_agent_pods_found_total {}\n\
+             # HELP ebpf_masq_agent_cni_cache_files_skipped Files of the CNI cache that are not libcni's results (skipped).\n\
+             # TYPE ebpf_masq_agent_cni_cache_files_skipped gauge\nebpf_masq_agent_cni_cache_files_skipped {}\n",
+            self.reloads,
+            self.rejections,
+            self.rechains,
+            self.gc_removed,
+            self.pods_found,
+            self.bad_cache_files.len()
         )
     }
 }
@@ -222,6 +257,10 @@ pub fn main(a: &AgentArgs) -> Result<()> {
             .watch(dir, RecursiveMode::NonRecursive)
             .map_err(|e| Error::new(code::IO_FAILURE, format!("watch {}: {e}", dir.display())))?;
     }
+    // A new cache entry is a pod whose ADD may not have reached us: read it at once.
+    // The directory appears with the node's first pod; until then RECHECK covers it.
+    let results_dir = a.cni_cache_dir.join("results");
+    let mut watching_results = watcher.watch(&results_dir, RecursiveMode::NonRecursive).is_ok();
     // ip-masq-agent's ConfigMap may be mounted later or not at all (its defaults
     // apply): a directory that cannot be watched is polled (resyncInterval, RECHECK).
     if let Some(dir) = a.ip_masq_agent_file().as_deref().and_then(Path::parent).filter(|d| *d != conf_parent) {
@@ -243,6 +282,10 @@ pub fn main(a: &AgentArgs) -> Result<()> {
     let mut natlog: Option<natlog::export::Running> = None;
     while !term.load(Ordering::Relaxed) {
         reconcile(a, &state);
+        discover(a, &state);
+        if !watching_results {
+            watching_results = watcher.watch(&results_dir, RecursiveMode::NonRecursive).is_ok();
+        }
         keep_natlog(&mut natlog, &state);
         if last_gc.elapsed() >= gc_every {
             gc(&state);
@@ -472,6 +515,71 @@ fn apply_node(conf: &NetConf) -> Result<()> {
     node::reconcile(&pins, &conf.masq).map(|_| ())
 }
 
+/// One pass over libcni's result cache: every pod of the chained network that no
+/// registration has is registered (node::discover). Problems are logged when they
+/// change and kept for /healthz.
+fn discover(a: &AgentArgs, state: &Mutex<State>) {
+    let (pins, entry, skip, first) = {
+        let st = state.lock().unwrap_or_else(|p| p.into_inner());
+        let Some((_, conf, entry)) = st.in_force.as_ref() else {
+            return;
+        };
+        if st.data_plane.is_some() {
+            return;
+        }
+        (Pins::new(&conf.masq.pin_path), entry.clone(), st.bad_cache_files.clone(), !st.discovered)
+    };
+    let network = match install::network_of(&a.cni_conf_dir, a.conflist.as_deref()) {
+        Ok(Some(n)) => n,
+        Ok(None) => {
+            // No network yet, so no pod of it either.
+            let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+            st.discovered = true;
+            st.discovery = None;
+            return;
+        }
+        Err(e) => {
+            note_discovery(state, Some(format!("the network's name: {}", e.msg)));
+            return;
+        }
+    };
+    let (name, version) = network;
+    let pass = match node::discover::discover(&pins, &a.cni_cache_dir, &name, &version, &entry, &skip, first) {
+        Ok(p) => p,
+        Err(e) => {
+            note_discovery(state, Some(format!("read the CNI cache: {}", e.msg)));
+            return;
+        }
+    };
+    for (file, why) in &pass.bad_files {
+        log::warn!("agent=discover file={} skipped={why:?} (not read again)", file.display());
+    }
+    for who in &pass.registered {
+        log::info!("agent=discover registered={who} why=no-add-seen network={name}");
+    }
+    {
+        let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+        st.bad_cache_files.extend(pass.bad_files.into_iter().map(|(f, _)| f));
+        st.pods_found += pass.registered.len() as u64;
+    }
+    let problem = (!pass.failed.is_empty())
+        .then(|| format!("{} found in the CNI cache but not registered: {}", pass.failed.len(), pass.failed.join("; ")));
+    note_discovery(state, problem);
+}
+
+fn note_discovery(state: &Mutex<State>, problem: Option<String>) {
+    let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+    if problem != st.discovery {
+        match &problem {
+            Some(p) => log::error!("agent=discover result=error err={p:?} (retried every check)"),
+            None if st.discovery.is_some() => log::info!("agent=discover result=ok"),
+            None => {}
+        }
+    }
+    st.discovery = problem;
+    st.discovered = true;
+}
+
 fn gc(state: &Mutex<State>) {
     let Some(pins) = state.lock().unwrap_or_else(|p| p.into_inner()).pins() else {
         return;
@@ -538,7 +646,29 @@ mod tests {
         let bytes = br#"{"cniVersion":"1.0.0","name":"n","type":"ebpf-masq"}"#.to_vec();
         let conf = config::parse_conf_file(&bytes).unwrap();
         let entry = install::entry_from(Some(&bytes), None).unwrap();
-        State { in_force: Some((Input { conf: bytes, ip_masq_agent: None }, conf, entry)), ..State::default() }
+        State {
+            in_force: Some((Input { conf: bytes, ip_masq_agent: None }, conf, entry)),
+            discovered: true,
+            ..State::default()
+        }
+    }
+
+    #[test]
+    fn not_ready_until_the_cache_is_read_and_every_pod_found_is_registered() {
+        let mut st = applied();
+        st.discovered = false;
+        let (code, body) = st.health();
+        assert_eq!(code, 503);
+        assert!(body.contains("pods: the CNI cache has not been read yet"), "{body}");
+        st.discovered = true;
+        st.discovery = Some("1 found in the CNI cache but not registered: shop/web-0 (c1/eth0): bad".into());
+        let (code, body) = st.health();
+        assert_eq!(code, 503);
+        assert!(body.contains("pods: 1 found in the CNI cache but not registered: shop/web-0"), "{body}");
+        st.discovery = None;
+        st.pods_found = 3;
+        assert_eq!(st.health().0, 200);
+        assert!(st.render().contains("ebpf_masq_agent_pods_found_total 3\n"));
     }
 
     #[test]

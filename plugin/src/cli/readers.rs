@@ -153,6 +153,8 @@ pub struct PodRow {
     pub annotations: serde_json::Value,
     /// The pod's hostPorts ("8080/tcp"), never handed to masqueraded flows.
     pub host_ports: Vec<String>,
+    /// Registered by the agent from a runtime's CNI cache (its ADD never reached ebpf-masq).
+    pub found: bool,
     /// The egress policies selecting the pod (`PodInfo.policies` of its pods4/pods6
     /// entries): bit i = policy i.
     pub policies: u32,
@@ -204,6 +206,7 @@ pub fn pods(pins: &Pins) -> Result<Vec<PodRow>> {
             veth_ifindex: info.veth_ifindex,
             addresses,
             nat_outgoing: info.flags & abi::ATT_F_NAT_OUTGOING != 0,
+            found: info.flags & abi::ATT_F_FOUND != 0,
             packets: sum(|s| s.packets),
             bytes: sum(|s| s.bytes),
             spoofed: sum(|s| s.spoofed),
@@ -575,6 +578,7 @@ mod tests {
             veth_ifindex: 9,
             addresses: vec![],
             nat_outgoing: true,
+            found: false,
             packets: 0,
             bytes: 0,
             spoofed: 0,

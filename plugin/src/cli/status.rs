@@ -64,6 +64,7 @@ pub fn pod_json(p: &readers::PodRow, veth_mode: Option<&str>, descs: &[readers::
         "veth_ifindex": p.veth_ifindex,
         "addresses": p.addresses.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
         "nat_outgoing": p.nat_outgoing,
+        "found": p.found,
         "veth_attached": veth_mode.is_some(),
         "veth_attach_mode": veth_mode,
         "packets": p.packets,
@@ -103,6 +104,9 @@ pub fn pod_line(p: &Value) -> String {
     }
     if let Some(n) = p["port_limit"].as_u64() {
         ann.push_str(&format!(" portLimit {n}"));
+    }
+    if p["found"].as_bool() == Some(true) {
+        ann.push_str(" found (registered from the runtime's CNI cache)");
     }
     let r = &p["port_refusals"];
     let count = |k: &str| r[k].as_u64().unwrap_or(0);
@@ -295,7 +299,16 @@ pub fn collect(pins: &Pins) -> Result<Value> {
             "nat_max_entries": readers::map_max_entries(pins, abi::MAP_NAT4_REV)?,
             "timeouts_s": {"tcp": c.tcp_timeout_s, "tcp_closing": c.tcp_closing_timeout_s, "udp": c.udp_timeout_s, "udp_one_shot": c.udp_one_shot_timeout_s, "icmp": c.icmp_timeout_s},
             "exclusions": exclusions,
+            // The node's pod ranges: an unregistered source inside them is dropped (unregistered_pod).
+            "pod_nets": node::pod_nets::list(pins)?
+                .iter()
+                .map(|(n, o)| json!({"cidr": n.to_string(), "origin": match o {
+                    node::pod_nets::Origin::Configured(_) => "podCIDRs",
+                    node::pod_nets::Origin::Learned => "learned",
+                }}))
+                .collect::<Vec<_>>(),
         },
+        "pods_found": pod_rows.iter().filter(|p| p.found).count(),
         "uplinks": uplinks,
         "rules": rules,
         "egress_policies": egress_policies,
@@ -355,6 +368,11 @@ pub fn run(pins: &Pins, json_out: bool) -> Result<()> {
         let by = x["source"].as_str().map(|s| format!(" (by {s})")).unwrap_or_default();
         println!("  {:<20} {}{by}", x["cidr"].as_str().unwrap_or(""), x["reason"].as_str().unwrap_or(""));
     }
+    let drops = &s["drops"]["unregistered_pod"];
+    println!("pod ranges (a source inside them no registered pod owns is dropped; dropped so far: {drops}):");
+    for x in s["config"]["pod_nets"].as_array().into_iter().flatten() {
+        println!("  {:<20} {}", x["cidr"].as_str().unwrap_or(""), x["origin"].as_str().unwrap_or(""));
+    }
     println!("uplinks:");
     for u in s["uplinks"].as_array().into_iter().flatten() {
         println!(
@@ -394,7 +412,7 @@ pub fn run(pins: &Pins, json_out: bool) -> Result<()> {
             println!("{line}");
         }
     }
-    println!("pods:");
+    println!("pods ({} found in a runtime's CNI cache):", s["pods_found"]);
     for p in s["pods"].as_array().into_iter().flatten() {
         println!("{}", pod_line(p));
     }
@@ -497,6 +515,7 @@ mod tests {
             veth_ifindex: 9,
             addresses: vec!["10.244.1.5".parse().unwrap()],
             nat_outgoing: true,
+            found: false,
             packets: 7,
             bytes: 700,
             spoofed: 0,

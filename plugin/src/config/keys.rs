@@ -10,6 +10,7 @@ pub mod key {
     pub const NAT_OUTGOING: &str = "natOutgoing";
     pub const NATIVE_ROUTING_CIDR: &str = "nativeRoutingCIDR";
     pub const NON_MASQUERADE_CIDRS: &str = "nonMasqueradeCIDRs";
+    pub const POD_CIDRS: &str = "podCIDRs";
     pub const MASQ_LINK_LOCAL: &str = "masqLinkLocal";
     pub const MASQ_LINK_LOCAL_IPV6: &str = "masqLinkLocalIPv6";
     pub const EGRESS_INTERFACES: &str = "egressInterfaces";
@@ -78,6 +79,7 @@ pub const MASQ_KEYS: &[&str] = &[
     key::NAT_OUTGOING,
     key::NATIVE_ROUTING_CIDR,
     key::NON_MASQUERADE_CIDRS,
+    key::POD_CIDRS,
     key::MASQ_LINK_LOCAL,
     key::MASQ_LINK_LOCAL_IPV6,
     key::EGRESS_INTERFACES,

@@ -18,7 +18,7 @@ use super::values::{
     parse_abs_path, parse_cidr, parse_cidr_list, parse_cidr_value, parse_ifname, parse_log_level,
     parse_masquerade_address, parse_nat_max_entries, parse_nat_timeouts, parse_port_range, parse_unicast_ip,
 };
-use super::{MasqOptions, MasqRule, NatFiltering, MAX_MASQ_RULES, PLUGIN_TYPE};
+use super::{MasqOptions, MasqRule, NatFiltering, MAX_MASQ_RULES, PLUGIN_TYPE, POD_CIDRS_MAX};
 
 fn family(n: &IpNetwork) -> &'static str {
     if n.is_ipv4() {
@@ -128,6 +128,12 @@ pub(super) fn parse_masq(obj: &Map<String, Value>) -> Result<MasqOptions> {
     }
     if let Some(v) = obj.get(key::NON_MASQUERADE_CIDRS) {
         m.non_masquerade_cidrs = parse_cidr_list(key::NON_MASQUERADE_CIDRS, v)?;
+    }
+    if let Some(v) = obj.get(key::POD_CIDRS) {
+        m.pod_cidrs = parse_cidr_list(key::POD_CIDRS, v)?;
+        if m.pod_cidrs.len() > POD_CIDRS_MAX {
+            return Err(Error::config(key::POD_CIDRS, format!("{} CIDRs; at most {POD_CIDRS_MAX}", m.pod_cidrs.len())));
+        }
     }
     if let Some(v) = obj.get(key::MASQ_LINK_LOCAL) {
         m.masq_link_local = expect_bool(key::MASQ_LINK_LOCAL, v)?;
@@ -275,6 +281,9 @@ pub fn masq_to_json(m: &MasqOptions) -> Value {
             key::NON_MASQUERADE_CIDRS.into(),
             cidrs(&m.non_masquerade_cidrs),
         );
+    }
+    if !m.pod_cidrs.is_empty() {
+        o.insert(key::POD_CIDRS.into(), cidrs(&m.pod_cidrs));
     }
     if m.masq_link_local != d.masq_link_local {
         o.insert(key::MASQ_LINK_LOCAL.into(), Value::Bool(m.masq_link_local));

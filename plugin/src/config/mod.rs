@@ -22,6 +22,7 @@
 //! `ipMasqAgent` key the agent writes from it, `port_limit` podPortLimit and the
 //! annotation that lowers it, `netconf` the whole plugin entry. It uses `crate::error` only.
 
+pub mod cni_cache;
 mod diag;
 pub mod egress_policy;
 mod ipmasq;
@@ -76,6 +77,8 @@ pub const SUPPORTED_CNI_VERSIONS: &[&str] = &["0.3.0", "0.3.1", "0.4.0", "1.0.0"
 pub const PLUGIN_TYPE: &str = "ebpf-masq";
 /// Most entries accepted in `masqueradeRules`.
 pub const MAX_MASQ_RULES: usize = 256;
+/// podCIDRs holds at most this many CIDRs (pod_nets4/6 hold POD_NETS_MAX, learned subnets too).
+pub const POD_CIDRS_MAX: usize = 64;
 /// Accepted range of `natMaxEntries`.
 pub const NAT_MAX_ENTRIES_MIN: u32 = 1024;
 pub const NAT_MAX_ENTRIES_MAX: u32 = 16_777_216;
@@ -151,6 +154,10 @@ pub struct MasqOptions {
     pub native_routing_cidrs: Vec<IpNetwork>,
     /// "nonMasqueradeCIDRs": list, default [].
     pub non_masquerade_cidrs: Vec<IpNetwork>,
+    /// "podCIDRs": the node's pod address ranges (both families), default []: with
+    /// the subnets registered pods' addresses teach, a source inside them that no
+    /// registered pod owns is never let out unmasqueraded (pod_nets4/6).
+    pub pod_cidrs: Vec<IpNetwork>,
     /// "masqLinkLocal", default false (169.254.0.0/16 never masqueraded).
     pub masq_link_local: bool,
     /// "masqLinkLocalIPv6", default false (fe80::/10).
@@ -290,6 +297,7 @@ impl Default for MasqOptions {
             nat_outgoing: true,
             native_routing_cidrs: Vec::new(),
             non_masquerade_cidrs: Vec::new(),
+            pod_cidrs: Vec::new(),
             masq_link_local: false,
             masq_link_local_ipv6: false,
             egress_interfaces: None,

@@ -737,6 +737,7 @@ fn masq_to_json_round_trip() {
         nat_outgoing: false,
         native_routing_cidrs: vec![cidr("10.0.0.0/8"), cidr("fd00::/8")],
         non_masquerade_cidrs: vec![cidr("192.168.0.0/16")],
+        pod_cidrs: vec![cidr("10.244.1.0/24"), cidr("fd00:10:244:1::/64")],
         masq_link_local: true,
         masq_link_local_ipv6: true,
         egress_interfaces: Some(vec!["eth0".into(), "eth1".into()]),

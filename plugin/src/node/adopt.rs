@@ -186,6 +186,7 @@ fn adopt_registrations(pins: &Pins, old: &Pins) -> Result<()> {
             policies: 0, // the reconcile that follows the adoption evaluates the policies
             // Bits 16-31 of the record (0 in layouts before 16: no limit).
             port_limit: pod::port_limit_of(info.flags),
+            found: info.flags & abi::ATT_F_FOUND != 0,
         };
         let name = pod::cstr(&key.container_id);
         match crate::netlink::get_link_by_name(&reg.veth_name) {

@@ -10,8 +10,11 @@
 //! never cli or cni.
 
 pub mod adopt;
+pub mod discover;
 pub mod egress_policy;
 pub mod ipmasq;
+pub mod pod_nets;
+pub mod register;
 mod config_maps;
 mod ports;
 mod teardown;
@@ -175,6 +178,7 @@ fn reconcile_inner(pins: &Pins, conf: &MasqOptions, uplinks: &[Uplink], policies
     config_maps::write_config(pins, conf)?;
     config_maps::write_pool(pins, conf)?;
     config_maps::reconcile_exclusions(pins, conf)?;
+    pod_nets::reconcile(pins, conf)?;
     ipmasq::record_source(pins, conf)?;
     config_maps::reconcile_services(pins, conf)?;
     config_maps::reconcile_rules(pins, conf, uplinks)?;

@@ -12,7 +12,7 @@ mod nat_tables;
 
 pub use generated::{
     attachment_info as AttachmentInfo, attachment_key as AttachmentKey, policy_hit as PolicyHit,
-    egress_policy as EgressPolicyInfo, policy_stats as PolicyStats, events_ctl as EventsCtl, excl_info as ExclInfo, frag4_key as Frag4Key,
+    egress_policy as EgressPolicyInfo, policy_stats as PolicyStats, events_ctl as EventsCtl, excl_info as ExclInfo, pod_net_info as PodNetInfo, frag4_key as Frag4Key,
     frag6_key as Frag6Key, frag_ports as FragPorts, host_port as HostPort, node_config as NodeConfig,
     masq_event as MasqEvent, masq_pool as MasqPool, nat4_bind as Nat4Bind, nat4_entry as Nat4Entry, nat4_ep as Nat4Ep, nat4_key as Nat4Key,
     nat4_open as Nat4Open, nat4_permit as Nat4Permit, nat4_permit_key as Nat4PermitKey, nat6_bind as Nat6Bind,
@@ -25,8 +25,9 @@ pub use generated::{
 };
 // Every #define and enum member (but the counters' and drops', in their modules below).
 pub use generated::{
-    ATT_F_NAT_OUTGOING, ATT_ID_LEN, ATT_IFNAME_LEN, ATT_MAX_ADDRS, POLICY_DSTS_MAX, POLICY_F_NO_NAT,
+    ATT_F_FOUND, ATT_F_NAT_OUTGOING, ATT_ID_LEN, ATT_IFNAME_LEN, ATT_MAX_ADDRS, POLICY_DSTS_MAX, POLICY_F_NO_NAT,
     EGRESS_NAME_LEN, EGRESS_POLICIES_MAX, POLICY_SPEC_LEN, EXCL_LINK_LOCAL, EXCL_NATIVE_ROUTING, EXCL_NON_MASQ,
+    POD_NETS_MAX, POD_NET_CONFIGURED, POD_NET_LEARNED,
     FP_CB_MARK, HOST_PORTS_MAX, MASQ_F_FAST_PATH, MASQ_F_OPEN_MAPPINGS, MASQ_LAYOUT_VERSION as LAYOUT_VERSION,
     MASQ_POOL_MAX, MAX_RULES, NAT_C_ACKED_PEER, NAT_C_FIN_FIRST, NAT_C_PEER_FIN, NAT_FILTER_AD, NAT_FILTER_EI,
     NAT_FILTER_MASK, NAT_F_BY_RULE, NAT_F_ENDS, NAT_F_FAST, NAT_F_FIN, NAT_F_HOST, NAT_F_INBOUND, NAT_F_OPEN,
@@ -52,6 +53,8 @@ pub const MAP_UPLINKS: &str = "uplinks";
 pub const MAP_UPLINKS_DIRECT: &str = "uplinks_direct";
 pub const MAP_EXCL4: &str = "excl4";
 pub const MAP_EXCL6: &str = "excl6";
+pub const MAP_POD_NETS4: &str = "pod_nets4";
+pub const MAP_POD_NETS6: &str = "pod_nets6";
 pub const MAP_RULES4: &str = "rules4";
 pub const MAP_RULE_EXCEPT4: &str = "rule_except4";
 pub const MAP_RULE_STATS: &str = "rule_stats";
@@ -97,14 +100,14 @@ pub const MAP_EVENTS_LIVE: &str = "events_live";
 pub const MAP_EVENTS_CTL: &str = "events_ctl";
 
 /// Every map the objects define: a node is only loaded when all of them are pinned.
-pub const ALL_MAPS: [&str; 46] = [
+pub const ALL_MAPS: [&str; 48] = [
     MAP_CONFIG, MAP_PODS4, MAP_PODS6, MAP_UPLINKS, MAP_UPLINKS_DIRECT, MAP_EXCL4, MAP_EXCL6, MAP_RULES4,
     MAP_RULE_EXCEPT4, MAP_RULE_STATS, MAP_NAT4_FWD, MAP_NAT4_REV, MAP_VETHS, MAP_COUNTERS, MAP_DROPS,
     MAP_ATTACHMENTS, MAP_RULES6, MAP_RULE_EXCEPT6, MAP_NAT6_FWD, MAP_NAT6_REV, MAP_FRAG4, MAP_FRAG6, MAP_SVC4,
     MAP_SVC6, MAP_NAT_GC, MAP_RESERVED_PORTS, MAP_NAT4_BIND, MAP_NAT6_BIND, MAP_NAT4_OPEN,
     MAP_NAT6_OPEN, MAP_NAT4_PERMIT, MAP_NAT6_PERMIT, MAP_POD_META, MAP_MASQ_POOL,
     MAP_HOST_PORTS, MAP_POLICY_DST4, MAP_POLICY_DST6, MAP_POLICY_STATS, MAP_EGRESS_POLICIES, MAP_NAT_HOT, MAP_NAT_HOT_ZERO,
-    MAP_REFUSALS, MAP_PORT_COUNTS, MAP_EVENTS_LOG, MAP_EVENTS_LIVE, MAP_EVENTS_CTL,
+    MAP_REFUSALS, MAP_PORT_COUNTS, MAP_EVENTS_LOG, MAP_EVENTS_LIVE, MAP_EVENTS_CTL, MAP_POD_NETS4, MAP_POD_NETS6,
 ];
 
 /// LRU maps are preallocated whole, so the mapping hints (nat4_bind/nat6_bind) hold at
@@ -288,6 +291,7 @@ pub mod drop_reason {
         "nat_table_full",
         "over_share",
         "over_limit",
+        "unregistered_pod",
     ];
 }
 
@@ -300,7 +304,7 @@ macro_rules! aya_pod {
 
 aya_pod! {
     PodMeta, HostPort, NodeConfig, PodInfo, PolicyDst4Data, PolicyDst6Data, PolicyHit, PolicyStats, EgressPolicyInfo,
-    PodL2, UplinkInfo, ExclInfo, Rule4Data, RuleInfo, RuleExcept4Data, RuleStats, Rule6Data, Rule6Info,
+    PodL2, UplinkInfo, ExclInfo, PodNetInfo, Rule4Data, RuleInfo, RuleExcept4Data, RuleStats, Rule6Data, Rule6Info,
     RuleExcept6Data, Nat6Key, Nat6Entry, Frag4Key, Frag6Key, FragPorts, Nat4Key, Nat4Entry, Nat4Ep, Nat4Bind,
     Nat6Ep, Nat6Bind, Nat4Open, Nat6Open, Nat4PermitKey, Nat4Permit, Nat6PermitKey, Nat6Permit, PodStats,
     VethInfo, NatGc, NatHotKey, NatHotSrc, NatHot, RefusalKey, Refusals, PortCountKey, PortRange, MasqPool,

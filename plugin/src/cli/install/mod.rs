@@ -288,6 +288,33 @@ pub fn put_on_node(
     Ok(report)
 }
 
+/// The name and cniVersion of the primary network config of `dir` (or
+/// `conflist`): the network whose pods ebpf-masq masquerades. None: no config yet.
+pub fn network_of(dir: &Path, conflist: Option<&str>) -> Result<Option<(String, String)>> {
+    let file = match conflist {
+        Some(n) => n.to_string(),
+        None => {
+            let names = conf_names(dir).ctx(code::IO_FAILURE, format!("read conf dir {}", dir.display()))?;
+            match primary_conf(names.iter().map(String::as_str)) {
+                Some(f) => f.to_string(),
+                None => return Ok(None),
+            }
+        }
+    };
+    let path = dir.join(&file);
+    let v: Value = match fs::read(&path) {
+        Ok(b) => serde_json::from_slice(&b)
+            .map_err(|e| Error::new(code::INVALID_CONFIG, format!("{}: {e}", path.display())))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::new(code::IO_FAILURE, format!("read {}: {e}", path.display()))),
+    };
+    let text = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
+    match (text("name"), text("cniVersion")) {
+        (Some(n), v) => Ok(Some((n, v.unwrap_or_else(|| "0.4.0".into())))),
+        (None, _) => Err(Error::new(code::INVALID_CONFIG, format!("{}: no network \"name\"", path.display()))),
+    }
+}
+
 /// Whether the primary network config of `dir` (or `conflist`) holds exactly
 /// `entry` as its ebpf-masq entry: Ok(None) when it does, Ok(Some(why)) when not.
 pub fn chain_problem(dir: &Path, conflist: Option<&str>, entry: &Map<String, Value>) -> Result<Option<String>> {

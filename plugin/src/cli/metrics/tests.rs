@@ -174,6 +174,7 @@ fn pod(id: &str, ifname: &str) -> PodRow {
         veth_ifindex: 9,
         addresses: vec![],
         nat_outgoing: true,
+        found: false,
         packets: 5,
         bytes: 500,
         spoofed: 1,
