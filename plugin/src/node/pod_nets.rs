@@ -110,6 +110,15 @@ fn sync<K: aya::Pod + Ord + Copy>(
     Ok(())
 }
 
+/// The longest entry that holds `addr`, as the data plane's lookup finds it (None
+/// also for a data plane of an older layout, which has no pod ranges).
+pub fn lookup(pins: &Pins, addr: std::net::IpAddr) -> Result<Option<(IpNetwork, Origin)>> {
+    if !pins.map(abi::MAP_POD_NETS4).exists() {
+        return Ok(None);
+    }
+    Ok(list(pins)?.into_iter().filter(|(n, _)| n.contains(addr)).max_by_key(|(n, _)| n.prefix()))
+}
+
 /// Every entry, IPv4 first, each with where it came from.
 pub fn list(pins: &Pins) -> Result<Vec<(IpNetwork, Origin)>> {
     let (v4, v6) = open(pins)?;

@@ -22,6 +22,9 @@ pub(super) const NSEC_PER_SEC: u64 = 1_000_000_000;
 /// What masq_decide_v4/v6 concluded.
 enum Decision {
     None(Why, String),
+    /// From the node's pod ranges, no registered pod's, to a destination a pod's
+    /// packet would be masqueraded to: dropped (drops.unregistered_pod).
+    Unregistered(String),
     Masquerade(Why, String, IpAddr),
 }
 
@@ -188,6 +191,20 @@ impl<'a, L: Lookups> Ctx<'a, L> {
                 self.rule = Some(r);
                 return Ok(Decision::None(Why::RuleExcept, reason));
             }
+            // 3. inside the node's pod ranges: a pod whose ADD never reached ebpf-masq.
+            if let Some(range) = l.pod_net(src)? {
+                self.step(format!("{src} is in the node's pod range {range}"));
+                if let Some((_, cidr)) = l.excl(dst)? {
+                    self.step(format!("destination {dst} is in an exclusion ({cidr})"));
+                } else {
+                    self.step(format!("destination {dst} is in no exclusion"));
+                    return Ok(Decision::Unregistered(format!(
+                        "dropped (drops.unregistered_pod): {src} is in the node's pod range {range} but no registered \
+                         pod's; a pod whose ADD never reached ebpf-masq never leaves with its own address (the agent \
+                         registers it from the runtime's CNI cache)"
+                    )));
+                }
+            }
             return Ok(Decision::None(Why::NotPod, "not masqueraded: source not a registered pod and no rule matches".into()));
         };
         self.rule = excepted.or(self.rule.take());
@@ -292,6 +309,7 @@ pub fn explain<L: Lookups>(l: &L, pkt: &Packet, out: &OutIf) -> Result<Explanati
         c.notes.push("IPv6 masquerade needs a data plane version with IPv6 NAT maps".into());
         return Ok(match c.decide()? {
             Decision::None(code, reason) => c.untouched(code, reason),
+            Decision::Unregistered(reason) => c.drop(Why::UnregisteredPod, reason),
             Decision::Masquerade(_, reason, _) => {
                 c.step(format!("the policy says: {reason}"));
                 c.untouched(Why::Ipv6Unsupported, "IPv6 masquerade not supported by this data plane version: untouched")
@@ -333,6 +351,7 @@ pub fn explain<L: Lookups>(l: &L, pkt: &Packet, out: &OutIf) -> Result<Explanati
 
     let (code, reason, nat) = match c.decide()? {
         Decision::None(code, reason) => return Ok(c.untouched(code, reason)),
+        Decision::Unregistered(reason) => return Ok(c.drop(Why::UnregisteredPod, reason)),
         Decision::Masquerade(code, reason, nat) => (code, reason, nat),
     };
 
@@ -517,6 +536,7 @@ fn fragment<L: Lookups>(mut c: Ctx<'_, L>, proto: u8) -> Result<Explanation> {
     }
     Ok(match c.decide()? {
         Decision::None(code, reason) => c.untouched(code, reason),
+        Decision::Unregistered(reason) => c.drop(Why::UnregisteredPod, reason),
         Decision::Masquerade(_, reason, _) => c.drop(
             Why::FragmentWithoutState,
             format!("dropped (drops.fragment_without_state): a later fragment with unknown ports; the policy says {reason}"),

@@ -30,6 +30,7 @@ pub enum Why {
     RuleNoAddress,
     RuleExcept,
     NotPod,
+    UnregisteredPod,
     NatOutgoingFalse,
     NativeRouting,
     NonMasquerade,

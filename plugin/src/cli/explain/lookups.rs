@@ -81,6 +81,10 @@ pub trait Lookups {
     fn pool(&self) -> Result<Option<abi::MasqPool>> {
         Ok(None)
     }
+    /// pod_nets4/6: the node's pod range that holds `addr` ("10.244.1.0/24 (learned)"), if any.
+    fn pod_net(&self, _addr: IpAddr) -> Result<Option<String>> {
+        Ok(None)
+    }
     /// The ip-masq-agent file the node's marked exclusions came from (node::ipmasq).
     fn ip_masq_agent_source(&self) -> Option<String> {
         None
@@ -239,6 +243,12 @@ impl MapLookups {
 }
 
 impl Lookups for MapLookups {
+    fn pod_net(&self, addr: IpAddr) -> Result<Option<String>> {
+        Ok(node::pod_nets::lookup(&self.pins, addr)?.map(|(n, o)| match o {
+            node::pod_nets::Origin::Configured(i) => format!("{n} (podCIDRs[{i}])"),
+            node::pod_nets::Origin::Learned => format!("{n} (learned from a registered pod's subnet)"),
+        }))
+    }
     fn refusals(&self, src: IpAddr) -> Result<abi::Refusals> {
         crate::bpf::refusals::of(&self.pins, &[src])
     }

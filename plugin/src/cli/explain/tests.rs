@@ -46,6 +46,8 @@ struct Fake {
     fwd_policy: Vec<(Tuple, u8)>,
     /// refusals per source address.
     refused: Vec<(IpAddr, abi::Refusals)>,
+    /// pod_nets4/6: (network, prefix bits)
+    pod_nets: Vec<(IpAddr, u32)>,
 }
 
 fn addr_bytes(a: &IpAddr) -> Vec<u8> {
@@ -82,6 +84,14 @@ fn info_of(p: &EgressPolicy) -> abi::EgressPolicyInfo {
 }
 
 impl Lookups for Fake {
+    fn pod_net(&self, addr: IpAddr) -> Result<Option<String>> {
+        Ok(self
+            .pod_nets
+            .iter()
+            .filter(|(net, plen)| in_net(net, *plen, &addr))
+            .max_by_key(|(_, plen)| *plen)
+            .map(|(net, plen)| format!("{} (learned from a registered pod's subnet)", cidr(net, *plen))))
+    }
     fn refusals(&self, src: IpAddr) -> Result<abi::Refusals> {
         Ok(self.refused.iter().find(|(a, _)| *a == src).map(|(_, r)| *r).unwrap_or_default())
     }
@@ -527,6 +537,20 @@ fn nat_outgoing_false() {
     let mut f = node();
     f.atts.clear();
     check(&run(&f, &pkt(POD2, EXT, Proto::Udp), ETH0), Verdict::Untouched, Why::NatOutgoingFalse, "veth ifindex 21");
+}
+
+#[test]
+fn an_unregistered_source_in_the_pod_ranges_is_dropped_where_a_pod_would_be_masqueraded() {
+    let mut f = node();
+    f.pod_nets = vec![(ip("10.244.1.0"), 24)];
+    let x = run(&f, &pkt("10.244.1.77", EXT, Proto::Udp), ETH0);
+    check(&x, Verdict::Drop, Why::UnregisteredPod, "dropped (drops.unregistered_pod): 10.244.1.77 is in the node's pod range 10.244.1.0/24");
+    assert!(x.trace.iter().any(|s| s.contains("10.244.1.77 is not a registered pod address")), "{x:#?}");
+    // To a destination no pod's packet would be masqueraded to: untouched, as before.
+    check(&run(&f, &pkt("10.244.1.77", "10.10.0.2", Proto::Udp), ETH0), Verdict::Untouched, Why::NotPod, "no rule matches");
+    // Outside the ranges, and a registered pod inside them: as before.
+    check(&run(&f, &pkt("10.244.2.77", EXT, Proto::Udp), ETH0), Verdict::Untouched, Why::NotPod, "no rule matches");
+    check(&run(&f, &pkt(POD, EXT, Proto::Udp), ETH0), Verdict::Masquerade, Why::Pod, "masqueraded to 10.0.0.5");
 }
 
 #[test]
