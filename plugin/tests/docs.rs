@@ -84,6 +84,10 @@ const FOREIGN: &[(&str, &str)] = &[
     ("buildIptablesSNATRules", "AWS VPC CNI, a Go function"),
     ("parseCIDRString", "AWS VPC CNI, a Go function"),
     ("typeOfSNAT", "AWS VPC CNI, a Go function"),
+    ("enableIPv4Masquerade", "Cilium's Helm values"),
+    ("enableIPv6Masquerade", "Cilium's Helm values"),
+    ("ipv4NativeRoutingCIDR", "Cilium's Helm values"),
+    ("ipv6NativeRoutingCIDR", "Cilium's Helm values"),
 ];
 
 /// Every key of every table the parser checks a key against.
