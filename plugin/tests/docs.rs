@@ -73,6 +73,8 @@ const HISTORY: &[(&str, &str)] = &[
 const FOREIGN: &[(&str, &str)] = &[
     ("ipMasq", "the bridge and ptp plugins' own masquerade"),
     ("subPath", "a Kubernetes volume mount"),
+    ("maxUnavailable", "a Kubernetes DaemonSet's rolling update"),
+    ("automountServiceAccountToken", "a Kubernetes pod spec"),
     ("serviceMonitorSelector", "Prometheus Operator"),
     ("bpfEnabled", "Calico's FelixConfiguration"),
     ("natOutgoingAddress", "Calico's FelixConfiguration"),

@@ -25,7 +25,7 @@ pub(super) fn daemonset(a: &ManifestArgs, image: &str) -> Doc {
     let port = a.metrics_port;
     let mut command: Vec<String> = ["ebpf-masq", "agent", "--conf", &format!("{CONFIG_DIR}/{CONFIG_KEY}"),
         "--cni-conf-dir", "/host/etc/cni/net.d", "--cni-bin-dir", "/host/opt/cni/bin",
-        "--metrics-listen", &format!("0.0.0.0:{port}")]
+        "--cni-cache-dir", "/host/var/lib/cni", "--metrics-listen", &format!("0.0.0.0:{port}")]
     .map(String::from)
     .into();
     if a.ip_masq_agent_on() {
@@ -42,12 +42,14 @@ pub(super) fn daemonset(a: &ManifestArgs, image: &str) -> Doc {
     let mut mounts = vec![
         json!({"name": "cni-bin", "mountPath": "/host/opt/cni/bin"}),
         json!({"name": "cni-conf", "mountPath": "/host/etc/cni/net.d"}),
+        json!({"name": "cni-cache", "mountPath": "/host/var/lib/cni", "readOnly": true}),
         json!({"name": "bpffs", "mountPath": BPFFS, "mountPropagation": "Bidirectional"}),
         json!({"name": "config", "mountPath": CONFIG_DIR, "readOnly": true}),
     ];
     let mut volumes = vec![
         json!({"name": "cni-bin", "hostPath": {"path": "/opt/cni/bin", "type": "DirectoryOrCreate"}}),
         json!({"name": "cni-conf", "hostPath": {"path": "/etc/cni/net.d", "type": "DirectoryOrCreate"}}),
+        json!({"name": "cni-cache", "hostPath": {"path": "/var/lib/cni", "type": "DirectoryOrCreate"}}),
         json!({"name": "bpffs", "hostPath": {"path": BPFFS, "type": "DirectoryOrCreate"}}),
         json!({"name": "config", "configMap": {"name": format!("{}-config", a.name)}}),
     ];
@@ -116,7 +118,8 @@ pub(super) fn daemonset(a: &ManifestArgs, image: &str) -> Doc {
                   of pods whose veth is gone, and serves /metrics and /healthz. SIGTERM leaves the data plane\n\
                   and the chain in place: a rolling update interrupts no flow.")
         .comment(&format!("{c}.0.readinessProbe"),
-                 "200 when the data plane and the chained entry are in place, 503 with the reason.")
+                 "200 when the data plane and the chained entry are in place and every pod the runtime's CNI\n\
+                  cache holds is registered; 503 with the reason.")
         .comment(&format!("{c}.0.livenessProbe"),
                  "Restart only after minutes of trouble: until the main plugin has written its conflist the\n\
                   agent waits (and says so on /healthz), which a restart would not speed up.")
@@ -126,14 +129,17 @@ pub(super) fn daemonset(a: &ManifestArgs, image: &str) -> Doc {
         .comment(&format!("{c}.0.resources.limits.memory"),
                  "The first apply creates the NAT maps, and BPF map memory is charged to this\n\
                   container's cgroup: 2 x 128 MiB with natMaxEntries at its default (1048576).")
-        .comment(&format!("{c}.0.volumeMounts.3"),
+        .comment(&format!("{c}.0.volumeMounts.2"),
+                 "libcni's result cache (containerd, CRI-O): pods whose ADD never reached ebpf-masq (started\n\
+                  before the agent, or while the conflist was rewritten) are found there and registered.")
+        .comment(&format!("{c}.0.volumeMounts.4"),
                  "The whole volume, never a subPath: kubelet updates it by swapping its ..data symlink,\n\
                   which the agent watches.")
-        .comment("spec.template.spec.volumes.2.hostPath.path",
+        .comment("spec.template.spec.volumes.3.hostPath.path",
                  "bpffs must be mounted there on the node (systemd does it); pins live under it.");
     if a.ip_masq_agent_on() {
         d = d
-            .comment(&format!("{c}.0.volumeMounts.4"),
+            .comment(&format!("{c}.0.volumeMounts.5"),
                      "ip-masq-agent's ConfigMap where ip-masq-agent and Cilium read it: the file\n\
                       /etc/config/ip-masq-agent, the agent's --ip-masq-agent default (whole volume, as above).")
             .comment("spec.template.spec.volumes.4",
