@@ -12,7 +12,7 @@ use ebpf_masq::bpf::nat_hot::Released;
 use ebpf_masq::bpf::abi::{
     self, counter, EXCL_LINK_LOCAL, EXCL_NATIVE_ROUTING, NAT_F_BY_RULE, NAT_GC_ARMED, NAT_GC_NEW6,
 };
-use crate::support::{harness::*, node::*, packet::*};
+use crate::support::{clock::monotonic_ago, harness::*, node::*, packet::*};
 
 const LINK_LOCAL_DST: Ipv4Addr = Ipv4Addr::new(169, 254, 169, 254);
 
@@ -437,7 +437,7 @@ fn expired_pair_gives_its_port_to_a_new_flow() {
     let dp = node();
     dp.set_config(20000, 20000, 2);
     let stale_fwd = nat_key(POD, REMOTE, 40000, 443, TCP);
-    let long_ago = monotonic_ns().saturating_sub(60_000_000_000);
+    let long_ago = monotonic_ago(std::time::Duration::from_secs(60));
     dp.put_fwd(&stale_fwd, nat_entry(MASQ, 20000, long_ago));
     dp.put_rev(&reverse_key(&stale_fwd, MASQ, 20000), nat_entry(POD, 40000, long_ago));
 
@@ -457,7 +457,7 @@ fn forward_half_without_its_reverse_starts_afresh() {
     let port = expect_snat(&dp, &tcp(POD, REMOTE, 40000, 443, SYN), MASQ, |p| tcp(MASQ, REMOTE, p, 443, SYN));
     dp.del_rev(&reverse_key(&fk, MASQ, port));
     let mut fe = dp.get_fwd(&fk).unwrap();
-    fe.last_seen_ns -= 2_000_000_000;
+    fe.last_seen_ns = monotonic_ago(std::time::Duration::from_secs(2));
     dp.put_fwd(&fk, fe);
 
     let again = expect_snat(&dp, &tcp(POD, REMOTE, 40000, 443, ACK), MASQ, |p| tcp(MASQ, REMOTE, p, 443, ACK));
@@ -476,7 +476,7 @@ fn reply_never_recreates_a_missing_forward_half() {
     let port = expect_snat(&dp, &udp(POD, REMOTE, 40000, 443), MASQ, |p| udp(MASQ, REMOTE, p, 443));
     let rk = reverse_key(&fk, MASQ, port);
     let mut re = dp.get_rev(&rk).unwrap();
-    re.last_seen_ns -= 2_000_000_000;
+    re.last_seen_ns = monotonic_ago(std::time::Duration::from_secs(2));
     dp.put_rev(&rk, re);
     dp.del_fwd(&fk);
     dp.ingress(&udp(REMOTE, MASQ, 443, port)).passed();

@@ -11,7 +11,7 @@ use ebpf_masq::bpf::abi::{
     counter, NAT_C_ACKED_PEER, NAT_C_FIN_FIRST, NAT_C_PEER_FIN, NAT_FILTER_AD, NAT_FILTER_EI, NAT_F_BY_RULE, NAT_F_FIN,
     NAT_F_OPEN, NAT_F_RST, NAT_F_TCP_CLOSING,
 };
-use crate::support::{harness::*, node::*, packet::*, packet6::*};
+use crate::support::{clock::monotonic_ago, harness::*, node::*, packet::*, packet6::*};
 
 const TO_ADDR: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 99);
 const POD3: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 9);
@@ -131,7 +131,7 @@ fn one_port_node() -> Dataplane {
 
 /// Both halves of POD:40000 -> REMOTE:443's pair quiet for `secs` (as if its last packet were that old).
 fn age_pair(dp: &Dataplane, port: u16, secs: u64) {
-    stamp_pair(dp, port, monotonic_ns() - secs * 1_000_000_000);
+    stamp_pair(dp, port, monotonic_ago(std::time::Duration::from_secs(secs)));
 }
 
 /// Both halves of POD:40000 -> REMOTE:443's pair last seen at `then` (CLOCK_MONOTONIC ns).
@@ -344,7 +344,7 @@ fn a_syn_never_answered_gives_its_port_once_quiet() {
     dp.ingress(&tcp(REMOTE, MASQ, 443, p, SYN | ACK)).passed();
     let fk = nat_key(POD2, REMOTE, 40001, 443, TCP);
     let rk = reverse_key(&fk, MASQ, p);
-    let then = monotonic_ns() - 60_000_000_000;
+    let then = monotonic_ago(std::time::Duration::from_secs(60));
     let (mut fe, mut re) = (dp.get_fwd(&fk).unwrap(), dp.get_rev(&rk).unwrap());
     fe.last_seen_ns = then;
     re.last_seen_ns = then;

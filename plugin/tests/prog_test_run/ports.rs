@@ -13,13 +13,16 @@ use std::time::{Duration, Instant};
 use ebpf_masq::bpf::abi::counter;
 use ebpf_masq::bpf::nat_hot::{self, Released};
 use ebpf_masq::bpf::{port_counts, refusals};
-use crate::support::{harness::*, node::*, packet::*, packet6::*};
+use crate::support::{clock::monotonic_ago, harness::*, node::*, packet::*, packet6::*};
 
 /// 4,096 ports: four times the old sweep, so a search bounded by it missed the last ones.
 const LO_PORT: u16 = 20000;
 const HI_PORT: u16 = 24095;
 /// The pod ports of the pairs put in by hand (outside portRange).
 const POD_PORT0: u16 = 30000;
+/// The TCP timeout while a test waits for the sweep to expire a pair: a pair can
+/// look idle no longer than the machine has been up (support/clock.rs).
+const SHORT_TIMEOUT_S: u32 = 60;
 
 fn node() -> Dataplane {
     let dp = pods_node_sized(16_384); // room for a pair on every port
@@ -55,6 +58,9 @@ fn mapped(dp: &Dataplane, sport: u16) -> u16 {
 #[test]
 fn a_busy_endpoint_gives_its_last_free_port_and_refuses_only_when_none_is_left() {
     let dp = node();
+    // The pair that expires below, idle past SHORT_TIMEOUT_S: stamped first, as right
+    // after a boot this waits until the clock has passed it, and the others must not age meanwhile.
+    let expired = monotonic_ago(Duration::from_secs(u64::from(SHORT_TIMEOUT_S) + 1));
     let now = monotonic_ns();
     let free = 3333; // offset of the one port left free
     for i in 0..=(HI_PORT - LO_PORT) {
@@ -91,15 +97,20 @@ fn a_busy_endpoint_gives_its_last_free_port_and_refuses_only_when_none_is_left()
     assert!(scans <= 2, "{scans} scans"); // 2 only if a second passed since the first (a slow machine)
 
     // A pair past its timeout: the expiry sweep removes it and clears its bit; the
-    // next new flow finds the port through the bitmap (no rescan needed).
+    // next new flow finds the port through the bitmap (no rescan needed). The timeout
+    // is short for this step only; the other pairs, stamped at the start, stay well within it.
+    let others_idle = Duration::from_nanos(monotonic_ns() - now);
+    assert!(others_idle.as_secs() < u64::from(SHORT_TIMEOUT_S) / 2, "{others_idle:?} in: the others would expire too");
+    dp.set_config(LO_PORT, HI_PORT, SHORT_TIMEOUT_S);
     let j = 1234u16;
-    put_open_pair(&dp, j, now - 4000 * 1_000_000_000); // idle 4,000 s, tcp timeout 3,600 s
+    put_open_pair(&dp, j, expired);
     let rk = reverse_key(&nat_key(POD, REMOTE, POD_PORT0 + j, 443, TCP), MASQ, LO_PORT + j);
     let t0 = Instant::now();
     while dp.get_rev(&rk).is_some() {
         assert!(t0.elapsed() < Duration::from_secs(20), "the sweep never removed the expired pair");
         std::thread::sleep(Duration::from_millis(50));
     }
+    dp.set_config(LO_PORT, HI_PORT, 3600);
     let scans = dp.counter(counter::NAT_HOT_SCANS);
     assert_eq!(mapped(&dp, 40003), LO_PORT + j);
     assert_eq!(dp.counter(counter::NAT_HOT_SCANS), scans, "found through the bitmap, not by a rescan");
