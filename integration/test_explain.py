@@ -200,7 +200,10 @@ def test_reasons_read(world):
         ((w.pod.ip, NATIVE_NONMASQ, "udp"), "not masqueraded: destination in nonMasqueradeCIDRs 10.20.0.0/24"),
         ((w.pod.ip, EXT_LL, "udp"), "link-local 169.254.0.0/16 (masqLinkLocal is false)"),
         ((w.pod2.ip, EXT, "udp"), "not masqueraded: natOutgoing is false for pod "),
-        (("10.244.1.250", EXT, "udp"), "not masqueraded: source not a registered pod and no rule matches"),
+        # Inside the node's pod range (learned from the pods' /24) but no pod's: a pod
+        # whose ADD never reached ebpf-masq, dropped; outside it, not ours.
+        (("10.244.1.250", EXT, "udp"), "dropped (drops.unregistered_pod): 10.244.1.250 is in the node's pod range 10.244.1.0/24"),
+        (("10.244.9.250", EXT, "udp"), "not masqueraded: source not a registered pod and no rule matches"),
         ((w.pod.ip, TUN, "udp"), "not an uplink: untouched"),
         ((NODE_IP, EXT, "udp"), "host's own traffic"),
     ]
@@ -297,6 +300,9 @@ def test_explain_ipv6_matches_real_packets(lab, plugin):
         pod.ns.exec(["ping", "-6", "-n", "-q", "-c", 2, "-i", 0.2, "-W", 1, DualTopo.NATIVE6], check=False)
     assert sources6(cap) == {pod6}
 
-    # An unregistered IPv6 source.
+    # An unregistered IPv6 source: inside the pods' learned /64, dropped (a pod whose ADD
+    # never reached ebpf-masq); outside it, not ours.
     x = masqcli.explain(dual, plugin, "--src", "fd00:244:1::99", "--dst", DualTopo.EXT6, "--proto", "udp")
+    assert (x["verdict"], x["code"]) == ("drop", "unregistered_pod"), x
+    x = masqcli.explain(dual, plugin, "--src", "fd00:245:1::99", "--dst", DualTopo.EXT6, "--proto", "udp")
     assert x["code"] == "not_pod"

@@ -61,6 +61,16 @@ def arrivals(cap, port):
     return [(float(p.time), p[IP].src) for p in cap.packets() if IP in p and UDP in p and p[UDP].dport == port]
 
 
+def applied_at(agent):
+    """When the agent had the data plane in place (its "config result=applied" line): the
+    first load verifies the programs, which a busy machine can stretch; the 10 s the pod
+    has to be masqueraded in are counted from the later of this and the agent's start."""
+    for line in agent.log.read_text().splitlines():
+        if "agent=config result=applied" in line:
+            return float(line.split("ts=")[1].split()[0])
+    raise AssertionError(f"the agent never applied its config:\n{agent.log.read_text()}")
+
+
 def pods_of(topo, plugin):
     return {p["veth"]: p for p in topo.status(plugin)["pods"]}
 
@@ -77,7 +87,7 @@ def test_a_pod_started_before_the_agent_is_found_and_masqueraded(topo, plugin, l
         wait_for(lambda: len(arrivals(cap, port)) >= 5, timeout=10, what="the pod's datagrams at the remote")
         started = time.time()
         a = Agent(topo, plugin, lab, net, "--gc-interval", "1")
-        wait_for(lambda: a.alive() and a.get("/healthz")[0] == 200, timeout=30, what="agent ready")
+        wait_for(lambda: a.alive() and a.get("/healthz")[0] == 200, timeout=90, what="agent ready")
         wait_for(lambda: any(src == NODE_IP for _, src in arrivals(cap, port)), timeout=10,
                  what="the pod's datagrams leaving with the node address")
         wait_for(lambda: sum(src == NODE_IP for _, src in arrivals(cap, port)) >= 50, timeout=10,
@@ -86,7 +96,9 @@ def test_a_pod_started_before_the_agent_is_found_and_masqueraded(topo, plugin, l
     seen = arrivals(cap, port)
     first_masq = next(t for t, src in seen if src == NODE_IP)
     assert seen[0][1] == pod.ip, "before the agent, nothing translates it (what every node boot had)"
-    assert first_masq - started < 10, f"masqueraded {first_masq - started:.1f} s after the agent started"
+    since = max(started, applied_at(a))
+    assert first_masq - since < 10, \
+        f"masqueraded {first_masq - since:.1f} s after the agent started and applied:\n{a.log.read_text()}"
     leaked = [t for t, src in seen if src == pod.ip and t > first_masq]
     assert leaked == [], f"{len(leaked)} datagrams with the pod address after the first masqueraded one"
     assert {src for _, src in seen} == {pod.ip, NODE_IP}
@@ -123,7 +135,7 @@ def test_pods_added_while_the_agent_was_killed_never_leak(topo, plugin, lab):
     net = topo.network([topo.bridge_plugin()])
     topo.ext.ip("route", "add", "10.244.0.0/16", "via", NODE_IP)
     a = Agent(topo, plugin, lab, net, "--gc-interval", "1")
-    wait_for(lambda: a.alive() and a.get("/healthz")[0] == 200, timeout=30, what="agent ready")
+    wait_for(lambda: a.alive() and a.get("/healthz")[0] == 200, timeout=90, what="agent ready")
     first = add_named(net, topo.pod_ns("first"), "shop", "first-0")  # through the chain: teaches the subnet
     assert pods_of(topo, plugin)[first.host_veth]["found"] is False
     a.proc.send_signal(signal.SIGKILL)
@@ -139,6 +151,7 @@ def test_pods_added_while_the_agent_was_killed_never_leak(topo, plugin, lab):
         assert late.host_veth not in pods_of(topo, plugin)
         os.rename(lab.tmp / "config", lab.tmp / "config-killed")  # the new agent's ConfigMap volume
         b = Agent(topo, plugin, lab, net, "--gc-interval", "1")
+        wait_for(lambda: b.alive() and b.get("/healthz")[0] == 200, timeout=90, what="agent ready again")
         wait_for(lambda: any(src == NODE_IP for _, src in arrivals(cap, port)), timeout=10,
                  what="the found pod's datagrams leaving with the node address")
         wait_for(lambda: sum(src == NODE_IP for _, src in arrivals(cap, port)) >= 50, timeout=10,
@@ -148,7 +161,6 @@ def test_pods_added_while_the_agent_was_killed_never_leak(topo, plugin, lab):
     assert seen and {src for _, src in seen} == {NODE_IP}, f"{sum(s == late.ip for _, s in seen)} leaked"
     p = pods_of(topo, plugin)[late.host_veth]
     assert (p["k8s_namespace"], p["k8s_name"], p["found"]) == ("shop", "late-0", True), p
-    wait_for(lambda: b.alive() and b.get("/healthz")[0] == 200, timeout=30, what="agent ready again")
     assert entry_of(conflist), "chained again"
 
     # The pod disappears without a DEL (its netns torn down under the runtime): the
@@ -171,7 +183,7 @@ def test_a_pod_added_right_after_the_conflist_was_rewritten(topo, plugin, lab):
     net = topo.network([topo.bridge_plugin()])
     topo.ext.ip("route", "add", "10.244.0.0/16", "via", NODE_IP)
     a = Agent(topo, plugin, lab, net, "--gc-interval", "1")
-    wait_for(lambda: a.alive() and a.get("/healthz")[0] == 200, timeout=30, what="agent ready")
+    wait_for(lambda: a.alive() and a.get("/healthz")[0] == 200, timeout=90, what="agent ready")
     add_named(net, topo.pod_ns("first"), "shop", "first-0")
     port = 5103
     with topo.ext.capture("eth0", f"udp and dst port {port}") as cap:
@@ -207,12 +219,70 @@ def test_corrupt_truncated_and_foreign_cache_files_are_skipped_with_one_line(top
     for name, data in bad.items():
         (cache / "results" / name).write_bytes(data)
     a = Agent(topo, plugin, lab, net, "--cni-cache-dir", cache)
-    wait_for(lambda: a.alive() and a.get("/healthz")[0] == 200, timeout=30, what="agent ready")
+    wait_for(lambda: a.alive() and a.get("/healthz")[0] == 200, timeout=90, what="agent ready")
     assert pods_of(topo, plugin)[pod.host_veth]["found"] is True
     assert a.metric("ebpf_masq_agent_cni_cache_files_skipped") == 3
     time.sleep(11)  # past a periodic pass: each bad file is told once, not again
     lines = [l for l in a.log.read_text().splitlines() if "agent=discover file=" in l]
     assert sorted(l.split("file=")[1].split()[0].rsplit("/", 1)[1] for l in lines) == sorted(bad), lines
     assert a.alive() and a.get("/healthz")[0] == 200
+    a.proc.send_signal(signal.SIGTERM)
+    assert a.proc.wait(10) == 0
+
+
+def test_a_cri_sandbox_started_before_the_agent_is_found_with_its_name_and_annotations(topo, plugin, lab):
+    """kubelet's path: containerd's CRI plugin runs a pod sandbox through the main
+    plugin's conflist alone; then the agent starts, chains ebpf-masq into that
+    conflist and finds the sandbox in the cache containerd wrote. Its registration
+    is what its ADD would have made (name, annotations, hostPorts), its traffic
+    leaves with the node address within 10 s, and kubelet's StopPodSandbox and
+    RemovePodSandbox, now through the chain, leave nothing behind."""
+    from lab import netlab
+    from lab.crilab import CriContainerd
+
+    conflist = {"cniVersion": "1.0.0", "name": f"{lab.prefix}cri", "plugins": [topo.bridge_plugin()]}
+    cri = CriContainerd(lab, topo.node, conflist, plugin)
+    topo.ext.ip("route", "add", "10.244.0.0/16", "via", NODE_IP)
+    sid = cri.run_pod_sandbox("web-0", "shop", {"ebpf-masq.io/owner": "shop-team", "example.com/team": "shop"},
+                              host_ports=[(8080, 80, "tcp")])
+    st, _ = cri.status(sid)
+    pod_ip = st.network.ip
+    pod = netlab.Netns(lab, "cri-sandbox")
+    pod.path = cri.netns(sid)
+    port = 5104
+
+    class MainPluginDir:
+        dir = cri.conf_dir
+
+    with topo.ext.capture("eth0", f"udp and dst port {port}") as cap:
+        sender = pod.spawn([PY, "-c", SENDER, EXT, port], enter=True)
+        wait_for(lambda: len(arrivals(cap, port)) >= 5, timeout=10, what="the sandbox's datagrams at the remote")
+        started = time.time()
+        a = Agent(topo, plugin, lab, MainPluginDir, "--gc-interval", "1")
+        wait_for(lambda: a.alive() and a.get("/healthz")[0] == 200, timeout=90, what="agent ready")
+        wait_for(lambda: sum(src == NODE_IP for _, src in arrivals(cap, port)) >= 50, timeout=10,
+                 what="a second of masqueraded datagrams")
+        lab.stop(sender)
+    seen = arrivals(cap, port)
+    first_masq = next(t for t, src in seen if src == NODE_IP)
+    since = max(started, applied_at(a))
+    assert first_masq - since < 10, \
+        f"masqueraded {first_masq - since:.1f} s after the agent started and applied:\n{a.log.read_text()}"
+    leaked = [t for t, src in seen if src == pod_ip and t > first_masq]
+    assert leaked == [], f"{len(leaked)} datagrams with the pod address after the first masqueraded one"
+
+    [reg] = topo.status(plugin)["pods"]
+    assert (reg["container_id"], reg["addresses"], reg["found"]) == (sid, [pod_ip], True), reg
+    assert (reg["k8s_namespace"], reg["k8s_name"]) == ("shop", "web-0"), reg
+    assert reg["annotations"] == {"ebpf-masq.io/owner": "shop-team"}, reg
+    assert reg["host_ports"] == ["8080/tcp"], reg
+    assert [p["type"] for p in json.loads((cri.conf_dir / f"10-{conflist['name']}.conflist").read_text())["plugins"]] \
+        == ["bridge", "ebpf-masq"]
+
+    # kubelet tears it down through the chained conflist: nothing of it is left.
+    cri.stop(sid)
+    cri.remove(sid)
+    s = topo.status(plugin)
+    assert s["pods"] == [] and [f for f in topo.nat_list(plugin) if f["pod_addr"] == pod_ip] == [], s["pods"]
     a.proc.send_signal(signal.SIGTERM)
     assert a.proc.wait(10) == 0

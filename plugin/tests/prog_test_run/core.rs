@@ -198,6 +198,33 @@ fn unregistered_source_passes() {
     assert_no_nat(&dp);
 }
 
+/// A source in the node's pod ranges that no registered pod owns (a pod whose ADD
+/// never reached ebpf-masq) never leaves with its address where a pod's packet
+/// would be masqueraded: dropped and counted, its later fragments too; towards an
+/// excluded destination it passes as a pod's would; a registered pod of the same
+/// range is masqueraded as before; and a reply towards it makes no inbound pair.
+#[test]
+fn an_unregistered_source_in_the_pod_ranges_is_dropped_never_let_out() {
+    let dp = node();
+    dp.add_pod_net(Ipv4Addr::new(10, 1, 0, 0), 24);
+    dp.egress(&tcp(STRANGER, REMOTE, 40000, 443, SYN)).dropped();
+    dp.egress(&udp(STRANGER, REMOTE, 5000, 53)).dropped();
+    dp.egress(&udp_non_first_fragment(STRANGER, REMOTE)).dropped();
+    assert_eq!(dp.drops(drop::UNREGISTERED_POD), 3);
+    assert_eq!(dp.total_drops(), 3, "counted as unregistered_pod only");
+    assert!(dp.nat_is_empty());
+    let excluded = tcp(STRANGER, NATIVE_DST, 40000, 443, SYN);
+    expect_untouched(dp.egress(&excluded), &excluded);
+    let reply = tcp(REMOTE, STRANGER, 443, 40000, SYN | ACK);
+    expect_untouched(dp.ingress(&reply), &reply);
+    assert!(dp.nat_is_empty(), "no inbound pair for an unregistered source");
+    expect_snat(&dp, &tcp(POD, REMOTE, 40000, 443, SYN), MASQ, |p| tcp(MASQ, REMOTE, p, 443, SYN));
+    // Outside the ranges: not ours, untouched as before.
+    let outside = tcp(Ipv4Addr::new(10, 2, 0, 99), REMOTE, 40000, 443, SYN);
+    expect_untouched(dp.egress(&outside), &outside);
+    assert_eq!(dp.drops(drop::UNREGISTERED_POD), 3);
+}
+
 #[test]
 fn nat_outgoing_false_pod_passes() {
     let dp = node();

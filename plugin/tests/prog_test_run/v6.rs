@@ -167,6 +167,19 @@ fn unregistered6_source_passes() {
     assert_no_nat6(&dp);
 }
 
+/// IPv6 likewise: an unregistered source in a podCIDRs range is dropped, not let out.
+#[test]
+fn an_unregistered6_source_in_the_pod_ranges_is_dropped() {
+    let dp = node6();
+    dp.add_pod_net6(a6("fd00:10:1::"), 64);
+    dp.egress(&tcp6(stranger(), remote6(), 40000, 443, SYN)).dropped();
+    assert_eq!(dp.drops(drop::UNREGISTERED_POD), 1);
+    assert!(dp.nat6_is_empty());
+    let excluded = udp6(stranger(), a6("fd00:99::1"), 5000, 53);
+    expect_untouched(dp.egress(&excluded), &excluded);
+    expect_snat6(&dp, &udp6(pod6(), remote6(), 5000, 53), masq6(), |p| udp6(masq6(), remote6(), p, 53));
+}
+
 #[test]
 fn nat_outgoing_false_pod6_passes() {
     let dp = node6();

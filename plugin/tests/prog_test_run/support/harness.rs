@@ -293,6 +293,12 @@ impl Dataplane {
         m.insert(&Key::new(plen, net.octets()), ExclInfo { reason, index: 0 }, 0).unwrap();
     }
 
+    /// pod_nets4: one of the node's pod ranges (as a learned subnet).
+    pub fn add_pod_net(&self, net: Ipv4Addr, plen: u32) {
+        let mut m: LpmTrie<MapData, [u8; 4], abi::PodNetInfo> = self.map(abi::MAP_POD_NETS4);
+        m.insert(&Key::new(plen, net.octets()), abi::PodNetInfo { origin: abi::POD_NET_LEARNED, index: 0 }, 0).unwrap();
+    }
+
     /// rules4 {ifindex, source/plen} -> rule `id`, masquerading to `to` when given.
     pub fn add_rule(&self, ifindex: u32, src: Ipv4Addr, plen: u32, id: u32, to: Option<Ipv4Addr>) {
         let mut m: LpmTrie<MapData, Rule4Data, RuleInfo> = self.map(abi::MAP_RULES4);
@@ -668,6 +674,12 @@ impl Dataplane {
     pub fn add_excl6(&self, net: Ipv6Addr, plen: u32, reason: u32) {
         let mut m: LpmTrie<MapData, [u8; 16], ExclInfo> = self.map(abi::MAP_EXCL6);
         m.insert(&Key::new(plen, net.octets()), ExclInfo { reason, index: 0 }, 0).unwrap();
+    }
+
+    /// pod_nets6: one of the node's pod ranges (podCIDRs).
+    pub fn add_pod_net6(&self, net: Ipv6Addr, plen: u32) {
+        let mut m: LpmTrie<MapData, [u8; 16], abi::PodNetInfo> = self.map(abi::MAP_POD_NETS6);
+        m.insert(&Key::new(plen, net.octets()), abi::PodNetInfo { origin: abi::POD_NET_CONFIGURED, index: 0 }, 0).unwrap();
     }
 
     /// rules6 {ifindex, source/plen} -> rule `id`, masquerading to `to` when given.
