@@ -178,6 +178,12 @@ fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder) -> fmt::Result {
     if !s.loaded {
         return Ok(());
     }
+    gauges(
+        enc,
+        "ebpf_masq_pods",
+        "Registered pods: by = add (their CNI ADD), found (the agent, from the runtime's CNI cache: their ADD never reached ebpf-masq).",
+        [("add", false), ("found", true)].map(|(by, f)| (vec![("by", by)], s.pods.iter().filter(|p| p.found == f).count() as u64)),
+    )?;
 
     let dirs = [("snat", "snat"), ("rnat", "rnat")];
     let fams = [("ipv4", "v4"), ("ipv6", "v6")];

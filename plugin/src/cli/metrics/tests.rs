@@ -218,7 +218,7 @@ fn snapshot() -> Snapshot {
         sweep: Sweep { runs: 7, cycles: 3, last_run_ns: 450_000, max_run_ns: 1_200_000, last_checked: 12, armed: true, walks_ipv6: false },
         rules: vec![rule(0, Some("eth0")), rule(1, None)],
         // Hostile label values: quotes, backslashes, a newline.
-        pods: vec![pod("abc", "eth0"), pod("abc", "net1"), pod("we\"ird\\id\nx", "eth0")],
+        pods: vec![pod("abc", "eth0"), PodRow { found: true, ..pod("abc", "net1") }, pod("we\"ird\\id\nx", "eth0")],
         egress_policies: vec![policy(0, "partner", &["team-a/web-1", "team-a/web-2"]), policy(1, "optout", &[])],
         natlog: Some((120, 7)),
     }
@@ -335,6 +335,8 @@ fn exposition_lines_are_what_users_see() {
         "ebpf_masq_pod_port_refusals_total{container_id=\"abc\",ifname=\"net1\",reason=\"over_limit\"} 4",
         "# TYPE ebpf_masq_egress_policy_packets_total counter",
         "ebpf_masq_egress_policy_packets_total{policy=\"partner\"} 40",
+        "ebpf_masq_pods{by=\"add\"} 2",
+        "ebpf_masq_pods{by=\"found\"} 1",
         "# TYPE ebpf_masq_egress_policy_pods gauge",
         "ebpf_masq_egress_policy_pods{policy=\"partner\"} 2",
     ] {
@@ -344,7 +346,7 @@ fn exposition_lines_are_what_users_see() {
     let families: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("# TYPE ")).map(|l| l.split(' ').next().unwrap()).collect();
     assert_eq!(families.first(), Some(&"ebpf_masq_data_plane_loaded"));
     assert_eq!(families.last(), Some(&"ebpf_masq_pod_port_refusals_total"));
-    assert_eq!(families.len(), 50, "{families:?}");
+    assert_eq!(families.len(), 51, "{families:?}");
     assert!(!text.contains("# EOF") && !text.contains("# UNIT") && !text.contains("_total_total"), "{text}");
     // A zero float gauge is written "0.0" (it was "0"): the same value to every parser.
     let s = Snapshot { sweep: Sweep::default(), ..snapshot() };
