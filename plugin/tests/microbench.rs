@@ -30,6 +30,9 @@ fn node() -> Dataplane {
     dp.add_uplink(LO, MASQ);
     dp.add_excl(Ipv4Addr::new(10, 0, 0, 0), 8, EXCL_NATIVE_ROUTING);
     dp.add_pod(POD, VETH, true);
+    // The pods' subnet, as their registrations teach it: only a source no registered
+    // pod owns is looked up there (an unregistered pod's packet is dropped).
+    dp.add_pod_net(Ipv4Addr::new(10, 1, 0, 0), 24);
     dp
 }
 
@@ -79,6 +82,8 @@ fn per_packet_cost() {
         ("uplink egress: pod to nativeRoutingCIDR (pass)", "egress", tcp(POD, NATIVE_DST, 40000, 443, ACK)),
         ("pod veth: source check (pass)", "veth", tcp(POD, REMOTE, 40000, 443, ACK)),
         ("pod veth: spoofed source (drop)", "veth", tcp(STRANGER, REMOTE, 40000, 443, ACK)),
+        ("uplink egress: unregistered pod-range source (drop)", "egress", tcp(STRANGER, REMOTE, 40000, 443, ACK)),
+        ("uplink egress: non-pod source outside the ranges (pass)", "egress", tcp(Ipv4Addr::new(192, 0, 2, 9), REMOTE, 40000, 443, ACK)),
     ];
     report(&dp, "path (IPv4)", &cases);
     let (ns, _) = new_flow_cost(&dp, 0);
