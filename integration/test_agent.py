@@ -16,9 +16,10 @@ added by cnitool through the conflist the agent chained:
   naming the key, /healthz says so, ebpf_masq_agent_config_valid 0;
 - a pod whose netns vanished without a DEL is unregistered by the agent's GC;
 - SIGTERM: exit 0, chain and data plane still there, traffic still masqueraded;
-- with --ip-masq-agent-config, ip-masq-agent's ConfigMap file (YAML or JSON) decides
-  which destinations are not masqueraded, its defaults while it is absent, a change
-  applied without a restart, status and explain naming it, a bad file refused.
+- with --ip-masq-agent-config, ip-masq-agent's ConfigMap file (YAML or JSON, keys in
+  any case) decides which destinations are not masqueraded, its defaults while it is
+  absent, a change applied without a restart, status and explain naming it, an
+  unknown key warned about, a bad file refused.
 """
 import json
 import os
@@ -281,7 +282,10 @@ def test_agent_applies_ip_masq_agents_config(topo, plugin, lab):
     destination outside it is masqueraded (explain); status and explain name the file.
     A JSON update listing another destination (ext, now outside it, sees the node
     address) applies with no restart and no ADD. A file with
-    a key ip-masq-agent does not know is refused naming it, the previous list stays."""
+    a ConfigMap as real clusters carry it (`NonMasqueradeCIDRs`, `MasqLinkLocal`,
+    `ResyncInterval`) applies as ip-masq-agent reads it, a key it does not know is
+    ignored with one warning per distinct file, a bad CIDR is refused naming it and
+    the previous list stays."""
     net = topo.network([topo.bridge_plugin()])
     conflist = net.dir / f"{net.name}.conflist"
     topo.ext.ip("route", "add", "10.244.0.0/16", "via", NODE_IP)
@@ -337,22 +341,44 @@ def test_agent_applies_ip_masq_agents_config(topo, plugin, lab):
         assert explain_why("10.0.0.3")["exclusion"]["source"] == by
         assert entry_of(conflist)[0]["ipMasqAgent"]["nonMasqueradeCIDRs"] == ["10.0.0.3/32"]
 
-        # A key ip-masq-agent does not know: refused, named, the list in force stays.
-        ipm.publish("nonMasqueradeCIDRs: [10.0.0.2/32]\nmasqLinkLocl: true\n")
+        # As real clusters' ConfigMaps spell the keys (Go's decoder takes any case), with a key
+        # no field takes: applied as ip-masq-agent applies it, the odd key warned about once.
+        ipm.publish("NonMasqueradeCIDRs:\n  - 10.0.0.2/32\nMasqLinkLocal: false\nResyncInterval: 1s\n"
+                    "masqLinkLocl: true\n")
+        wait_for(lambda: alive() and metric("ebpf_masq_agent_config_reloads_total") == 3, timeout=15,
+                 what="a ConfigMap with capitalised keys applied")
+        assert metric("ebpf_masq_agent_config_valid") == 1
+        assert seen(EXT) == {pod.ip}
+        assert exclusions() == {"10.0.0.2/32": by, "169.254.0.0/16": by, "fe80::/10": by}
+        assert entry_of(conflist)[0]["ipMasqAgent"]["nonMasqueradeCIDRs"] == ["10.0.0.2/32"]
+
+        def warnings():
+            return [l for l in a.log.read_text().splitlines() if "ignored_key=" in l]
+        # Another distinct file (the agent has read the first one again meanwhile: resync 1s).
+        ipm.publish("NonMasqueradeCIDRs: [10.0.0.2/32, 10.0.0.4/32]\nmasqLinkLocl: true\n")
+        wait_for(lambda: alive() and metric("ebpf_masq_agent_config_reloads_total") == 4, timeout=15,
+                 what="the next distinct file applied")
+        w = warnings()
+        assert len(w) == 2, w  # one per distinct file, not one per read
+        assert all('ignored_key="masqLinkLocl" (did you mean "masqLinkLocal"?)' in l and str(ipm.path) in l
+                   for l in w), w
+
+        # A CIDR ip-masq-agent refuses too (host bits set): refused, named, the list in force stays.
+        ipm.publish("nonMasqueradeCIDRs: [10.0.0.3/32, 10.0.0.1/8]\n")
         wait_for(lambda: alive() and metric("ebpf_masq_agent_config_valid") == 0, timeout=15, what="file refused")
         status, body = get("/healthz")
-        assert status == 200 and "config update rejected" in body and '"masqLinkLocl"' in body, body
+        assert status == 200 and "config update rejected" in body and '"nonMasqueradeCIDRs[1]"' in body, body
         assert str(ipm.path) in body, body
         refused = [l for l in a.log.read_text().splitlines() if "result=rejected" in l]
-        assert len(refused) == 1 and "masqLinkLocl" in refused[0] and "did you mean" in refused[0], refused
-        assert seen(EXT) == {NODE_IP}
-        assert exclusions()["10.0.0.3/32"] == by
+        assert len(refused) == 1 and "nonMasqueradeCIDRs[1]" in refused[0] and "host bits" in refused[0], refused
+        assert seen(EXT) == {pod.ip}
+        assert exclusions()["10.0.0.4/32"] == by
 
         # Fixed: applied.
-        ipm.publish("nonMasqueradeCIDRs: [10.0.0.2/32]\n")
+        ipm.publish("nonMasqueradeCIDRs: [10.0.0.3/32]\n")
         wait_for(lambda: alive() and metric("ebpf_masq_agent_config_valid") == 1, timeout=15, what="valid again")
-        assert seen(EXT) == {pod.ip}
-        assert explain_why("10.0.0.3")["masqueraded"] is True
+        assert seen(EXT) == {NODE_IP}
+        assert explain_why("10.0.0.2")["masqueraded"] is True
     finally:
         agent.send_signal(signal.SIGTERM)
         agent.wait(10)

@@ -449,6 +449,14 @@ fn with_ip_masq_agent(
             .map_err(|e| Error::new(e.code, format!("ip-masq-agent config {}: {}", file.display(), e.msg)))?,
         None => config::IpMasqAgentFile::defaults(all_reserved),
     };
+    // Once per distinct input: an unchanged one is not parsed again.
+    for k in &parsed.ignored_keys {
+        log::warn!(
+            "agent=ip-masq-agent file={} ignored_key={} (ip-masq-agent ignores it too: it has no effect)",
+            file.display(),
+            k.describe()
+        );
+    }
     let ipm = config::IpMasqAgent::from_file(file.to_path_buf(), bytes.is_none(), &parsed);
     if (conf.masq.masq_link_local, conf.masq.masq_link_local_ipv6) != (ipm.masq_link_local, ipm.masq_link_local_ipv6) {
         log::warn!(
