@@ -246,6 +246,10 @@ pub struct IpMasqAgent {
     pub file: PathBuf,
     /// "fileAbsent": the file did not exist, so these are ip-masq-agent's defaults.
     pub file_absent: bool,
+    /// "fileRefused": the file was refused when no list of it was in force (the
+    /// agent's start, and none kept in the chained entry), so these are
+    /// ip-masq-agent's defaults.
+    pub file_refused: bool,
     /// "nonMasqueradeCIDRs": unioned with the network's own nonMasqueradeCIDRs.
     pub non_masquerade_cidrs: Vec<IpNetwork>,
     /// "masqLinkLocal" / "masqLinkLocalIPv6": replace the network's own.
@@ -258,16 +262,25 @@ impl IpMasqAgent {
         IpMasqAgent {
             file,
             file_absent,
+            file_refused: false,
             non_masquerade_cidrs: f.non_masquerade_cidrs.clone(),
             masq_link_local: f.masq_link_local,
             masq_link_local_ipv6: f.masq_link_local_ipv6,
         }
     }
 
-    /// "FILE" or "FILE (absent: ip-masq-agent's defaults)": how status and explain name it.
+    /// What a refused `file` leaves in force when nothing else is: ip-masq-agent's defaults.
+    pub fn refused(file: PathBuf, all_reserved: bool) -> Self {
+        IpMasqAgent { file_refused: true, ..IpMasqAgent::from_file(file, false, &IpMasqAgentFile::defaults(all_reserved)) }
+    }
+
+    /// "FILE", or "FILE (absent: ip-masq-agent's defaults)", or "FILE (refused:
+    /// ip-masq-agent's defaults)": how status and explain name it.
     pub fn describe(&self) -> String {
         if self.file_absent {
             format!("{} (absent: ip-masq-agent's defaults)", self.file.display())
+        } else if self.file_refused {
+            format!("{} (refused: ip-masq-agent's defaults)", self.file.display())
         } else {
             self.file.display().to_string()
         }
@@ -277,10 +290,23 @@ impl IpMasqAgent {
 pub(super) mod entry_key {
     pub const FILE: &str = "file";
     pub const FILE_ABSENT: &str = "fileAbsent";
+    pub const FILE_REFUSED: &str = "fileRefused";
 }
 /// The keys of the chained entry's `ipMasqAgent` object.
-pub const IP_MASQ_AGENT_ENTRY_KEYS: &[&str] =
-    &[entry_key::FILE, entry_key::FILE_ABSENT, k::NON_MASQUERADE_CIDRS, k::MASQ_LINK_LOCAL, k::MASQ_LINK_LOCAL_IPV6];
+pub const IP_MASQ_AGENT_ENTRY_KEYS: &[&str] = &[
+    entry_key::FILE,
+    entry_key::FILE_ABSENT,
+    entry_key::FILE_REFUSED,
+    k::NON_MASQUERADE_CIDRS,
+    k::MASQ_LINK_LOCAL,
+    k::MASQ_LINK_LOCAL_IPV6,
+];
+
+/// The `ipMasqAgent` of a chained entry (as a conflist holds it), when it has a valid one.
+pub fn ip_masq_agent_of_entry(entry: &Map<String, Value>) -> Option<IpMasqAgent> {
+    let v = entry.get(super::key::IP_MASQ_AGENT)?;
+    parse_ip_masq_agent_entry(super::key::IP_MASQ_AGENT, v).ok()
+}
 
 /// The chained entry's `ipMasqAgent` object (`base` is its key, for messages).
 pub(super) fn parse_ip_masq_agent_entry(base: &str, v: &Value) -> Result<IpMasqAgent> {
@@ -303,6 +329,7 @@ pub(super) fn parse_ip_masq_agent_entry(base: &str, v: &Value) -> Result<IpMasqA
     Ok(IpMasqAgent {
         file,
         file_absent: flag(entry_key::FILE_ABSENT)?,
+        file_refused: flag(entry_key::FILE_REFUSED)?,
         non_masquerade_cidrs,
         masq_link_local: flag(k::MASQ_LINK_LOCAL)?,
         masq_link_local_ipv6: flag(k::MASQ_LINK_LOCAL_IPV6)?,
@@ -316,7 +343,9 @@ pub fn ip_masq_agent_to_json(a: &IpMasqAgent) -> Value {
     if a.file_absent {
         o.insert(entry_key::FILE_ABSENT.into(), Value::Bool(true));
     }
-
+    if a.file_refused {
+        o.insert(entry_key::FILE_REFUSED.into(), Value::Bool(true));
+    }
     o.insert(
         k::NON_MASQUERADE_CIDRS.into(),
         Value::Array(a.non_masquerade_cidrs.iter().map(|c| Value::String(c.to_string())).collect()),

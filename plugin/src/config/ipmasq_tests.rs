@@ -336,3 +336,23 @@ fn the_entry_key_round_trips_and_is_strict() {
     assert!(m.contains("ipMasqAgent.file") && m.contains("more than once"), "{m}");
     assert!(entry("").unwrap().masq.ip_masq_agent.is_none());
 }
+
+#[test]
+fn a_refused_file_with_nothing_in_force_is_ip_masq_agents_defaults_and_says_so() {
+    let r = IpMasqAgent::refused("/etc/config/ip-masq-agent".into(), false);
+    assert_eq!(r.non_masquerade_cidrs, IpMasqAgentFile::defaults(false).non_masquerade_cidrs);
+    assert!(r.file_refused && !r.file_absent && !r.masq_link_local && !r.masq_link_local_ipv6);
+    assert_eq!(r.describe(), "/etc/config/ip-masq-agent (refused: ip-masq-agent's defaults)");
+    assert_eq!(IpMasqAgent::refused("/f".into(), true).non_masquerade_cidrs.len(), 11);
+    // It round-trips through the chained entry, and is read back from a conflist's entry.
+    let json = ip_masq_agent_to_json(&r);
+    assert_eq!(json["fileRefused"], true);
+    let conf = entry(&format!(r#","ipMasqAgent":{json}"#)).unwrap();
+    assert_eq!(conf.masq.ip_masq_agent.as_ref(), Some(&r));
+    let Value::Object(mut m) = masq_to_json(&conf.masq) else { panic!("not an object") };
+    assert_eq!(ip_masq_agent_of_entry(&m), Some(r));
+    m.insert("ipMasqAgent".into(), serde_json::json!({"file": "relative"}));
+    assert_eq!(ip_masq_agent_of_entry(&m), None, "an invalid one is none");
+    m.remove("ipMasqAgent");
+    assert_eq!(ip_masq_agent_of_entry(&m), None);
+}

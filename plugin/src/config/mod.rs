@@ -50,7 +50,7 @@ pub use egress_policy::{
     EGRESS_POLICIES_MAX, EGRESS_POLICY_ANNOTATION,
 };
 pub use ipmasq::{
-    ip_masq_agent_to_json, ipmasq_key, parse_go_duration, parse_ip_masq_agent, IgnoredKey,
+    ip_masq_agent_of_entry, ip_masq_agent_to_json, ipmasq_key, parse_go_duration, parse_ip_masq_agent, IgnoredKey,
     IpMasqAgent, IpMasqAgentFile, IP_MASQ_AGENT_DEFAULT_CIDRS, IP_MASQ_AGENT_DEFAULT_PATH, IP_MASQ_AGENT_ENTRY_KEYS, IP_MASQ_AGENT_KEYS,
     IP_MASQ_AGENT_RESERVED_CIDRS,
 };
