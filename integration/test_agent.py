@@ -16,9 +16,11 @@ added by cnitool through the conflist the agent chained:
   naming the key, /healthz says so, ebpf_masq_agent_config_valid 0;
 - a pod whose netns vanished without a DEL is unregistered by the agent's GC;
 - SIGTERM: exit 0, chain and data plane still there, traffic still masqueraded;
-- with --ip-masq-agent-config, ip-masq-agent's ConfigMap file (YAML or JSON) decides
-  which destinations are not masqueraded, its defaults while it is absent, a change
-  applied without a restart, status and explain naming it, a bad file refused.
+- with --ip-masq-agent-config, ip-masq-agent's ConfigMap file (YAML or JSON, keys in
+  any case) decides which destinations are not masqueraded, its defaults while it is
+  absent, a change applied without a restart, status and explain naming it, an
+  unknown key warned about, a bad file refused; a file refused at the agent's start
+  leaves ip-masq-agent's defaults in force, or the list the chained entry kept.
 """
 import json
 import os
@@ -84,9 +86,15 @@ class Agent:
         self.base = {"cniVersion": "1.0.0", "name": "ebpf-masq", "type": "ebpf-masq", "pinPath": lab.pin_path}
         self.vol = ConfigMapVolume(lab.tmp / "config", "ebpf-masq.json")
         self.vol.publish(self.base)
-        self.proc = topo.node.spawn([plugin, "agent", "--conf", self.vol.path, "--cni-conf-dir", net.dir,
-                                     "--cni-bin-dir", topo.cni_bin, "--metrics-listen", f"127.0.0.1:{self.port}",
-                                     *args], enter=True, stderr=self.log.open("w"))
+        self.cmd = [plugin, "agent", "--conf", self.vol.path, "--cni-conf-dir", net.dir, "--cni-bin-dir",
+                    topo.cni_bin, "--metrics-listen", f"127.0.0.1:{self.port}", *args]
+        self.proc = topo.node.spawn(self.cmd, enter=True, stderr=self.log.open("w"))
+
+    def restart(self):
+        """SIGTERM (as a rolling update does), then the same agent again; its log goes on."""
+        self.proc.send_signal(signal.SIGTERM)
+        assert self.proc.wait(10) == 0, self.log.read_text()
+        self.proc = self.topo.node.spawn(self.cmd, enter=True, stderr=self.log.open("a"))
 
     def get(self, path):
         p = self.topo.node.exec([PY, "-c", GET, f"http://127.0.0.1:{self.port}{path}"], check=False, timeout=30)
@@ -281,7 +289,10 @@ def test_agent_applies_ip_masq_agents_config(topo, plugin, lab):
     destination outside it is masqueraded (explain); status and explain name the file.
     A JSON update listing another destination (ext, now outside it, sees the node
     address) applies with no restart and no ADD. A file with
-    a key ip-masq-agent does not know is refused naming it, the previous list stays."""
+    a ConfigMap as real clusters carry it (`NonMasqueradeCIDRs`, `MasqLinkLocal`,
+    `ResyncInterval`) applies as ip-masq-agent reads it, a key it does not know is
+    ignored with one warning per distinct file, a bad CIDR is refused naming it and
+    the previous list stays."""
     net = topo.network([topo.bridge_plugin()])
     conflist = net.dir / f"{net.name}.conflist"
     topo.ext.ip("route", "add", "10.244.0.0/16", "via", NODE_IP)
@@ -337,25 +348,113 @@ def test_agent_applies_ip_masq_agents_config(topo, plugin, lab):
         assert explain_why("10.0.0.3")["exclusion"]["source"] == by
         assert entry_of(conflist)[0]["ipMasqAgent"]["nonMasqueradeCIDRs"] == ["10.0.0.3/32"]
 
-        # A key ip-masq-agent does not know: refused, named, the list in force stays.
-        ipm.publish("nonMasqueradeCIDRs: [10.0.0.2/32]\nmasqLinkLocl: true\n")
+        # As real clusters' ConfigMaps spell the keys (Go's decoder takes any case), with a key
+        # no field takes: applied as ip-masq-agent applies it, the odd key warned about once.
+        ipm.publish("NonMasqueradeCIDRs:\n  - 10.0.0.2/32\nMasqLinkLocal: false\nResyncInterval: 1s\n"
+                    "masqLinkLocl: true\n")
+        wait_for(lambda: alive() and metric("ebpf_masq_agent_config_reloads_total") == 3, timeout=15,
+                 what="a ConfigMap with capitalised keys applied")
+        assert metric("ebpf_masq_agent_config_valid") == 1
+        assert seen(EXT) == {pod.ip}
+        assert exclusions() == {"10.0.0.2/32": by, "169.254.0.0/16": by, "fe80::/10": by}
+        assert entry_of(conflist)[0]["ipMasqAgent"]["nonMasqueradeCIDRs"] == ["10.0.0.2/32"]
+
+        def warnings():
+            return [l for l in a.log.read_text().splitlines() if "ignored_key=" in l]
+        # Another distinct file (the agent has read the first one again meanwhile: resync 1s).
+        ipm.publish("NonMasqueradeCIDRs: [10.0.0.2/32, 10.0.0.4/32]\nmasqLinkLocl: true\n")
+        wait_for(lambda: alive() and metric("ebpf_masq_agent_config_reloads_total") == 4, timeout=15,
+                 what="the next distinct file applied")
+        w = warnings()
+        assert len(w) == 2, w  # one per distinct file, not one per read
+        assert all('ignored_key="masqLinkLocl" (did you mean "masqLinkLocal"?)' in l and str(ipm.path) in l
+                   for l in w), w
+
+        # A CIDR ip-masq-agent refuses too (host bits set): refused, named, the list in force stays.
+        ipm.publish("nonMasqueradeCIDRs: [10.0.0.3/32, 10.0.0.1/8]\n")
         wait_for(lambda: alive() and metric("ebpf_masq_agent_config_valid") == 0, timeout=15, what="file refused")
         status, body = get("/healthz")
-        assert status == 200 and "config update rejected" in body and '"masqLinkLocl"' in body, body
+        assert status == 200 and "config update rejected" in body and '"nonMasqueradeCIDRs[1]"' in body, body
         assert str(ipm.path) in body, body
         refused = [l for l in a.log.read_text().splitlines() if "result=rejected" in l]
-        assert len(refused) == 1 and "masqLinkLocl" in refused[0] and "did you mean" in refused[0], refused
-        assert seen(EXT) == {NODE_IP}
-        assert exclusions()["10.0.0.3/32"] == by
+        assert len(refused) == 1 and "nonMasqueradeCIDRs[1]" in refused[0] and "host bits" in refused[0], refused
+        assert seen(EXT) == {pod.ip}
+        assert exclusions()["10.0.0.4/32"] == by
 
         # Fixed: applied.
-        ipm.publish("nonMasqueradeCIDRs: [10.0.0.2/32]\n")
+        ipm.publish("nonMasqueradeCIDRs: [10.0.0.3/32]\n")
         wait_for(lambda: alive() and metric("ebpf_masq_agent_config_valid") == 1, timeout=15, what="valid again")
-        assert seen(EXT) == {pod.ip}
-        assert explain_why("10.0.0.3")["masqueraded"] is True
+        assert seen(EXT) == {NODE_IP}
+        assert explain_why("10.0.0.2")["masqueraded"] is True
     finally:
         agent.send_signal(signal.SIGTERM)
         agent.wait(10)
+
+
+def test_agent_never_leaves_the_node_without_ip_masq_agents_list(topo, plugin, lab):
+    """ip-masq-agent's file refused while nothing is in force (the agent's start): the node
+    is chained and masqueraded all the same. With no list kept, ip-masq-agent's defaults
+    ("refused: ip-masq-agent's defaults"); after a restart with the file refused again, the
+    list the chained entry kept from it, not the defaults. /healthz 200 says what was refused
+    and what is in force instead; ebpf_masq_agent_config_valid is 0."""
+    net = topo.network([topo.bridge_plugin()])
+    conflist = net.dir / f"{net.name}.conflist"
+    topo.ext.ip("route", "add", "10.244.0.0/16", "via", NODE_IP)
+    ipm = ConfigMapVolume(lab.tmp / "ip-masq-agent", "ip-masq-agent")
+    bad = "nonMasqueradeCIDRs: [10.0.0.0/33]\n"  # refused by ip-masq-agent too
+    ipm.publish(bad)
+    a = Agent(topo, plugin, lab, net, "--ip-masq-agent-config", ipm.path)
+    get, metric, port = a.get, a.metric, [6100]
+
+    def seen(dst):
+        port[0] += 1
+        srv = topo.ext.server("udp", port[0])
+        assert pod.ns.client("udp", dst, port[0])[0] == 0
+        return srv.addrs()
+
+    def exclusions():
+        return {x["cidr"]: x.get("source") for x in topo.status(plugin)["config"]["exclusions"]}
+
+    def healthy():
+        return a.alive() and get("/healthz")[0] == 200
+
+    try:
+        wait_for(healthy, timeout=30, what="agent healthy with its file refused")
+        assert metric("ebpf_masq_agent_config_valid") == 0
+        body = get("/healthz")[1]
+        assert "config update rejected" in body and '"nonMasqueradeCIDRs[0]"' in body, body
+        assert "in force instead: ip-masq-agent's defaults" in body, body
+        [entry] = entry_of(conflist)
+        assert entry["ipMasqAgent"]["fileRefused"] is True, entry
+        pod = net.add(topo.pod_ns("pod"))  # through the chain the agent wrote
+        defaults = f"ip-masq-agent config {ipm.path} (refused: ip-masq-agent's defaults)"
+        assert exclusions() == {"10.0.0.0/8": defaults, "172.16.0.0/12": defaults, "192.168.0.0/16": defaults,
+                                "169.254.0.0/16": defaults, "fe80::/10": defaults}
+        assert seen(EXT) == {pod.ip}  # 10.0.0.2 is in 10.0.0.0/8
+        e = masqcli.explain(topo, plugin, "--src", pod.ip, "--dst", "198.51.100.7", "--proto", "udp", "--dport", "53")
+        assert e["masqueraded"] is True, e
+
+        # Fixed: its own list.
+        ipm.publish("nonMasqueradeCIDRs: [10.0.0.3/32]\n")
+        wait_for(lambda: a.alive() and metric("ebpf_masq_agent_config_valid") == 1, timeout=15, what="file applied")
+        assert seen(EXT) == {NODE_IP}
+
+        # Refused again across a restart (a rolling update): the list the chained entry kept stays.
+        ipm.publish(bad)
+        a.restart()
+        wait_for(lambda: healthy() and "config update rejected" in get("/healthz")[1], timeout=30,
+                 what="restarted agent healthy with its file refused")
+        assert metric("ebpf_masq_agent_config_valid") == 0
+        body = get("/healthz")[1]
+        assert "in force instead: the list the chained entry kept from it" in body, body
+        by = f"ip-masq-agent config {ipm.path}"
+        assert exclusions() == {"10.0.0.3/32": by, "169.254.0.0/16": by, "fe80::/10": by}
+        assert seen(EXT) == {NODE_IP}
+        refused = [l for l in a.log.read_text().splitlines() if "result=rejected" in l]
+        assert len(refused) == 2 and all("in_force=fallback" in l for l in refused), refused
+    finally:
+        a.proc.send_signal(signal.SIGTERM)
+        a.proc.wait(10)
 
 
 def test_agent_runs_the_nat_log_exporter_as_the_config_says(topo, plugin, lab):

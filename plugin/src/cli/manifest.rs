@@ -155,6 +155,17 @@ pub fn main(a: &ManifestArgs) -> Result<()> {
             a.ip_masq_agent_configmap, a.namespace
         );
     }
+    if let Some(file) = &a.ip_masq_agent_file {
+        // render() read and accepted it; a key ip-masq-agent ignores is worth a word.
+        let parsed = std::fs::read(file).ok().and_then(|b| config::parse_ip_masq_agent(&b, false).ok());
+        for k in parsed.map(|f| f.ignored_keys).unwrap_or_default() {
+            eprintln!(
+                "note: --ip-masq-agent-file {}: key {} is ignored, by ip-masq-agent and by ebpf-masq",
+                file.display(),
+                k.describe()
+            );
+        }
+    }
     print!("{text}");
     Ok(())
 }

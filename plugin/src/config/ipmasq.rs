@@ -4,11 +4,15 @@
 //! The file is the `config` key of the `ip-masq-agent` ConfigMap, mounted at
 //! `/etc/config/ip-masq-agent`: YAML or JSON with `nonMasqueradeCIDRs`,
 //! `cidrLimit`, `masqLinkLocal`, `masqLinkLocalIPv6` and `resyncInterval`
-//! (kubernetes-sigs/ip-masq-agent, cmd/ip-masq-agent/ip-masq-agent.go). As
-//! there, a key left out keeps its default, an absent file means the defaults,
-//! a CIDR must be aligned and `resyncInterval` is a Go duration string. Unlike
-//! there (Go's JSON decoder ignores what it does not know and matches keys in any
-//! case), an unknown or duplicated key is an error naming it, as everywhere else.
+//! (kubernetes-sigs/ip-masq-agent, cmd/ip-masq-agent/ip-masq-agent.go). Every
+//! file it accepts is accepted here with the same meaning: the bytes go through
+//! what its Go code does to them ([`super::ipmasq_decode`]), so a key matches in
+//! any case (`NonMasqueradeCIDRs`), of two spellings the one Go applies last wins,
+//! a null value is what Go makes of it, a key left out keeps its default and an
+//! absent file means the defaults. A key no field takes is ignored, as there, but
+//! not silently: it is returned in [`IpMasqAgentFile::ignored_keys`] with the known
+//! key nearest to it, for the agent to report. A wrong type, an unaligned CIDR,
+//! more CIDRs than `cidrLimit` or a bad `resyncInterval` refuse the file, as there.
 
 use std::{path::PathBuf, time::Duration};
 
@@ -17,8 +21,8 @@ use serde_json::{Map, Value};
 
 use crate::error::{code, Error, Result};
 
-use super::diag::{expect_bool, expect_str, key_display, quote, unknown_key_error, wrong_type};
-use super::json::{duplicate_error, parse_json, parse_with};
+use super::diag::{expect_bool, expect_str, key_display, quote, suggest, unknown_key_error, wrong_type};
+use super::ipmasq_decode::{decode, go_field, Decoded, Syntax};
 use super::values::{parse_abs_path, parse_cidr_list};
 
 /// Where ip-masq-agent (and Cilium's `enable-ip-masq-agent`) read the file.
@@ -61,6 +65,26 @@ pub struct IpMasqAgentFile {
     pub masq_link_local: bool,
     pub masq_link_local_ipv6: bool,
     pub resync_interval: Duration,
+    /// Keys no field takes in any case, in the order first met: ignored, as
+    /// ip-masq-agent ignores them.
+    pub ignored_keys: Vec<IgnoredKey>,
+}
+
+/// A key of the file that ip-masq-agent ignores, and the known key nearest to it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IgnoredKey {
+    pub key: String,
+    pub nearest: Option<&'static str>,
+}
+
+impl IgnoredKey {
+    /// `"masqLinkLocl" (did you mean "masqLinkLocal"?)`, or the key alone.
+    pub fn describe(&self) -> String {
+        match self.nearest {
+            Some(n) => format!("\"{}\" (did you mean \"{n}\"?)", key_display(&self.key)),
+            None => format!("\"{}\"", key_display(&self.key)),
+        }
+    }
 }
 
 impl IpMasqAgentFile {
@@ -77,70 +101,86 @@ impl IpMasqAgentFile {
             masq_link_local: false,
             masq_link_local_ipv6: false,
             resync_interval: IP_MASQ_AGENT_DEFAULT_RESYNC,
+            ignored_keys: Vec::new(),
         }
     }
 }
 
-/// Parse the file's bytes: JSON when it starts with `{`, YAML otherwise (as
-/// ip-masq-agent's yaml.ToJSON does, JSON being YAML). Empty or only comments:
-/// the defaults. Errors are code 7 naming the key.
+/// Parse the file's bytes as ip-masq-agent does: JSON when it starts with `{`,
+/// YAML otherwise (JSON being YAML); empty, comments only or `null`: the
+/// defaults. Errors are code 7 naming the key as written (code 2: not YAML/JSON).
 pub fn parse_ip_masq_agent(bytes: &[u8], all_reserved: bool) -> Result<IpMasqAgentFile> {
     let text = std::str::from_utf8(bytes)
         .map_err(|e| Error::new(code::DECODE_FAILURE, format!("ip-masq-agent config is not UTF-8: {e}")))?;
-    let (v, dups) = if text.trim_start().starts_with('{') {
-        parse_json(bytes)
-            .map_err(|e| Error::new(e.code, e.msg.replace("network config", "ip-masq-agent config")))?
-    } else if text.trim().is_empty() {
-        (Value::Null, Vec::new())
-    } else {
-        parse_with(serde_yaml_ng::Deserializer::from_str(text)).map_err(|e| {
-            Error::new(code::DECODE_FAILURE, format!("failed to decode ip-masq-agent config as YAML: {e}"))
-        })?
-    };
-    if let Some(d) = dups.first() {
-        return Err(duplicate_error(d));
-    }
-    let mut out = IpMasqAgentFile::defaults(all_reserved);
-    let obj = match &v {
-        // An empty YAML document (comments only): Go unmarshals `null` into nothing.
-        Value::Null => return Ok(out),
-        Value::Object(o) => o,
-        other => {
+    let (syntax, top) = decode(text).map_err(|msg| Error::new(code::DECODE_FAILURE, msg))?;
+    let pairs = match top {
+        Decoded::Pairs(p) => p,
+        Decoded::NotAMapping(other) => {
             return Err(Error::new(
                 code::INVALID_CONFIG,
-                format!("invalid ip-masq-agent config: expected a mapping of keys, got {}", short(other)),
+                format!("invalid ip-masq-agent config: expected a mapping of keys, got {}", short(&other)),
             ))
         }
     };
-    for key in obj.keys() {
-        if !IP_MASQ_AGENT_KEYS.contains(&key.as_str()) {
-            return Err(unknown_key_error(&key_display(key), key, IP_MASQ_AGENT_KEYS));
+    let mut out = IpMasqAgentFile::defaults(all_reserved);
+    // The list is checked once every pair is applied, as ip-masq-agent validates
+    // the struct: (the key as written, the value) of the one applied last.
+    let mut cidrs: Option<(String, Value)> = None;
+    let mut limit = IP_MASQ_AGENT_DEFAULT_CIDR_LIMIT as i64;
+    for (key, v) in pairs {
+        let Some(field) = go_field(&key, IP_MASQ_AGENT_KEYS) else {
+            if !out.ignored_keys.iter().any(|i| i.key == key) {
+                let nearest = suggest(&key, IP_MASQ_AGENT_KEYS.iter().copied());
+                out.ignored_keys.push(IgnoredKey { key, nearest });
+            }
+            continue;
+        };
+        let name = key_display(&key);
+        // A null leaves a bool or an int as it was and makes the list empty (Go's nil
+        // slice: every destination but link-local masqueraded); the duration refuses it.
+        match (field, v) {
+            (_, Value::Null) if field != k::NON_MASQUERADE_CIDRS && field != k::RESYNC_INTERVAL => {}
+            (k::NON_MASQUERADE_CIDRS, Value::Null) => cidrs = Some((name, Value::Array(Vec::new()))),
+            (k::NON_MASQUERADE_CIDRS, Value::Array(items)) => {
+                // Go's []string takes strings (and null, as ""): any other element refuses the file.
+                if let Some((i, e)) = items.iter().enumerate().find(|(_, e)| !(e.is_string() || e.is_null())) {
+                    return Err(wrong_type(&format!("{name}[{i}]"), "a string (a CIDR)", e));
+                }
+                cidrs = Some((name, Value::Array(items)));
+            }
+            (k::NON_MASQUERADE_CIDRS, other) => return Err(wrong_type(&name, "a list of CIDR strings", &other)),
+            (k::CIDR_LIMIT, v) => limit = go_int(syntax, &v).ok_or_else(|| wrong_type(&name, "a whole number", &v))?,
+            (k::MASQ_LINK_LOCAL, v) => out.masq_link_local = expect_bool(&name, &v)?,
+            (k::MASQ_LINK_LOCAL_IPV6, v) => out.masq_link_local_ipv6 = expect_bool(&name, &v)?,
+            (k::RESYNC_INTERVAL, v) => {
+                let s = expect_str(&name, &v)?;
+                out.resync_interval = parse_go_duration(s).map_err(|why| Error::config(&name, why))?;
+            }
+            (other, _) => unreachable!("ip-masq-agent key {other} has no field"),
         }
     }
-    if let Some(v) = obj.get(k::NON_MASQUERADE_CIDRS) {
-        out.non_masquerade_cidrs = parse_cidr_list(k::NON_MASQUERADE_CIDRS, v)?;
+    if let Some((name, list)) = &cidrs {
+        out.non_masquerade_cidrs = parse_cidr_list(name, list)?;
     }
-    if let Some(v) = obj.get(k::CIDR_LIMIT) {
-        out.cidr_limit = v.as_u64().ok_or_else(|| wrong_type(k::CIDR_LIMIT, "a whole number", v))?;
-    }
-    if let Some(v) = obj.get(k::MASQ_LINK_LOCAL) {
-        out.masq_link_local = expect_bool(k::MASQ_LINK_LOCAL, v)?;
-    }
-    if let Some(v) = obj.get(k::MASQ_LINK_LOCAL_IPV6) {
-        out.masq_link_local_ipv6 = expect_bool(k::MASQ_LINK_LOCAL_IPV6, v)?;
-    }
-    if let Some(v) = obj.get(k::RESYNC_INTERVAL) {
-        let s = expect_str(k::RESYNC_INTERVAL, v)?;
-        out.resync_interval = parse_go_duration(s).map_err(|why| Error::config(k::RESYNC_INTERVAL, why))?;
-    }
-    let n = out.non_masquerade_cidrs.len() as u64;
-    if n > out.cidr_limit {
+    let n = out.non_masquerade_cidrs.len();
+    if n as i64 > limit {
         return Err(Error::config(
-            k::NON_MASQUERADE_CIDRS,
-            format!("{n} CIDRs, more than cidrLimit {} (ip-masq-agent refuses it too)", out.cidr_limit),
+            cidrs.as_ref().map_or(k::NON_MASQUERADE_CIDRS, |(name, _)| name.as_str()),
+            format!("{n} CIDRs, more than cidrLimit {limit} (ip-masq-agent refuses it too)"),
         ));
     }
+    out.cidr_limit = limit as u64; // not negative: n >= 0 is not more than it
     Ok(out)
+}
+
+/// What Go's `int` field takes: an integer; from YAML also a float with no
+/// fraction (`json.Marshal` writes the YAML float 64.0 as `64`).
+fn go_int(syntax: Syntax, v: &Value) -> Option<i64> {
+    let n = v.as_number()?;
+    n.as_i64().or_else(|| {
+        let f = n.as_f64().filter(|f| syntax == Syntax::Yaml && f.fract() == 0.0)?;
+        (f >= i64::MIN as f64 && f < i64::MAX as f64).then_some(f as i64)
+    })
 }
 
 fn short(v: &Value) -> String {
@@ -151,18 +191,19 @@ fn short(v: &Value) -> String {
     }
 }
 
-/// Go's `time.ParseDuration` for the values a resync interval takes: a sequence
-/// of decimal numbers each with a unit (ns, us, µs, ms, s, m, h), e.g. "60s",
-/// "1m", "1h30m", "1.5s"; "0" alone. Negative intervals are refused.
+/// Go's `time.ParseDuration`: an optional sign, then a sequence of decimal
+/// numbers each with a unit (ns, us, µs, ms, s, m, h), e.g. "60s", "1m",
+/// "1h30m", "1.5s"; "0" alone. A negative interval, which Go takes (ip-masq-agent
+/// then sleeps not at all between reads), is zero: read again as soon as may be.
 pub fn parse_go_duration(s: &str) -> std::result::Result<Duration, String> {
     let bad = || format!("{} is not a duration; expected e.g. \"60s\", \"1m\" or \"1h30m\"", quote(s));
-    if s == "0" {
+    let (negative, mut rest) = match s.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, s.strip_prefix('+').unwrap_or(s)),
+    };
+    if rest == "0" {
         return Ok(Duration::ZERO);
     }
-    if s.starts_with('-') {
-        return Err(format!("{} is negative; expected a duration such as \"60s\"", quote(s)));
-    }
-    let mut rest = s.strip_prefix('+').unwrap_or(s);
     if rest.is_empty() {
         return Err(bad());
     }
@@ -193,7 +234,7 @@ pub fn parse_go_duration(s: &str) -> std::result::Result<Duration, String> {
     if total > 9.2e9 {
         return Err(format!("{} is longer than a Go duration can be", quote(s)));
     }
-    Ok(Duration::from_secs_f64(total))
+    Ok(if negative { Duration::ZERO } else { Duration::from_secs_f64(total) })
 }
 
 /// What the agent took from the file and writes into the chained entry as
@@ -205,6 +246,10 @@ pub struct IpMasqAgent {
     pub file: PathBuf,
     /// "fileAbsent": the file did not exist, so these are ip-masq-agent's defaults.
     pub file_absent: bool,
+    /// "fileRefused": the file was refused when no list of it was in force (the
+    /// agent's start, and none kept in the chained entry), so these are
+    /// ip-masq-agent's defaults.
+    pub file_refused: bool,
     /// "nonMasqueradeCIDRs": unioned with the network's own nonMasqueradeCIDRs.
     pub non_masquerade_cidrs: Vec<IpNetwork>,
     /// "masqLinkLocal" / "masqLinkLocalIPv6": replace the network's own.
@@ -217,16 +262,25 @@ impl IpMasqAgent {
         IpMasqAgent {
             file,
             file_absent,
+            file_refused: false,
             non_masquerade_cidrs: f.non_masquerade_cidrs.clone(),
             masq_link_local: f.masq_link_local,
             masq_link_local_ipv6: f.masq_link_local_ipv6,
         }
     }
 
-    /// "FILE" or "FILE (absent: ip-masq-agent's defaults)": how status and explain name it.
+    /// What a refused `file` leaves in force when nothing else is: ip-masq-agent's defaults.
+    pub fn refused(file: PathBuf, all_reserved: bool) -> Self {
+        IpMasqAgent { file_refused: true, ..IpMasqAgent::from_file(file, false, &IpMasqAgentFile::defaults(all_reserved)) }
+    }
+
+    /// "FILE", or "FILE (absent: ip-masq-agent's defaults)", or "FILE (refused:
+    /// ip-masq-agent's defaults)": how status and explain name it.
     pub fn describe(&self) -> String {
         if self.file_absent {
             format!("{} (absent: ip-masq-agent's defaults)", self.file.display())
+        } else if self.file_refused {
+            format!("{} (refused: ip-masq-agent's defaults)", self.file.display())
         } else {
             self.file.display().to_string()
         }
@@ -236,10 +290,23 @@ impl IpMasqAgent {
 pub(super) mod entry_key {
     pub const FILE: &str = "file";
     pub const FILE_ABSENT: &str = "fileAbsent";
+    pub const FILE_REFUSED: &str = "fileRefused";
 }
 /// The keys of the chained entry's `ipMasqAgent` object.
-pub const IP_MASQ_AGENT_ENTRY_KEYS: &[&str] =
-    &[entry_key::FILE, entry_key::FILE_ABSENT, k::NON_MASQUERADE_CIDRS, k::MASQ_LINK_LOCAL, k::MASQ_LINK_LOCAL_IPV6];
+pub const IP_MASQ_AGENT_ENTRY_KEYS: &[&str] = &[
+    entry_key::FILE,
+    entry_key::FILE_ABSENT,
+    entry_key::FILE_REFUSED,
+    k::NON_MASQUERADE_CIDRS,
+    k::MASQ_LINK_LOCAL,
+    k::MASQ_LINK_LOCAL_IPV6,
+];
+
+/// The `ipMasqAgent` of a chained entry (as a conflist holds it), when it has a valid one.
+pub fn ip_masq_agent_of_entry(entry: &Map<String, Value>) -> Option<IpMasqAgent> {
+    let v = entry.get(super::key::IP_MASQ_AGENT)?;
+    parse_ip_masq_agent_entry(super::key::IP_MASQ_AGENT, v).ok()
+}
 
 /// The chained entry's `ipMasqAgent` object (`base` is its key, for messages).
 pub(super) fn parse_ip_masq_agent_entry(base: &str, v: &Value) -> Result<IpMasqAgent> {
@@ -262,6 +329,7 @@ pub(super) fn parse_ip_masq_agent_entry(base: &str, v: &Value) -> Result<IpMasqA
     Ok(IpMasqAgent {
         file,
         file_absent: flag(entry_key::FILE_ABSENT)?,
+        file_refused: flag(entry_key::FILE_REFUSED)?,
         non_masquerade_cidrs,
         masq_link_local: flag(k::MASQ_LINK_LOCAL)?,
         masq_link_local_ipv6: flag(k::MASQ_LINK_LOCAL_IPV6)?,
@@ -274,6 +342,9 @@ pub fn ip_masq_agent_to_json(a: &IpMasqAgent) -> Value {
     o.insert(entry_key::FILE.into(), Value::String(a.file.to_string_lossy().into_owned()));
     if a.file_absent {
         o.insert(entry_key::FILE_ABSENT.into(), Value::Bool(true));
+    }
+    if a.file_refused {
+        o.insert(entry_key::FILE_REFUSED.into(), Value::Bool(true));
     }
     o.insert(
         k::NON_MASQUERADE_CIDRS.into(),

@@ -103,14 +103,6 @@ impl<'de> Visitor<'de> for Seed<'_> {
     }
 }
 
-/// Any serde format's document as a `Value`, with the paths of its duplicated
-/// keys (the ip-masq-agent file's YAML reader uses it as JSON's does).
-pub(super) fn parse_with<'de, D: Deserializer<'de>>(d: D) -> Result<(Value, Vec<Vec<Seg>>), D::Error> {
-    let tracker = RefCell::new(Tracker::default());
-    let v = Seed(&tracker).deserialize(d)?;
-    Ok((v, tracker.into_inner().dups))
-}
-
 pub(super) fn parse_json(bytes: &[u8]) -> Result<(Value, Vec<Vec<Seg>>)> {
     let tracker = RefCell::new(Tracker::default());
     let mut de = serde_json::Deserializer::from_slice(bytes);

@@ -19,13 +19,15 @@
 //! messages, `values` one parser per kind of value, `masq` our own options (in
 //! and out), `egress` the egressPolicies (types, globs, the per-destination
 //! decision), `ipmasq` ip-masq-agent's file and the
-//! `ipMasqAgent` key the agent writes from it, `port_limit` podPortLimit and the
+//! `ipMasqAgent` key the agent writes from it, `ipmasq_decode` that file's bytes
+//! as ip-masq-agent's Go code sees them, `port_limit` podPortLimit and the
 //! annotation that lowers it, `netconf` the whole plugin entry. It uses `crate::error` only.
 
 pub mod cni_cache;
 mod diag;
 pub mod egress_policy;
 mod ipmasq;
+mod ipmasq_decode;
 mod json;
 mod keys;
 mod masq;
@@ -49,8 +51,8 @@ pub use egress_policy::{
     EGRESS_POLICIES_MAX, EGRESS_POLICY_ANNOTATION,
 };
 pub use ipmasq::{
-    ip_masq_agent_to_json, ipmasq_key, parse_go_duration, parse_ip_masq_agent, IpMasqAgent, IpMasqAgentFile,
-    IP_MASQ_AGENT_DEFAULT_CIDRS, IP_MASQ_AGENT_DEFAULT_PATH, IP_MASQ_AGENT_ENTRY_KEYS, IP_MASQ_AGENT_KEYS,
+    ip_masq_agent_of_entry, ip_masq_agent_to_json, ipmasq_key, parse_go_duration, parse_ip_masq_agent, IgnoredKey,
+    IpMasqAgent, IpMasqAgentFile, IP_MASQ_AGENT_DEFAULT_CIDRS, IP_MASQ_AGENT_DEFAULT_PATH, IP_MASQ_AGENT_ENTRY_KEYS, IP_MASQ_AGENT_KEYS,
     IP_MASQ_AGENT_RESERVED_CIDRS,
 };
 pub use keys::{key, MASQ_KEYS, NATLOG_KEYS, POLICY_KEYS, RULE_KEYS, STANDARD_KEYS, TIMEOUT_KEYS};

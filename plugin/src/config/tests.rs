@@ -775,6 +775,7 @@ fn masq_to_json_round_trip() {
         ip_masq_agent: Some(IpMasqAgent {
             file: PathBuf::from("/etc/config/ip-masq-agent"),
             file_absent: true,
+            file_refused: false,
             non_masquerade_cidrs: vec![cidr("10.0.0.0/8"), cidr("fd00::/8")],
             masq_link_local: false,
             masq_link_local_ipv6: true,

@@ -341,6 +341,15 @@ pub fn chain_problem(dir: &Path, conflist: Option<&str>, entry: &Map<String, Val
     })
 }
 
+/// The ebpf-masq entry the primary network config of `dir` (or `conflist`) holds now, if any.
+pub fn chained_entry(dir: &Path, conflist: Option<&str>) -> Option<Map<String, Value>> {
+    let file = match conflist {
+        Some(n) => n.to_string(),
+        None => primary_conf(conf_names(dir).ok()?.iter().map(String::as_str))?.to_string(),
+    };
+    find_entry(&fs::read(dir.join(file)).ok()?)
+}
+
 // ---------------------------------------------------------------------------
 // uninstall
 // ---------------------------------------------------------------------------

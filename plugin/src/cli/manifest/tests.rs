@@ -159,9 +159,12 @@ fn ip_masq_agent_file_becomes_its_configmap() {
     assert_eq!(cm["data"]["config"], content);
     assert!(agent_argv(&docs).contains(&"--ip-masq-agent".to_string()));
 
-    let bad = temp_file("nonMasqueradeCIDRs: [10.0.0.0/8]\nmasqLinkLocl: true\n");
+    // Refused as the agent would refuse it; a key ip-masq-agent ignores is no reason to.
+    let bad = temp_file("nonMasqueradeCIDRs: [10.0.0.1/8]\n");
     let e = render(&args(&["--ip-masq-agent-file", bad.arg()]), "").unwrap_err();
-    assert!(e.msg.contains("masqLinkLocl"), "{e}");
+    assert!(e.msg.contains("nonMasqueradeCIDRs[0]") && e.msg.contains(bad.arg()), "{e}");
+    let odd = temp_file("NonMasqueradeCIDRs: [10.0.0.0/8]\nmasqLinkLocl: true\n");
+    assert!(render(&args(&["--ip-masq-agent-file", odd.arg()]), "").is_ok());
 }
 
 /// What `kubectl apply` of a ServiceMonitor needs, from the CRD
