@@ -22,7 +22,7 @@ import signal
 import time
 
 from lab.netlab import PY, Pod, Topo, wait_for
-from test_agent import Agent, entry_of
+from lab.agentlab import Agent, entry_of
 
 EXT, NODE_IP = Topo.EXT, Topo.NODE_EXT
 
@@ -149,7 +149,6 @@ def test_pods_added_while_the_agent_was_killed_never_leak(topo, plugin, lab):
         wait_for(lambda: topo.status(plugin)["drops"]["unregistered_pod"] >= 25, timeout=10,
                  what="the unregistered pod's datagrams dropped")
         assert late.host_veth not in pods_of(topo, plugin)
-        os.rename(lab.tmp / "config", lab.tmp / "config-killed")  # the new agent's ConfigMap volume
         b = Agent(topo, plugin, lab, net, "--gc-interval", "1")
         wait_for(lambda: b.alive() and b.get("/healthz")[0] == 200, timeout=90, what="agent ready again")
         wait_for(lambda: any(src == NODE_IP for _, src in arrivals(cap, port)), timeout=10,
