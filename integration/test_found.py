@@ -202,7 +202,8 @@ def test_a_pod_added_right_after_the_conflist_was_rewritten(topo, plugin, lab):
 def test_corrupt_truncated_and_foreign_cache_files_are_skipped_with_one_line(topo, plugin, lab):
     """Files in the cache that are not libcni's results (corrupt, truncated, of
     another kind) are each told once and skipped; the agent stays up and ready,
-    and a real pod beside them is still found."""
+    and a real pod beside them is still found. A pod's file read while libcni was
+    still writing it (libcni writes in place) is read again once written whole."""
     net = topo.network([topo.bridge_plugin()])
     cache = lab.tmp / "cni-cache"
     (cache / "results").mkdir(parents=True)
@@ -210,6 +211,10 @@ def test_corrupt_truncated_and_foreign_cache_files_are_skipped_with_one_line(top
     real = next(p for p in (os.listdir("/var/lib/cni/results")) if p.startswith(f"{net.name}-"))
     whole = open(f"/var/lib/cni/results/{real}", "rb").read()
     (cache / "results" / real).write_bytes(whole)
+    slow = add_named(net, topo.pod_ns("slow"), "shop", "slow-0")
+    slow_name = next(p for p in os.listdir("/var/lib/cni/results") if p.startswith(f"{net.name}-") and p != real)
+    slow_whole = open(f"/var/lib/cni/results/{slow_name}", "rb").read()
+    (cache / "results" / slow_name).write_bytes(slow_whole[:40])
     bad = {
         f"{net.name}-corrupt-eth0": b"\x00\xff\x13 not json",
         f"{net.name}-truncated-eth0": whole[: len(whole) // 2],
@@ -220,11 +225,17 @@ def test_corrupt_truncated_and_foreign_cache_files_are_skipped_with_one_line(top
     a = Agent(topo, plugin, lab, net, "--cni-cache-dir", cache)
     wait_for(lambda: a.alive() and a.get("/healthz")[0] == 200, timeout=90, what="agent ready")
     assert pods_of(topo, plugin)[pod.host_veth]["found"] is True
-    assert a.metric("ebpf_masq_agent_cni_cache_files_skipped") == 3
+    assert slow.host_veth not in pods_of(topo, plugin)
+    assert a.metric("ebpf_masq_agent_cni_cache_files_skipped") == 4
     time.sleep(11)  # past a periodic pass: each bad file is told once, not again
     lines = [l for l in a.log.read_text().splitlines() if "agent=discover file=" in l]
-    assert sorted(l.split("file=")[1].split()[0].rsplit("/", 1)[1] for l in lines) == sorted(bad), lines
+    assert sorted(l.split("file=")[1].split()[0].rsplit("/", 1)[1] for l in lines) == sorted([*bad, slow_name]), lines
     assert a.alive() and a.get("/healthz")[0] == 200
+    # libcni finishes writing the slow pod's file: read again, the pod found.
+    (cache / "results" / slow_name).write_bytes(slow_whole)
+    wait_for(lambda: slow.host_veth in pods_of(topo, plugin), timeout=15, what="the rewritten file's pod found")
+    assert pods_of(topo, plugin)[slow.host_veth]["found"] is True
+    assert a.metric("ebpf_masq_agent_cni_cache_files_skipped") == 3
     a.proc.send_signal(signal.SIGTERM)
     assert a.proc.wait(10) == 0
 

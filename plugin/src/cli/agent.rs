@@ -163,8 +163,8 @@ struct State {
     discovery: Option<String>,
     /// Pods registered from the cache since the agent started.
     pods_found: u64,
-    /// Cache files that are not libcni's (told once each, then skipped).
-    bad_cache_files: std::collections::HashSet<PathBuf>,
+    /// Cache files that are not libcni's (told once each, then skipped while unchanged).
+    bad_cache_files: std::collections::HashSet<node::discover::FileSeen>,
 }
 
 impl State {
@@ -585,14 +585,16 @@ fn discover(a: &AgentArgs, state: &Mutex<State>) {
             return;
         }
     };
-    for (file, why) in &pass.bad_files {
-        log::warn!("agent=discover file={} skipped={why:?} (not read again)", file.display());
+    for ((file, ..), why) in &pass.bad_files {
+        log::warn!("agent=discover file={} skipped={why:?} (read again only once it changes)", file.display());
     }
     for who in &pass.registered {
         log::info!("agent=discover registered={who} why=no-add-seen network={name}");
     }
     {
         let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+        // A bad file rewritten or removed since is forgotten (it is read again if still there).
+        st.bad_cache_files.retain(|f| node::discover::seen(&f.0) == *f);
         st.bad_cache_files.extend(pass.bad_files.into_iter().map(|(f, _)| f));
         st.pods_found += pass.registered.len() as u64;
     }

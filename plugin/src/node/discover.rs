@@ -9,6 +9,7 @@
 use std::{
     collections::HashSet,
     path::{Path, PathBuf},
+    time::SystemTime,
 };
 
 use serde_json::{Map, Value};
@@ -22,13 +23,23 @@ use crate::{
 
 use super::register::{self, PodAdd};
 
+/// A cache file as it was when it was read: path, length, modification time. A
+/// file reported bad is skipped only while it stays so (libcni writes its files
+/// in place: one read mid-write is read again once it has been written whole).
+pub type FileSeen = (PathBuf, u64, Option<SystemTime>);
+
+pub fn seen(path: &Path) -> FileSeen {
+    let md = std::fs::metadata(path).ok();
+    (path.to_path_buf(), md.as_ref().map_or(0, |m| m.len()), md.and_then(|m| m.modified().ok()))
+}
+
 /// What one pass did.
 #[derive(Debug, Default)]
 pub struct Pass {
     /// Newly registered: "namespace/name (container/ifname)".
     pub registered: Vec<String>,
     /// Cache files that could not be read as libcni's, with the reason.
-    pub bad_files: Vec<(PathBuf, String)>,
+    pub bad_files: Vec<(FileSeen, String)>,
     /// Entries whose pod's veth is gone (a pod deleted without a DEL): ignored.
     pub gone: usize,
     /// Entries that should have been registered and were not, with the reason.
@@ -46,7 +57,7 @@ pub fn discover(
     network: &str,
     cni_version: &str,
     entry: &Map<String, Value>,
-    skip: &HashSet<PathBuf>,
+    skip: &HashSet<FileSeen>,
     learn_all: bool,
 ) -> Result<Pass> {
     let mut pass = Pass::default();
@@ -60,13 +71,17 @@ pub fn discover(
     let registered: HashSet<_> = pod::list_attachments(pins)?.into_iter().map(|(k, _)| k).collect();
     for path in names {
         let ours = path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&prefix));
-        if !ours || skip.contains(&path) {
+        if !ours {
+            continue;
+        }
+        let file = seen(&path);
+        if skip.contains(&file) {
             continue;
         }
         let cached = match std::fs::read(&path).map_err(|e| e.to_string()).and_then(|b| cni_cache::parse_cached_add(&b)) {
             Ok(c) => c,
             Err(why) => {
-                pass.bad_files.push((path, why));
+                pass.bad_files.push((file, why));
                 continue;
             }
         };
@@ -78,7 +93,7 @@ pub fn discover(
         let conf = match conf {
             Ok(c) => c,
             Err(e) => {
-                pass.bad_files.push((path, format!("as the plugin's config: {}", e.msg)));
+                pass.bad_files.push((file, format!("as the plugin's config: {}", e.msg)));
                 continue;
             }
         };
