@@ -147,7 +147,7 @@ def test_daemonset_shape(plugin, tmp_path):
     assert {"operator": "Exists"} in spec["tolerations"]
     vols = {v["name"]: v for v in spec["volumes"]}
     host_paths = {v["hostPath"]["path"]: n for n, v in vols.items() if "hostPath" in v}
-    assert set(host_paths) == {"/opt/cni/bin", "/etc/cni/net.d", "/sys/fs/bpf"}
+    assert set(host_paths) == {"/opt/cni/bin", "/etc/cni/net.d", "/var/lib/cni", "/sys/fs/bpf"}
     [cfg_vol] = [n for n, v in vols.items() if "configMap" in v]
     assert vols[cfg_vol]["configMap"]["name"] == cm["metadata"]["name"]
 
@@ -159,11 +159,15 @@ def test_daemonset_shape(plugin, tmp_path):
     assert mounts[host_paths["/sys/fs/bpf"]]["mountPath"] == "/sys/fs/bpf"
     assert mounts[host_paths["/opt/cni/bin"]]["mountPath"] == "/host/opt/cni/bin"
     assert mounts[host_paths["/etc/cni/net.d"]]["mountPath"] == "/host/etc/cni/net.d"
+    # libcni's result cache, where the agent finds pods whose ADD never reached it: read only.
+    cache = mounts[host_paths["/var/lib/cni"]]
+    assert (cache["mountPath"], cache.get("readOnly")) == ("/host/var/lib/cni", True), cache
     # The whole ConfigMap volume: a subPath mount would never see kubelet's updates.
     assert mounts[cfg_vol]["mountPath"] == "/config" and "subPath" not in mounts[cfg_vol]
     argv = agent_command(main)
     assert argv == ["ebpf-masq", "agent", "--conf", "/config/ebpf-masq.json", "--cni-conf-dir", "/host/etc/cni/net.d",
-                    "--cni-bin-dir", "/host/opt/cni/bin", "--metrics-listen", "0.0.0.0:9436"], argv
+                    "--cni-bin-dir", "/host/opt/cni/bin", "--cni-cache-dir", "/host/var/lib/cni",
+                    "--metrics-listen", "0.0.0.0:9436"], argv
     # Every option it uses is one the CLI has.
     usage = run(plugin, "agent", "--help").stdout
     assert all(a in usage for a in argv if a.startswith("--")), usage
