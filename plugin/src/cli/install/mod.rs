@@ -288,18 +288,23 @@ pub fn put_on_node(
     Ok(report)
 }
 
+/// The file of `dir` ebpf-masq chains into: `conflist`, or the primary network
+/// config (the first by name, as runtimes pick it). None: `dir` holds none yet.
+fn primary_file(dir: &Path, conflist: Option<&str>) -> Result<Option<String>> {
+    match conflist {
+        Some(n) => Ok(Some(n.to_string())),
+        None => {
+            let names = conf_names(dir).ctx(code::IO_FAILURE, format!("read conf dir {}", dir.display()))?;
+            Ok(primary_conf(names.iter().map(String::as_str)).map(str::to_string))
+        }
+    }
+}
+
 /// The name and cniVersion of the primary network config of `dir` (or
 /// `conflist`): the network whose pods ebpf-masq masquerades. None: no config yet.
 pub fn network_of(dir: &Path, conflist: Option<&str>) -> Result<Option<(String, String)>> {
-    let file = match conflist {
-        Some(n) => n.to_string(),
-        None => {
-            let names = conf_names(dir).ctx(code::IO_FAILURE, format!("read conf dir {}", dir.display()))?;
-            match primary_conf(names.iter().map(String::as_str)) {
-                Some(f) => f.to_string(),
-                None => return Ok(None),
-            }
-        }
+    let Some(file) = primary_file(dir, conflist)? else {
+        return Ok(None);
     };
     let path = dir.join(&file);
     let v: Value = match fs::read(&path) {
@@ -318,15 +323,8 @@ pub fn network_of(dir: &Path, conflist: Option<&str>) -> Result<Option<(String, 
 /// Whether the primary network config of `dir` (or `conflist`) holds exactly
 /// `entry` as its ebpf-masq entry: Ok(None) when it does, Ok(Some(why)) when not.
 pub fn chain_problem(dir: &Path, conflist: Option<&str>, entry: &Map<String, Value>) -> Result<Option<String>> {
-    let file = match conflist {
-        Some(n) => n.to_string(),
-        None => {
-            let names = conf_names(dir).ctx(code::IO_FAILURE, format!("read conf dir {}", dir.display()))?;
-            match primary_conf(names.iter().map(String::as_str)) {
-                Some(f) => f.to_string(),
-                None => return Ok(Some(format!("no network config in {}", dir.display()))),
-            }
-        }
+    let Some(file) = primary_file(dir, conflist)? else {
+        return Ok(Some(format!("no network config in {}", dir.display())));
     };
     let path = dir.join(&file);
     let bytes = match fs::read(&path) {
@@ -343,10 +341,7 @@ pub fn chain_problem(dir: &Path, conflist: Option<&str>, entry: &Map<String, Val
 
 /// The ebpf-masq entry the primary network config of `dir` (or `conflist`) holds now, if any.
 pub fn chained_entry(dir: &Path, conflist: Option<&str>) -> Option<Map<String, Value>> {
-    let file = match conflist {
-        Some(n) => n.to_string(),
-        None => primary_conf(conf_names(dir).ok()?.iter().map(String::as_str))?.to_string(),
-    };
+    let file = primary_file(dir, conflist).ok()??;
     find_entry(&fs::read(dir.join(file)).ok()?)
 }
 
