@@ -63,8 +63,9 @@ struct Seen {
 struct AbiCallbacks(Arc<Mutex<Seen>>);
 
 impl ParseCallbacks for AbiCallbacks {
-    /// Flags of a u8 `flags`/`close` field are u8; the sweep's `armed` bits u64;
-    /// lengths and counts that size Rust arrays usize; the rest u32.
+    /// Flags of a u8 `flags`/`close` field are u8; the sweep's `armed` bits and a
+    /// pair generation's taken bit u64; lengths and counts that size Rust arrays
+    /// usize; the rest u32.
     fn int_macro(&self, name: &str, _value: i64) -> Option<IntKind> {
         let mut seen = self.0.lock().unwrap();
         if !seen.macros.iter().any(|m| m == name) {
@@ -75,7 +76,7 @@ impl ParseCallbacks for AbiCallbacks {
             n if n.starts_with("NAT_F_") || n.starts_with("NAT_C_") => IntKind::U8,
             "NAT_GC_WALK6" => IntKind::U32,
             n if n.starts_with("NAT_GC_") => IntKind::U64,
-            "EVENTS_LEASE_NS" => IntKind::U64,
+            "EVENTS_LEASE_NS" | "NAT_GEN_TAKEN" => IntKind::U64,
             n if n.ends_with("_LEN") => usize_kind,
             "MASQ_POOL_MAX" | "ATT_MAX_ADDRS" | "POD_HOST_PORTS_MAX" => usize_kind,
             _ => IntKind::U32,

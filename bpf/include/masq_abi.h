@@ -436,7 +436,8 @@ enum masq_counter {
 enum masq_drop_reason {
 	DROP_SPOOFED_SOURCE = 0,   /* veth: source is not one of the pod's addresses */
 	DROP_NO_PORT,              /* uplink: port allocation failed */
-	DROP_NAT_INSERT,           /* uplink: NAT map insert failed (not EEXIST) */
+	DROP_NAT_INSERT,           /* uplink: NAT map insert failed (not EEXIST), or the flow's pair
+				    * is changing hands this instant (masq_abi_nat.h NAT_GEN_TAKEN) */
 	DROP_FRAGMENT,             /* uplink: fragment that cannot be translated (no L4 ports) */
 	DROP_MALFORMED,            /* truncated or invalid header on a flow to masquerade */
 	DROP_CSUM,                 /* checksum helper failed */

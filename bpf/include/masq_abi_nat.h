@@ -83,6 +83,19 @@ struct nat4_key {
 #define NAT_C_FIN_FIRST   0x1      /* this direction's FIN was the pair's first (its end closed actively) */
 #define NAT_C_PEER_FIN    0x2      /* the other direction sent a FIN (carried across when it was seen) */
 #define NAT_C_ACKED_PEER  0x4      /* this direction acknowledged the other direction's FIN */
+/*
+ * A pair changes hands only through its reverse half's created_ns (the pair's
+ * generation, which both halves carry), with an atomic compare-and-swap: a new
+ * flow taking its port over, or the expiry sweep removing it, first swaps it to
+ * created_ns | NAT_GEN_TAKEN (then the forward half goes, then the reverse half
+ * is overwritten or removed); a pod reopening its own finished tuple swaps it to
+ * created_ns + 1, and its forward half follows. Exactly one of them wins, so two
+ * flows never hold one port towards one remote endpoint, and a look at a pair
+ * that is stale by the time it acts (another CPU took it, or it opened again)
+ * changes nothing. A reverse half marked taken is never taken over again, and
+ * its own flow's packets wait (they are dropped) until it is gone.
+ */
+#define NAT_GEN_TAKEN     (1ULL << 63)
 struct nat4_entry {
 	__be32 addr;               /* fwd: nat address; rev: pod address */
 	__be16 port;               /* fwd: nat port;    rev: pod port */

@@ -134,8 +134,9 @@ static __noinline int fp_route_v6(struct __sk_buff *skb, const struct flow6 *f, 
 /*
  * fp_egress_v4 - the packet from the pod behind skb->ifindex (source already
  * checked; @pod the pod's facts: its veths or pods4 entry), fastPath on (@cfg).
- * TC_ACT_REDIRECT when sent, MASQ_PASS when left to the stack, a drop only when
- * a rewrite half-failed.
+ * TC_ACT_REDIRECT when sent, MASQ_PASS when left to the stack, a drop when a
+ * rewrite half-failed, a new flow found no port or room, or the flow's pair is
+ * changing hands this instant (snat_refresh's NAT_SYNC_BUSY).
  */
 static __noinline int fp_egress_v4(struct __sk_buff *skb, const struct node_config *cfg,
 				const struct pod_info *pod)
@@ -189,15 +190,21 @@ static __noinline int fp_egress_v4(struct __sk_buff *skb, const struct node_conf
 		goto fallback;
 
 	now = bpf_ktime_get_coarse_ns();
-	if (fwd && !snat_refresh_v4(skb, &f, fwd, now)) {
-		/* Our pair is going, or its reply slot was taken over: start afresh. */
-		struct nat4_key fk = {
-			.saddr = f.saddr, .daddr = f.daddr,
-			.sport = f.sport, .dport = f.dport, .proto = f.proto,
-		};
+	if (fwd) {
+		int sync = snat_refresh_v4(skb, &f, fwd, now);
 
-		fwd_del_v4(&fk);
-		fwd = NULL;
+		if (sync == NAT_SYNC_BUSY)
+			return drop_with(skb, DROP_NAT_INSERT); /* its pair is changing hands this instant */
+		if (sync != NAT_SYNC_OK) {
+			/* Our pair is going, or its reply slot was taken over: start afresh. */
+			struct nat4_key fk = {
+				.saddr = f.saddr, .daddr = f.daddr,
+				.sport = f.sport, .dport = f.dport, .proto = f.proto,
+			};
+
+			fwd_del_v4(&fk);
+			fwd = NULL;
+		}
 	}
 	if (!fwd) {
 		struct masq_decision4 d = {};
@@ -377,9 +384,15 @@ static __noinline int fp_egress_v6(struct __sk_buff *skb, const struct node_conf
 		goto fallback;
 
 	now = bpf_ktime_get_coarse_ns();
-	if (fwd && !snat_refresh_v6(skb, f, fwd, now)) {
-		fp_forget_v6(f);
-		fwd = NULL;
+	if (fwd) {
+		int sync = snat_refresh_v6(skb, f, fwd, now);
+
+		if (sync == NAT_SYNC_BUSY)
+			return drop_with(skb, DROP_NAT_INSERT); /* its pair is changing hands this instant */
+		if (sync != NAT_SYNC_OK) {
+			fp_forget_v6(f);
+			fwd = NULL;
+		}
 	}
 	if (!fwd) {
 		__u32 reason;

@@ -117,12 +117,17 @@ static __noinline int NAT_FN(host_egress)(struct __sk_buff *skb, const FLOW_T *f
 	/* Its own pair, if host pairs may exist at all (nat_gc.hosts). */
 	fwd = !gc || gc->hosts ? NAT_FN(fwd_get)(&fk) : NULL;
 	if (fwd) {
+		int sync;
+
 		now = bpf_ktime_get_coarse_ns();
-		if (NAT_FN(snat_refresh)(skb, f, fwd, now)) {
+		sync = NAT_FN(snat_refresh)(skb, f, fwd, now);
+		if (sync == NAT_SYNC_OK) {
 			if (fwd->port == f->sport)
 				return MASQ_PASS;
 			return REWRITE(skb, f, true, &fwd->addr, fwd->port) ? drop_with(skb, DROP_CSUM) : MASQ_PASS;
 		}
+		if (sync == NAT_SYNC_BUSY)
+			return drop_with(skb, DROP_NAT_INSERT); /* its pair is changing hands this instant */
 		NAT_FN(fwd_del)(&fk); /* its pair is going: as a new flow */
 	}
 	if (f->proto == ICMP_PROTO)
@@ -188,13 +193,14 @@ static __noinline int NAT_FN(snat_egress)(struct __sk_buff *skb, const struct up
 				count_add(CNT_INBOUND_PKTS, 1);
 				return MASQ_PASS;
 			}
-			if (!NAT_FN(snat_refresh)(skb, &f, fwd, now)) {
-				/* Our pair is going, or its reply slot was taken over: start afresh. */
-				NAT_FN(fwd_del)(&fk);
-				fwd = NULL;
-			} else {
+			ret = NAT_FN(snat_refresh)(skb, &f, fwd, now);
+			if (ret == NAT_SYNC_OK)
 				goto rewrite;
-			}
+			if (ret == NAT_SYNC_BUSY)
+				return drop_with(skb, DROP_NAT_INSERT); /* its pair is changing hands this instant */
+			/* Our pair is going, or its reply slot was taken over: start afresh. */
+			NAT_FN(fwd_del)(&fk);
+			fwd = NULL;
 		}
 		break;
 	}

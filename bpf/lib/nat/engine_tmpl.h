@@ -29,7 +29,9 @@
  *   rev[{remote, nat addr, remote port, nat port}] -> {pod, pod port}
  * The reverse half is inserted first with BPF_NOEXIST (that is the port claim);
  * if the forward half then fails, the reverse half is removed again. Both halves
- * carry the pair's created_ns, which tells a pair from a later one with the same key.
+ * carry the pair's created_ns, which tells a pair from a later one with the same key;
+ * a pair changes hands (taken over, removed by the sweep, opened again by its pod)
+ * only through a compare-and-swap of its reverse half's (masq_abi_nat.h NAT_GEN_TAKEN).
  *
  * Expiry: entries carry last_seen_ns, refreshed in both halves together at most
  * once a second from whichever direction has traffic, so a one-way flow never

@@ -52,7 +52,7 @@ __attribute__((noinline)) int NAT_FN(event_pair)(__u32 what, const KEY_T *fk, co
 		e->bytes_out = fwd->bytes;
 	}
 	if (rev) {
-		e->start_ns = rev->created_ns;
+		e->start_ns = rev->created_ns & ~NAT_GEN_TAKEN; /* claimed by the sweep by now */
 		e->ifindex = rev->ifindex;
 		e->nat_flags |= rev->flags;
 		e->packets_in = rev->packets;

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * A pair's lifetime, for both families (the per-family code: pair_tmpl.h):
- * its protocol's idle timeout, a one-shot UDP flow told from a stream, and the
- * flags the two halves share. Pure functions of the config and the flags.
+ * its protocol's idle timeout, a one-shot UDP flow told from a stream, the
+ * flags the two halves share, and what refreshing a pair can find (NAT_SYNC_*).
+ * Pure functions of the config and the flags.
  */
 #ifndef MASQ_NAT_PAIR_H
 #define MASQ_NAT_PAIR_H
@@ -43,5 +44,12 @@ static __always_inline __u8 nat_flags_synced(__u8 from, __u8 to)
 {
 	return (from & ~NAT_F_ENDS) | ((from & NAT_F_TCP_CLOSING) ? (to & NAT_F_ENDS) : 0);
 }
+
+/* What refreshing a flow's pair found (pair_tmpl.h snat_refresh, snat_sync_rev). */
+#define NAT_SYNC_OK   0 /* the pair is the flow's: translate the packet */
+#define NAT_SYNC_GONE 1 /* its reverse half is gone or another pair's: start the flow afresh */
+#define NAT_SYNC_BUSY 2 /* another CPU is taking its port over or removing it this instant
+			 * (masq_abi_nat.h NAT_GEN_TAKEN): drop the packet, which must neither
+			 * leave on that port nor start a pair while the old one is still there */
 
 #endif /* MASQ_NAT_PAIR_H */

@@ -218,21 +218,37 @@ static __noinline void NAT_FN(open_refresh)(const FLOW_T *f, const ENTRY_T *fwd,
 
 /*
  * snat_sync_rev - after the forward half of a flow was refreshed, refresh its
- * reverse half too (carrying the TCP closing state). Returns false if the
- * reverse half is gone (the pair is being removed) or belongs to another flow:
- * the caller starts this flow afresh.
+ * reverse half too (carrying the TCP closing state). NAT_SYNC_GONE when the
+ * reverse half is gone or belongs to another flow (the caller starts this flow
+ * afresh), NAT_SYNC_BUSY when another CPU has claimed the pair to give its port
+ * to a new flow or to remove it (masq_abi_nat.h NAT_GEN_TAKEN: it removes the
+ * forward half itself). A pod opening a new connection on its own finished tuple
+ * (nat_touch opened the forward half again, tcp_tw_reuse) keeps the pair only by
+ * winning it: the generation moves on with a compare-and-swap, so a new flow that
+ * judged the pair finished a moment before cannot take its port after all.
  */
 /* snat_sync_rev_v4, snat_sync_rev_v6 */
-static __noinline bool NAT_FN(snat_sync_rev)(struct __sk_buff *skb, const FLOW_T *f, ENTRY_T *fwd, __u64 now)
+static __noinline int NAT_FN(snat_sync_rev)(struct __sk_buff *skb, const FLOW_T *f, ENTRY_T *fwd, __u64 now)
 {
 	KEY_T rk = {
 		.saddr = f->daddr, .daddr = fwd->addr,
 		.sport = f->dport, .dport = fwd->port, .proto = f->proto,
 	};
 	ENTRY_T *rev = bpf_map_lookup_elem(&MAP_REV, &rk);
+	__u64 gen, was;
 
-	if (!skb || !rev || rev->created_ns != fwd->created_ns)
-		return false;
+	if (!skb || !rev)
+		return NAT_SYNC_GONE;
+	gen = fwd->created_ns;
+	was = rev->created_ns;
+	if (was == gen && (rev->flags & NAT_F_TCP_CLOSING) && !(fwd->flags & NAT_F_TCP_CLOSING)) {
+		/* Opened again: the pair is this connection's now, or another flow's. */
+		was = __sync_val_compare_and_swap(&rev->created_ns, gen, gen + 1);
+		if (was == gen)
+			fwd->created_ns = was = gen + 1;
+	}
+	if (was != fwd->created_ns)
+		return was == (gen | NAT_GEN_TAKEN) ? NAT_SYNC_BUSY : NAT_SYNC_GONE;
 	rev->last_seen_ns = now;
 	rev->flags = nat_flags_synced(fwd->flags, rev->flags);
 	if (!(fwd->flags & NAT_F_TCP_CLOSING))
@@ -242,18 +258,19 @@ static __noinline bool NAT_FN(snat_sync_rev)(struct __sk_buff *skb, const FLOW_T
 				    NAT_FN(src_id)(&f->saddr));
 	if (fwd->flags & NAT_F_OPEN)
 		NAT_FN(open_refresh)(f, fwd, now);
-	return true;
+	return NAT_SYNC_OK;
 }
 
 /*
  * snat_refresh - account a pod packet on its flow's forward half and keep the
- * reverse half in step. False when the pair is gone from under it: the caller
- * deletes the forward half and starts the flow afresh.
+ * reverse half in step: snat_sync_rev's answer (NAT_SYNC_OK when nothing needed
+ * bringing in step). NAT_SYNC_GONE: the caller deletes the forward half and
+ * starts the flow afresh; NAT_SYNC_BUSY: it drops the packet.
  */
 /* snat_refresh_v4, snat_refresh_v6 */
-static __always_inline bool NAT_FN(snat_refresh)(struct __sk_buff *skb, const FLOW_T *f, ENTRY_T *fwd, __u64 now)
+static __always_inline int NAT_FN(snat_refresh)(struct __sk_buff *skb, const FLOW_T *f, ENTRY_T *fwd, __u64 now)
 {
-	return !NAT_FN(nat_touch)(skb, fwd, f, now) || NAT_FN(snat_sync_rev)(skb, f, fwd, now);
+	return NAT_FN(nat_touch)(skb, fwd, f, now) ? NAT_FN(snat_sync_rev)(skb, f, fwd, now) : NAT_SYNC_OK;
 }
 
 /*
@@ -283,8 +300,11 @@ static __noinline void NAT_FN(rnat_sync_fwd)(struct __sk_buff *skb, const FLOW_T
 
 /*
  * gc_pair - the expiry sweep's visit to one forward half (bpf_for_each_map_elem
- * callback): a pair idle past its timeout goes, reverse half first, then the
- * forward half the walk stands on; each only if it is still this pair's.
+ * callback): a pair idle past its timeout goes, each half only if it is still this
+ * pair's. Its reverse half is claimed first (masq_abi_nat.h NAT_GEN_TAKEN), as a
+ * new flow taking its port over claims it: a pair taken over or opened again since
+ * stays, and while the claim holds, the flow's own packets wait instead of starting
+ * a pair under a key still in use. Then the forward half goes, then the reverse half.
  */
 /* gc_pair_v4, gc_pair_v6 */
 static long NAT_FN(gc_pair)(void *map, const KEY_T *key, ENTRY_T *fwd, struct nat_gc_walk *w)
@@ -307,23 +327,30 @@ static long NAT_FN(gc_pair)(void *map, const KEY_T *key, ENTRY_T *fwd, struct na
 	};
 	gen = fwd->created_ns;
 	rev = bpf_map_lookup_elem(&MAP_REV, &rk);
-	if (rev && rev->created_ns != gen)
-		rev = NULL; /* a later pair's */
+	if (rev) {
+		if (rev->created_ns == (gen | NAT_GEN_TAKEN))
+			return 0; /* a new flow is taking its port over: it removes the pair */
+		if (rev->created_ns != gen)
+			rev = NULL; /* a later pair's */
+		else if (__sync_val_compare_and_swap(&rev->created_ns, gen, gen | NAT_GEN_TAKEN) != gen)
+			return 0; /* taken over or opened again since it was looked at */
+	}
 	if (!(fwd->flags & NAT_F_INBOUND) && events_on())
 		NAT_FN(event_pair)(EV_WHAT(EV_PAIR_ENDED, (fwd->flags & NAT_F_TCP_CLOSING) ?
 					   EV_END_CLOSED : EV_END_EXPIRED, fwd->policy),
 				   &fk, fwd, rev, &rk);
+	/* Nothing replaces a forward half without removing it first, and its flow does
+	 * not while its reverse half is claimed: this is still the one the walk stands on
+	 * (@map: the shard being walked, the key's own) when its generation says so. */
+	cur = bpf_map_lookup_elem(map, &fk);
+	if (cur && cur->created_ns == gen)
+		bpf_map_delete_elem(map, &fk);
 	if (rev) {
 		bpf_map_delete_elem(&MAP_REV, &rk);
 		if (w->gc->hot)
 			NAT_FN(hot_release)(&rk.saddr, &rk.daddr, (__u32)rk.sport << 16 | rk.dport, rk.proto,
 					    NAT_FN(src_id)(&fk.saddr));
 	}
-	/* A packet of the flow may have found its reverse half gone just now and
-	 * made a new pair under the same key: that one stays. */
-	cur = bpf_map_lookup_elem(map, &fk); /* @map: the shard being walked, the key's own */
-	if (cur && cur->created_ns == gen)
-		bpf_map_delete_elem(map, &fk);
 	count_add(CNT_NAT_EXPIRED, 1);
 	return 0;
 }

@@ -50,6 +50,10 @@
  */
 #define NAT_SETTLE_NS (10 * NSEC_PER_SEC / 1000)
 
+/* port_tmpl.h pair_take's @how */
+#define TAKE_EXPIRED 1 /* the pair expired: any pair may go */
+#define TAKE_SYN     2 /* the new flow begins with a SYN, whose number the new reverse half's fin_end holds */
+
 /* The map helpers' errors (a BPF build has no errno.h). */
 #ifndef E2BIG
 #define E2BIG 7               /* a hash map at max_entries refuses a new key */

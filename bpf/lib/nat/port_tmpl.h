@@ -99,7 +99,8 @@ static __always_inline long NAT_FN(claim_checked)(struct NAT_FN(probe) *p, __u32
 
 /*
  * tcp_reusable - may a new flow take the port of the TCP pair @old (its reverse
- * half) / @fwd (its forward half)? Returns the counter to account it under, or 0.
+ * half) / @fwd (its forward half)? @now: the clock; @syn: the new flow begins with
+ * a SYN whose sequence number is @seq. Returns the counter to account it under, or 0.
  * When its close completed, each FIN acknowledged by the other side (netfilter's
  * TIME_WAIT): once the last ACK settled (NAT_SETTLE_NS), as nf_nat_used_tuple_harder
  * evicts such an entry. If the
@@ -112,18 +113,16 @@ static __always_inline long NAT_FN(claim_checked)(struct NAT_FN(probe) *p, __u32
  * that both directions used: never (its timeout frees it).
  */
 /* tcp_reusable_v4, tcp_reusable_v6 */
-static __always_inline __u32 NAT_FN(tcp_reusable)(const struct NAT_FN(probe) *p, const ENTRY_T *old,
-						  const ENTRY_T *fwd)
+static __always_inline __u32 NAT_FN(tcp_reusable)(const ENTRY_T *old, const ENTRY_T *fwd, __u64 now, bool syn,
+						  __u32 seq)
 {
-	__u64 now = p->e.last_seen_ns;
-
 	if ((old->close & NAT_C_ACKED_PEER) && (fwd->close & NAT_C_ACKED_PEER) &&
 	    (old->flags & NAT_F_FIN) && (fwd->flags & NAT_F_FIN)) {
 		if (now < old->last_seen_ns + NAT_SETTLE_NS || now < fwd->last_seen_ns + NAT_SETTLE_NS)
 			return 0; /* its last ACK may still be on its way to the remote */
 		if (!(old->close & NAT_C_FIN_FIRST))
 			return CNT_NAT_FINISHED_REUSED; /* the pod closed first: the remote keeps no state */
-		return p->syn && (__s32)(p->e.fin_end - fwd->fin_end) > 0 ? CNT_NAT_FINISHED_REUSED : 0;
+		return syn && (__s32)(seq - fwd->fin_end) > 0 ? CNT_NAT_FINISHED_REUSED : 0;
 	}
 	if (now < old->last_seen_ns + NAT_QUIET_NS || now < fwd->last_seen_ns + NAT_QUIET_NS)
 		return 0;
@@ -159,7 +158,7 @@ __attribute__((noinline)) int NAT_FN(event_taken)(const KEY_T *rk, const ENTRY_T
 	__builtin_memcpy(&s->node, &rk->daddr, sizeof(ADDR_T));
 	__builtin_memcpy(&s->remote, &rk->saddr, sizeof(ADDR_T));
 	s->ktime_ns = tag;
-	s->start_ns = old->created_ns;
+	s->start_ns = old->created_ns & ~NAT_GEN_TAKEN; /* claimed by now (pair_take) */
 	s->pod_port = old->port;
 	s->node_port = rk->dport;
 	s->remote_port = rk->sport;
@@ -178,35 +177,81 @@ __attribute__((noinline)) int NAT_FN(event_taken)(const KEY_T *rk, const ENTRY_T
 }
 
 /*
- * take_over - give the port of the pair whose reverse half is @old to the new
- * flow: when the pair expired (@cnt CNT_NAT_RECLAIMED), or (@cnt 0) when it is a
- * TCP flow that is over or was never answered (tcp_reusable, which names the
- * counter: the forward half, which holds the pod's side of it, is checked too). The stale forward half goes, then
- * the claim is overwritten. Returns 1 (stop) once claimed.
+ * pair_take - judge and win the pair whose reverse half is @old for a new flow
+ * whose reverse half @e is being made. @how: TAKE_EXPIRED (it expired: any pair
+ * may go), else it must be a TCP pair that is over or was never answered
+ * (tcp_reusable, which asks the forward half under @fk too, filled in here);
+ * TAKE_SYN: the new flow begins with a SYN. Returns the counter to account the
+ * take-over under, 0 when the pair stays.
  *
- * p->fk doubles as the stale pair's forward key for a moment (its own source comes
- * back from p->e, the reverse half being made, which holds it). The forward half
- * under that key is the stale pair's own: a pod tuple gets a new pair only after
- * its old forward half is gone, and a reverse half whose pair lost its forward
- * half does not outlive it (gc_pair and flush remove the reverse half first;
- * snat_flow_entry removes a claim it could not complete).
+ * What was judged may be stale by the time it is acted on: another CPU may be
+ * giving the same port to another new flow, the pod opening its tuple again
+ * (snat_sync_rev) or the sweep removing the pair, and a CPU can be held up between
+ * its look and its write for as long as a new connection takes to be made on the
+ * port meanwhile. So the pair is won: a compare-and-swap of the generation that
+ * was judged to generation | NAT_GEN_TAKEN (masq_abi_nat.h), which one CPU alone
+ * gets through, and only it goes on (take_over).
+ * A global function that calls nothing (the shard hash inline): the verifier checks
+ * it once, not in every state of the port search's loops, and the search's call
+ * chain, the deepest, grows no deeper.
  */
-/* take_over_v4, take_over_v6 */
-static __always_inline long NAT_FN(take_over)(struct NAT_FN(probe) *p, __u32 i, ENTRY_T *old, __u32 cnt)
+/* pair_take_v4, pair_take_v6 */
+__attribute__((noinline)) int NAT_FN(pair_take)(ENTRY_T *old, KEY_T *fk, const ENTRY_T *e, __u32 how)
 {
 	ENTRY_T *fwd = NULL;
+	__u32 cnt;
+	__u64 gen;
+
+	if (!old || !fk || !e)
+		return 0;
+	fk->saddr = old->addr;
+	fk->sport = old->port;
+	if (!(how & TAKE_EXPIRED))
+		fwd = NAT_FN(fwd_get_hot)(fk);
+	/* The generation is read before the pair is judged (and after the lookup: less
+	 * to keep across it, for the IPv6 fast path's stack). */
+	gen = old->created_ns;
+	if (gen & NAT_GEN_TAKEN)
+		return 0; /* another CPU is taking it over, or the sweep removing it */
+	if (how & TAKE_EXPIRED) {
+		cnt = CNT_NAT_RECLAIMED;
+	} else {
+		if (!fwd || fwd->created_ns != gen)
+			return 0; /* not one pair (being removed): leave it */
+		cnt = NAT_FN(tcp_reusable)(old, fwd, e->last_seen_ns, how & TAKE_SYN, e->fin_end);
+		if (!cnt)
+			return 0;
+	}
+	return __sync_val_compare_and_swap(&old->created_ns, gen, gen | NAT_GEN_TAKEN) == gen ? cnt : 0;
+}
+
+/*
+ * take_over - give the port of the pair whose reverse half is @old to the new
+ * flow when pair_take judges and wins it (@how as there, a constant at each call):
+ * the pair's end is noted (event_taken), its forward half goes (while the claim
+ * holds, nothing else removes or replaces it), and its reverse half is overwritten
+ * with the new flow's (p->e), which is then checked as any claim is
+ * (claim_checked). Returns 1 (stop) once claimed.
+ *
+ * p->fk doubles as the stale pair's forward key for a moment (pair_take fills it
+ * in; its own source comes back from p->e, the reverse half being made, which
+ * holds it).
+ */
+/* take_over_v4, take_over_v6 */
+static __always_inline long NAT_FN(take_over)(struct NAT_FN(probe) *p, __u32 i, ENTRY_T *old, __u32 how)
+{
+	__u32 cnt = NAT_FN(pair_take)(old, &p->fk, &p->e, how | (p->syn ? TAKE_SYN : 0));
+	ENTRY_T *fwd;
 	long ret = 0;
 
-	p->fk.saddr = old->addr;
-	p->fk.sport = old->port;
-	if (cnt != CNT_NAT_RECLAIMED) {
-		fwd = NAT_FN(fwd_get)(&p->fk);
-		if (!fwd || fwd->created_ns != old->created_ns)
-			goto out; /* not one pair (being removed): leave it */
-		cnt = NAT_FN(tcp_reusable)(p, old, fwd);
-		if (!cnt)
-			goto out;
-	}
+	if (!cnt)
+		goto out;
+	fwd = NAT_FN(fwd_get)(&p->fk);
+	if (fwd && fwd->created_ns != (old->created_ns & ~NAT_GEN_TAKEN))
+		fwd = NULL; /* a later pair of the pod's tuple */
+	NAT_FN(event_taken)(&p->rk, old, (how & TAKE_EXPIRED) ? NULL : fwd, p->e.created_ns);
+	if (fwd)
+		NAT_FN(fwd_del)(&p->fk);
 	if (p->hot) { /* the stale pair's source holds this port no more (snat_make_pair sets it for ours) */
 		const struct node_config *cfg = bpf_map_lookup_elem(&node_config, &nat_zero_key);
 
@@ -214,16 +259,17 @@ static __always_inline long NAT_FN(take_over)(struct NAT_FN(probe) *p, __u32 i, 
 			nat_hot_mark(p->hot, nat_port_off(cfg, bpf_ntohs(p->rk.dport)), NAT_HOT_CLEAR,
 				     NAT_FN(src_id)(&old->addr));
 	}
-	NAT_FN(event_taken)(&p->rk, old, cnt == CNT_NAT_RECLAIMED ? NULL : fwd, p->e.created_ns);
-	NAT_FN(fwd_del)(&p->fk);
-	if (bpf_map_update_elem(&MAP_REV, &p->rk, &p->e, BPF_ANY) == 0) {
-		p->fk.saddr = p->e.addr;
-		p->fk.sport = p->e.port;
-		ret = NAT_FN(claim_checked)(p, i);
-		if (ret)
-			count_add(cnt, 1);
-		return ret;
+	if (bpf_map_update_elem(&MAP_REV, &p->rk, &p->e, BPF_ANY)) {
+		/* Not overwritten (no memory): the claimed pair goes all the same, its port free. */
+		bpf_map_delete_elem(&MAP_REV, &p->rk);
+		goto out;
 	}
+	p->fk.saddr = p->e.addr;
+	p->fk.sport = p->e.port;
+	ret = NAT_FN(claim_checked)(p, i);
+	if (ret)
+		count_add(cnt, 1);
+	return ret;
 out:
 	/* The new flow's own source again: the reverse half being made holds it (no copy on the stack). */
 	p->fk.saddr = p->e.addr;
@@ -267,7 +313,7 @@ static __always_inline int NAT_FN(try_port)(struct NAT_FN(probe) *p, __u32 i, co
 	if (!old)
 		return TRY_SOFT;
 	if (NAT_FN(nat_expired)(old, cfg, p->fk.proto, p->e.last_seen_ns))
-		return NAT_FN(take_over)(p, i, old, CNT_NAT_RECLAIMED) ? TRY_CLAIMED : TRY_SOFT;
+		return NAT_FN(take_over)(p, i, old, TAKE_EXPIRED) ? TRY_CLAIMED : TRY_SOFT;
 	/* Closing, or never answered: perhaps reusable (tcp_reusable decides, with the
 	 * forward half). An open pair that was answered is not: no second lookup. */
 	if (p->fk.proto == IPPROTO_TCP && ((old->flags & NAT_F_TCP_CLOSING) || !old->packets))

@@ -519,3 +519,102 @@ fn a_pool_pairs_each_source_with_one_address_and_spreads_pods_across_it() {
     assert!(pool.contains(&t), "{t}");
     assert_eq!(addr_of(&udp(TUNNEL_CLIENT, REMOTE2, 5001, 53)), t);
 }
+
+// ---- two CPUs after one finished pair's port ----
+
+/// Rounds of each race below.
+const RACE_ROUNDS: u32 = 2000;
+
+/// Run `a` (on this thread) and `b` (on another) through uplink egress at once,
+/// `rounds` times, after `setup` each time; `check` sees each round's two runs.
+/// The other thread spins until the round starts, so both programs run at the
+/// same moment as often as the machine's CPUs allow.
+fn racing(dp: &Dataplane, rounds: u32, a: &[u8], b: &[u8], setup: impl Fn(&Dataplane), mut check: impl FnMut(&Run, &Run)) {
+    use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
+    let (go, done) = (AtomicU32::new(0), AtomicU32::new(0));
+    let theirs = std::sync::Mutex::new(None);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for round in 1..=rounds {
+                while go.load(SeqCst) < round {
+                    std::hint::spin_loop();
+                }
+                *theirs.lock().unwrap() = Some(dp.egress(b));
+                done.store(round, SeqCst);
+            }
+        });
+        for round in 1..=rounds {
+            setup(dp);
+            go.store(round, SeqCst);
+            let ours = dp.egress(a);
+            while done.load(SeqCst) < round {
+                std::hint::spin_loop();
+            }
+            check(&ours, &theirs.lock().unwrap().take().unwrap());
+        }
+    });
+}
+
+/// Every pair and every busy-endpoint bitmap gone: the next round starts afresh.
+fn clear_nat(dp: &Dataplane) {
+    for (k, _) in dp.fwd() {
+        dp.del_fwd(&k);
+    }
+    for (k, _) in dp.rev() {
+        dp.del_rev(&k);
+    }
+    let mut hot: aya::maps::HashMap<aya::maps::MapData, ebpf_masq::bpf::abi::NatHotKey, ebpf_masq::bpf::abi::NatHot> =
+        ebpf_masq::bpf::maps::open(&dp.pins, "nat_hot").unwrap();
+    let keys: Vec<_> = hot.keys().map(|k| k.unwrap()).collect();
+    for k in keys {
+        hot.remove(&k).unwrap();
+    }
+}
+
+/// POD:40000's finished pair, settled, on the one port (20000).
+fn finished_settled(dp: &Dataplane) {
+    clear_nat(dp);
+    let p = open_flow(dp);
+    close_pod_first(dp, p);
+    stamp_pair(dp, p, monotonic_ns() - 1_000_000_000);
+}
+
+/// The node port a run gave its packet, if it let it go.
+fn port_of(r: &Run) -> Option<u16> {
+    (r.ret == TC_ACT_UNSPEC).then(|| summary(&r.out).sport)
+}
+
+#[test]
+fn two_new_flows_racing_for_a_finished_port_never_both_get_it() {
+    // Two pods' SYNs on two CPUs at once, both after the one finished port: one
+    // takes it over, the other finds it taken (and, with no other port, is dropped).
+    // Two flows on one node port towards one remote endpoint would see each other's
+    // replies: SYN-ACKs for the other's SYN, challenge ACKs, RSTs at live connections.
+    let dp = one_port_node();
+    dp.add_pod(POD3, 9, true);
+    let (a, b) = (tcp(POD2, REMOTE, 40001, 443, SYN), tcp(POD3, REMOTE, 40002, 443, SYN));
+    let (mut both, mut one) = (0, 0);
+    racing(&dp, RACE_ROUNDS, &a, &b, finished_settled, |ra, rb| match (port_of(ra), port_of(rb)) {
+        (Some(_), Some(_)) => both += 1,
+        (Some(_), None) | (None, Some(_)) => one += 1,
+        (None, None) => {}
+    });
+    assert_eq!((both, one), (0, RACE_ROUNDS), "rounds in which both flows got the one port, and one of them");
+}
+
+#[test]
+fn a_pod_reopening_its_finished_tuple_and_a_new_flow_never_share_its_port() {
+    // The pod opens a new connection on its own finished tuple (tcp_tw_reuse: its
+    // pair opens again, on its port) while another pod's new flow, on another CPU,
+    // would take that port over: one of them has it, never both.
+    let dp = one_port_node();
+    let reopen = tcp_seq(POD, REMOTE, 40000, 443, SYN, fin_ack(S).wrapping_add(1_000_000), 0);
+    let other = tcp(POD2, REMOTE, 40001, 443, SYN);
+    let (mut both, mut one) = (0, 0);
+    racing(&dp, RACE_ROUNDS, &reopen, &other, finished_settled, |ra, rb| match (port_of(ra), port_of(rb)) {
+        (Some(_), Some(_)) => both += 1,
+        (Some(_), None) | (None, Some(_)) => one += 1,
+        (None, None) => {}
+    });
+    assert_eq!((both, one), (0, RACE_ROUNDS), "rounds in which both flows got the one port, and one of them");
+}
