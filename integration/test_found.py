@@ -23,6 +23,7 @@ import time
 
 from lab.netlab import PY, Pod, Topo, wait_for
 from lab.agentlab import Agent, entry_of
+from lab import masqcli
 
 EXT, NODE_IP = Topo.EXT, Topo.NODE_EXT
 
@@ -296,3 +297,26 @@ def test_a_cri_sandbox_started_before_the_agent_is_found_with_its_name_and_annot
     assert s["pods"] == [] and [f for f in topo.nat_list(plugin) if f["pod_addr"] == pod_ip] == [], s["pods"]
     a.proc.send_signal(signal.SIGTERM)
     assert a.proc.wait(10) == 0
+
+
+def test_a_config_change_of_pod_cidrs_keeps_the_subnets_pods_taught(topo, plugin, lab):
+    """podCIDRs is the config's; a subnet learned from a registered pod's prevResult
+    is the node's (it outlives its pods): `apply` with a shorter podCIDRs removes
+    only the configured range it no longer lists, and an unregistered source in the
+    learned subnet is still held back."""
+    net = topo.masq_network(plugin, podCIDRs=["10.96.0.0/16", "fd00:96::/64"])
+    pod = net.add(topo.pod_ns())
+    origins = lambda: sorted((n["cidr"], n["origin"]) for n in topo.status(plugin)["config"]["pod_nets"])
+    assert origins() == [("10.244.1.0/24", "learned"), ("10.96.0.0/16", "podCIDRs"),
+                         ("fd00:96::/64", "podCIDRs")]
+    conf = json.loads(json.dumps(net.conf))
+    conf["plugins"][1]["podCIDRs"] = ["fd00:96::/64"]
+    path = lab.tmp / "shorter.conflist"
+    path.write_text(json.dumps(conf))
+    topo.node.enter([plugin, "apply", "--conf", path])
+    assert origins() == [("10.244.1.0/24", "learned"), ("fd00:96::/64", "podCIDRs")]
+    e = masqcli.explain(topo, plugin, "--src", "10.244.1.200", "--dst", EXT)
+    assert (e["verdict"], e["code"]) == ("drop", "unregistered_pod"), e
+    # The pod itself is still masqueraded.
+    assert pod.ip.startswith("10.244.1.")
+    assert [p["addresses"] for p in topo.status(plugin)["pods"]] == [[pod.ip]]

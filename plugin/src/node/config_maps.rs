@@ -127,8 +127,8 @@ pub(super) fn reconcile_exclusions(pins: &Pins, conf: &MasqOptions) -> Result<()
             _ => None,
         })
         .collect();
-    sync_lpm(&mut v4, &want4, "excl4")?;
-    sync_lpm(&mut v6, &want6, "excl6")
+    sync_lpm(&mut v4, &want4, "excl4", |_| false)?;
+    sync_lpm(&mut v6, &want6, "excl6", |_| false)
 }
 
 /// serviceCIDRs -> svc4/svc6 (value: index in the list): destinations the fast
@@ -148,24 +148,28 @@ pub(super) fn reconcile_services(pins: &Pins, conf: &MasqOptions) -> Result<()> 
         }
     }
     let mut v4: LpmTrie<MapData, [u8; 4], u32> = maps::open(pins, abi::MAP_SVC4)?;
-    sync_lpm(&mut v4, &want4, "svc4")?;
+    sync_lpm(&mut v4, &want4, "svc4", |_| false)?;
     let mut v6: LpmTrie<MapData, [u8; 16], u32> = maps::open(pins, abi::MAP_SVC6)?;
-    sync_lpm(&mut v6, &want6, "svc6")
+    sync_lpm(&mut v6, &want6, "svc6", |_| false)
 }
 
 /// Make an LPM trie hold exactly `want`: insert/overwrite first, then delete the rest,
 /// so a destination never passes through a moment with no exclusion.
-fn sync_lpm<K: aya::Pod + Ord + Copy, V: aya::Pod + PartialEq>(
+/// An LPM map made to hold `want`: its entries written, every other entry removed
+/// unless `keep` says the entry is not the config's to remove (pod_nets' learned
+/// subnets).
+pub(super) fn sync_lpm<K: aya::Pod + Ord + Copy, V: aya::Pod>(
     map: &mut LpmTrie<MapData, K, V>,
     want: &BTreeMap<(u32, K), V>,
     what: &str,
+    keep: impl Fn(&V) -> bool,
 ) -> Result<()> {
     for ((plen, data), v) in want {
         map.insert(&Key::new(*plen, *data), v, 0).bpf_ctx(format!("insert into {what}"))?;
     }
-    let present: Vec<Key<K>> = map.keys().collect::<std::result::Result<_, _>>().bpf_ctx(what)?;
-    for k in present {
-        if !want.contains_key(&(k.prefix_len(), k.data())) {
+    let present: Vec<(Key<K>, V)> = map.iter().collect::<std::result::Result<_, _>>().bpf_ctx(what)?;
+    for (k, v) in present {
+        if !keep(&v) && !want.contains_key(&(k.prefix_len(), k.data())) {
             map.remove(&k).bpf_ctx(format!("remove from {what}"))?;
         }
     }
@@ -216,13 +220,13 @@ pub(super) fn reconcile_rules(pins: &Pins, conf: &MasqOptions, uplinks: &[Uplink
     }
     // Exceptions first, so a new rule never matches before its exceptions exist.
     let mut m: LpmTrie<MapData, RuleExcept4Data, u32> = maps::open(pins, abi::MAP_RULE_EXCEPT4)?;
-    sync_lpm(&mut m, &except4, "rule_except4")?;
+    sync_lpm(&mut m, &except4, "rule_except4", |_| false)?;
     let mut m: LpmTrie<MapData, RuleExcept6Data, u32> = maps::open(pins, abi::MAP_RULE_EXCEPT6)?;
-    sync_lpm(&mut m, &except6, "rule_except6")?;
+    sync_lpm(&mut m, &except6, "rule_except6", |_| false)?;
     let mut m: LpmTrie<MapData, Rule4Data, RuleInfo> = maps::open(pins, abi::MAP_RULES4)?;
-    sync_lpm(&mut m, &rules4, "rules4")?;
+    sync_lpm(&mut m, &rules4, "rules4", |_| false)?;
     let mut m: LpmTrie<MapData, Rule6Data, Rule6Info> = maps::open(pins, abi::MAP_RULES6)?;
-    sync_lpm(&mut m, &rules6, "rules6")
+    sync_lpm(&mut m, &rules6, "rules6", |_| false)
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use aya::maps::{lpm_trie::Key, LpmTrie, MapData};
 use ipnetwork::IpNetwork;
 
+use super::config_maps::sync_lpm;
 use crate::{
     bpf::{
         abi::{self, PodNetInfo},
@@ -89,25 +90,9 @@ pub(super) fn reconcile(pins: &Pins, conf: &MasqOptions) -> Result<()> {
             IpNetwork::V6(n) => want6.entry((n.prefix() as u32, n.network().octets())).or_insert(v),
         };
     }
-    sync(&mut v4, &want4, "pod_nets4")?;
-    sync(&mut v6, &want6, "pod_nets6")
-}
-
-fn sync<K: aya::Pod + Ord + Copy>(
-    map: &mut LpmTrie<MapData, K, PodNetInfo>,
-    want: &BTreeMap<(u32, K), PodNetInfo>,
-    what: &str,
-) -> Result<()> {
-    for ((plen, data), v) in want {
-        map.insert(&Key::new(*plen, *data), v, 0).bpf_ctx(format!("insert into {what}"))?;
-    }
-    let present: Vec<(Key<K>, PodNetInfo)> = map.iter().collect::<std::result::Result<_, _>>().bpf_ctx(what)?;
-    for (k, v) in present {
-        if v.origin == abi::POD_NET_CONFIGURED && !want.contains_key(&(k.prefix_len(), k.data())) {
-            map.remove(&k).bpf_ctx(format!("remove from {what}"))?;
-        }
-    }
-    Ok(())
+    let learned = |v: &PodNetInfo| v.origin != abi::POD_NET_CONFIGURED;
+    sync_lpm(&mut v4, &want4, "pod_nets4", learned)?;
+    sync_lpm(&mut v6, &want6, "pod_nets6", learned)
 }
 
 /// The longest entry that holds `addr`, as the data plane's lookup finds it (None
