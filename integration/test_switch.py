@@ -16,11 +16,19 @@ the remote must see each old UDP flow from one source port only, and nothing may
 be reset: no RST at the remote, no challenge ACK sent by the remote or by pod
 `new` (each sent for a segment of another flow).
 
-`iptables` runs the same scenario with ip-masq-agent's chain kept (the
-yardstick): the checks pass there, since conntrack never gives a new flow a
-tuple it has bound. `switch` fails: conntrack's bindings are invisible to
-ebpf-masq, whose port preservation gives pod `new` the node port an old flow
-holds (docs/migrate-ip-masq-agent.md, "What happens to existing connections").
+Three cases. `iptables`, the yardstick: ip-masq-agent's chain kept, no ebpf-masq;
+the checks pass, since conntrack never gives a new flow a tuple it has bound.
+`switch`: kube-proxy's forwarding conntrack rule in the node (as on a real node,
+it keeps conntrack in use there); the old flows pass the switch itself, then
+ebpf-masq's port preservation, blind to conntrack's bindings, gives pod `new`
+each old flow's node port: the TCP connections stall (the remote resets them, its
+segments reach pod `new`), the UDP flows move to other node ports.
+`switch-conntrack-unused`: nothing else uses conntrack in the node (with
+nftables, conntrack tracks a namespace only while a rule there needs it):
+deleting the chain ends the old flows' translation at once. Both switch cases are
+strict xfails: measured defects, documented in docs/migrate-ip-masq-agent.md
+("What happens to existing connections"); a fix turns them into failures until
+the marks go.
 """
 import json
 import subprocess
@@ -72,10 +80,10 @@ def collide(pod, proto, port, nat_port):
 @pytest.mark.parametrize("mode,kube_proxy", [
     ("iptables", True),
     pytest.param("switch", True, marks=pytest.mark.xfail(
-        strict=True, reason="ebpf-masq cannot see conntrack's NAT bindings: a new pair takes an old flow's "
+        strict=True, raises=AssertionError, reason="ebpf-masq cannot see conntrack's NAT bindings: a new pair takes an old flow's "
                             "node port (docs/migrate-ip-masq-agent.md: drain the node before the switch)")),
     pytest.param("switch", False, marks=pytest.mark.xfail(
-        strict=True, reason="with nothing else using conntrack in the node's namespace, deleting the chain "
+        strict=True, raises=AssertionError, reason="with nothing else using conntrack in the node's namespace, deleting the chain "
                             "ends conntrack's tracking there: no old flow is translated any more")),
 ], ids=["iptables", "switch", "switch-conntrack-unused"])
 def test_old_flows_survive_the_switch_and_new_flows_on_their_ports(topo, plugin, lab, mode, kube_proxy):

@@ -15,7 +15,7 @@ As a script, run inside the test's namespaces:
       Opens N TCP connections and M UDP flows (connected sockets) to H, prints
       {"flows": [{"id", "proto", "local"}]}; then, for each line "round" on stdin,
       sends every live flow 512 random bytes (UDP: tagged with its id), reads
-      the echo (3 s at most) and prints {"round": [{"id", "ok", "error"}]}: ok
+      the echo (ECHO_TIMEOUT at most; the flows at once) and prints {"round": [{"id", "ok", "error"}]}: ok
       only if the echo is exactly what was sent. A TCP flow that failed once
       stays failed (its stream is no longer in step).
   switchlab.py churn --host H --port T --seconds S
@@ -33,7 +33,9 @@ import socket
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
+ECHO_TIMEOUT = 10  # seconds an exchange may take before its flow counts as stalled (a lab veth answers in ms)
 PY = "/usr/bin/python3"  # Debian's python, as netlab runs it
 IP_MASQ_AGENT = "IP-MASQ-AGENT"
 # ip-masq-agent's comments and rules, as cmd/ip-masq-agent/ip-masq-agent.go writes them.
@@ -157,6 +159,23 @@ def _recv_exact(s, n):
     return buf
 
 
+def _udp_exchange(s, payload):
+    """Send @payload until its echo comes back, once a second (as a UDP client resends a lost request), for
+    ECHO_TIMEOUT at most; another datagram (a late echo of an earlier round) is not the echo. None if it came."""
+    deadline = time.monotonic() + ECHO_TIMEOUT
+    while time.monotonic() < deadline:
+        s.send(payload)
+        wait_until = min(deadline, time.monotonic() + 1)
+        while (left := wait_until - time.monotonic()) > 0:
+            s.settimeout(left)
+            try:
+                if s.recv(1 << 16) == payload:
+                    return None
+            except socket.timeout:
+                break
+    return f"no echo in {ECHO_TIMEOUT} s"
+
+
 def flows(a):
     socks = []
     for i in range(a.tcp):
@@ -167,29 +186,32 @@ def flows(a):
         s.connect((a.host, a.udp_port))
         socks.append({"id": f"udp{i}", "proto": "udp", "sock": s})
     for f in socks:
-        f["sock"].settimeout(3)
+        f["sock"].settimeout(ECHO_TIMEOUT)
         f["dead"] = None
     print(json.dumps({"flows": [{"id": f["id"], "proto": f["proto"], "local": f["sock"].getsockname()[1]}
                                 for f in socks]}), flush=True)
-    for line in sys.stdin:
-        if line.strip() != "round":
-            continue
-        res = []
-        for f in socks:
-            if f["dead"]:
-                res.append({"id": f["id"], "ok": False, "error": f"failed before: {f['dead']}"})
-                continue
-            s, payload = f["sock"], f"{f['id']}:".encode() + os.urandom(512)
-            try:
-                s.send(payload) if f["proto"] == "udp" else s.sendall(payload)
-                got = s.recv(1 << 16) if f["proto"] == "udp" else _recv_exact(s, len(payload))
+
+    def exchange(f):
+        if f["dead"]:
+            return {"id": f["id"], "ok": False, "error": f"failed before: {f['dead']}"}
+        s, payload = f["sock"], f"{f['id']}:".encode() + os.urandom(512)
+        try:
+            if f["proto"] == "udp":
+                err = _udp_exchange(s, payload)
+            else:
+                s.sendall(payload)
+                got = _recv_exact(s, len(payload))
                 err = None if got == payload else f"echo differs ({len(got)} bytes back)"
-            except OSError as e:
-                err = f"{type(e).__name__}: {e}"
-            if err and f["proto"] == "tcp":
-                f["dead"] = err
-            res.append({"id": f["id"], "ok": err is None, "error": err})
-        print(json.dumps({"round": res}), flush=True)
+        except OSError as e:
+            err = f"{type(e).__name__}: {e}"
+        if err and f["proto"] == "tcp":
+            f["dead"] = err
+        return {"id": f["id"], "ok": err is None, "error": err}
+
+    with ThreadPoolExecutor(len(socks)) as pool:  # a stalled flow holds up no other
+        for line in sys.stdin:
+            if line.strip() == "round":
+                print(json.dumps({"round": list(pool.map(exchange, socks))}), flush=True)
     return 0
 
 
@@ -219,9 +241,12 @@ def collide(a):
     try:
         s.connect((a.host, a.port))
         payload = b"collide:" + os.urandom(8)
-        s.send(payload) if a.proto == "udp" else s.sendall(payload)
-        got = s.recv(1 << 16) if a.proto == "udp" else _recv_exact(s, len(payload))
-        res.update(ok=got == payload, error=None if got == payload else "echo differs")
+        if a.proto == "udp":
+            err = _udp_exchange(s, payload)
+        else:
+            s.sendall(payload)
+            err = None if _recv_exact(s, len(payload)) == payload else "echo differs"
+        res.update(ok=err is None, error=err)
     except OSError as e:
         res.update(ok=False, error=f"{type(e).__name__}: {e}")
     s.close()
