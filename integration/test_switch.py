@@ -25,7 +25,9 @@ each old flow's node port: the TCP connections stall (the remote resets them, it
 segments reach pod `new`), the UDP flows move to other node ports.
 `switch-conntrack-unused`: nothing else uses conntrack in the node (with
 nftables, conntrack tracks a namespace only while a rule there needs it):
-deleting the chain ends the old flows' translation at once. Both switch cases are
+deleting the chain ends the old flows' translation at once. `drain`: the guide's
+order, the old pod's connections closed and the pod deleted (CNI DEL) before the
+chain goes; only the new flows' checks apply, and they pass. Both switch cases are
 strict xfails: measured defects, documented in docs/migrate-ip-masq-agent.md
 ("What happens to existing connections"); a fix turns them into failures until
 the marks go.
@@ -80,12 +82,15 @@ def collide(pod, proto, port, nat_port):
 @pytest.mark.parametrize("mode,kube_proxy", [
     ("iptables", True),
     pytest.param("switch", True, marks=pytest.mark.xfail(
-        strict=True, raises=AssertionError, reason="ebpf-masq cannot see conntrack's NAT bindings: a new pair takes an old flow's "
-                            "node port (docs/migrate-ip-masq-agent.md: drain the node before the switch)")),
+        strict=True, raises=AssertionError,
+        reason="ebpf-masq cannot see conntrack's NAT bindings: a new pair takes an old flow's node port "
+               "(docs/migrate-ip-masq-agent.md: drain the node before the switch)")),
     pytest.param("switch", False, marks=pytest.mark.xfail(
-        strict=True, raises=AssertionError, reason="with nothing else using conntrack in the node's namespace, deleting the chain "
-                            "ends conntrack's tracking there: no old flow is translated any more")),
-], ids=["iptables", "switch", "switch-conntrack-unused"])
+        strict=True, raises=AssertionError,
+        reason="with nothing else using conntrack in the node's namespace, deleting the chain ends conntrack's "
+               "tracking there: no old flow is translated any more")),
+    ("drain", True),
+], ids=["iptables", "switch", "switch-conntrack-unused", "drain"])
 def test_old_flows_survive_the_switch_and_new_flows_on_their_ports(topo, plugin, lab, mode, kube_proxy):
     net = topo.network([topo.bridge_plugin()])
     old = add_named(net, topo.pod_ns("old"), "old-0")
@@ -112,16 +117,23 @@ def test_old_flows_survive_the_switch_and_new_flows_on_their_ports(topo, plugin,
                 bound[f["id"]] = ports[f["local"]]
     assert udp_ports_seen(udp_log) == {f["id"]: {bound[f["id"]]} for f in flows.flows if f["proto"] == "udp"}
 
-    if mode == "switch":
+    if mode in ("switch", "drain"):
         agent = Agent(topo, plugin, lab, net, "--gc-interval", "1")
         wait_for(lambda: agent.alive() and agent.get("/healthz")[0] == 200, timeout=90, what="agent ready")
         registered = {p["veth"] for p in topo.status(plugin)["pods"]}
         assert {p.host_veth for p in (old, new, *churners)} <= registered, registered
         assert all(r["ok"] for r in flows.round("ebpf-masq chained, the rule still in place")), flows.rounds
+        if mode == "drain":  # the guide's order: the pod's connections end, the pod goes, then the chain
+            assert flows.close() == 0
+            net.delete(old.ns)
+            net.pods.remove(old.ns)
+            assert old.host_veth not in {p["veth"] for p in topo.status(plugin)["pods"]}
         remove_ip_masq_agent(topo.node)
         assert "IP-MASQ-AGENT" not in topo.node.exec(["iptables-save", "-t", "nat"]).stdout
-    assert all(r["ok"] for r in flows.round("the switch done" if mode == "switch" else "the rule kept")), \
-        flows.rounds
+    live = mode != "drain"  # the old flows are still open
+    if live:
+        assert all(r["ok"] for r in flows.round("the switch done" if mode == "switch" else "the rule kept")), \
+            flows.rounds
 
     # Collisions are attempted only where ebpf-masq would keep the port (outside nodePortRange).
     targets = [f for f in flows.flows if bound[f["id"]] not in NODE_PORT_RANGE]
@@ -136,14 +148,20 @@ def test_old_flows_survive_the_switch_and_new_flows_on_their_ports(topo, plugin,
         for f in targets:
             p = collide(new, f["proto"], TCP_PORT if f["proto"] == "tcp" else UDP_PORT, bound[f["id"]])
             collisions[f["id"]] = (p.returncode, p.stdout.strip(), p.stderr.strip())
-        flows.round("during the churn, after the collisions")
+        if live:
+            flows.round("during the churn, after the collisions")
         churned = [json.loads(p.communicate(timeout=CHURN_SECONDS + 60)[0]) for p in churn]
-        flows.round("after the churn")
+        if live:
+            flows.round("after the churn")
     after = {ns.name: ns.nstat(counters) for ns in (topo.ext, new.ns, old.ns)}
 
     report = (f"old flows' node ports {bound}\ncollisions {collisions}\nchurn {churned}\n"
               f"counters before {before}\nafter {after}\nrounds {flows.rounds}")
     print(report)  # shown with -s, and on failure
+    if mode != "iptables":  # the collision was attempted: ebpf-masq kept pod new's ports, the old node ports
+        got, want = udp_ports_seen(udp_log).get("collide", set()), {bound[f["id"]] for f in targets
+                                                                    if f["proto"] == "udp"}
+        assert want <= got, f"pod new's UDP flows left from {got}, not from the old node ports {want}\n{report}"
     # Every check is made before any fails, so that a failure names all that went wrong.
     problems = {}
     if any(rc != 0 for rc, _, _ in collisions.values()):

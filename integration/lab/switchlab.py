@@ -115,6 +115,11 @@ class OldFlows:
         self.rounds.append((label, res))
         return res
 
+    def close(self):
+        """End the flows (the client closes every socket: TCP's orderly close); its exit code."""
+        self.proc.stdin.close()
+        return self.proc.wait(30)
+
     def failures(self):
         return [(label, r) for label, res in self.rounds for r in res if not r["ok"]]
 
