@@ -43,7 +43,7 @@ from lab.switchlab import (OldFlows, install_ip_masq_agent, install_kube_proxy_f
                            remove_ip_masq_agent)
 from lab import switchlab
 
-EXT, NODE_IP = Topo.EXT, Topo.NODE_EXT
+EXT = Topo.EXT
 TCP_PORT, UDP_PORT = 7000, 7001
 OLD_TCP, OLD_UDP = 6, 3
 CHURN_SECONDS = 8

@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -80,7 +81,7 @@ def remove_ip_masq_agent(node):
 def nat_ports(node, proto, src, dst, dport):
     """{original source port: port it was translated to} of node's conntrack entries
     src:* -> dst:dport of @proto (`conntrack -L`, the reply direction's destination port)."""
-    out = node.exec(["conntrack", "-L", "-p", proto, "-s", src, "-d", dst, "--dport", dport], check=False)
+    out = node.exec(["conntrack", "-L", "-p", proto, "-s", src, "-d", dst, "--dport", dport])
     ports = {}
     for line in out.stdout.splitlines():
         kv = [w.split("=", 1) for w in line.split() if "=" in w]
@@ -95,7 +96,6 @@ class OldFlows:
     """`switchlab.py flows` in a pod: its flows, and one exchange per round()."""
 
     def __init__(self, ns, host, tcp_port, udp_port, tcp, udp):
-        import subprocess
         self.proc = ns.spawn([PY, __file__, "flows", "--host", host,
                               "--tcp-port", tcp_port, "--udp-port", udp_port, "--tcp", tcp, "--udp", udp],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
@@ -108,7 +108,7 @@ class OldFlows:
         return json.loads(line)
 
     def round(self, label):
-        """One exchange on every flow; returns and keeps [(label, result)] per flow."""
+        """One exchange on every flow at once: [{id, ok, error}], also kept under @label in self.rounds."""
         self.proc.stdin.write(b"round\n")
         self.proc.stdin.flush()
         res = self._read()["round"]
