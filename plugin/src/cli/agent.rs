@@ -219,13 +219,16 @@ impl State {
              # HELP ebpf_masq_agent_pods_found_total Pods whose ADD never reached ebpf-masq, registered from the runtime's CNI cache.\n\
              # TYPE ebpf_masq_agent_pods_found_total counter\nebpf_masq_agent_pods_found_total {}\n\
              # HELP ebpf_masq_agent_cni_cache_files_skipped Files of the CNI cache that are not libcni's results (skipped).\n\
-             # TYPE ebpf_masq_agent_cni_cache_files_skipped gauge\nebpf_masq_agent_cni_cache_files_skipped {}\n",
+             # TYPE ebpf_masq_agent_cni_cache_files_skipped gauge\nebpf_masq_agent_cni_cache_files_skipped {}\n\
+             # HELP ebpf_masq_agent_natlog_configured 1 when the config in force has natLog: the agent runs its exporter.\n\
+             # TYPE ebpf_masq_agent_natlog_configured gauge\nebpf_masq_agent_natlog_configured {}\n",
             self.reloads,
             self.rejections,
             self.rechains,
             self.gc_removed,
             self.pods_found,
-            self.bad_cache_files.len()
+            self.bad_cache_files.len(),
+            u8::from(self.in_force.as_ref().is_some_and(|(_, c, _)| c.masq.nat_log.is_some()))
         )
     }
 }
