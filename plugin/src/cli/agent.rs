@@ -48,7 +48,7 @@ use crate::{
     logging, node,
 };
 
-use super::{install, metrics, natlog};
+use super::{install, memlimit, metrics, natlog};
 
 /// Checks run this often even without a file event.
 const RECHECK: Duration = Duration::from_secs(10);
@@ -461,6 +461,7 @@ fn reload_config(a: &AgentArgs, state: &Mutex<State>) -> bool {
                     resync.unwrap_or_default()
                 );
             }
+            memlimit::check(conf.masq.nat_max_entries);
             if st.in_force.is_some() {
                 st.reloads += 1;
             }
