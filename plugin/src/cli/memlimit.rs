@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 
 use crate::bpf::memory::{mib, NatMemory};
 
-/// Room for everything else in the container: the other maps (pods, veths,
-/// event rings, ...) and the agent itself.
+/// Room for everything else in the container: the node's other maps (25.9 MiB
+/// of bpftool memlock on a default node: event rings, port_counts, pods,
+/// veths, ...) and the agent itself.
 pub const HEADROOM: u64 = 64 << 20;
 
 /// The memory.max file of the cgroup `/proc/self/cgroup` names (cgroup v2:
