@@ -394,6 +394,7 @@ def test_agent_runs_the_nat_log_exporter_as_the_config_says(topo, plugin, lab):
         net.env["CNI_ARGS"] = "IgnoreUnknown=1;K8S_POD_NAMESPACE=shop;K8S_POD_NAME=web-0"
         pod = net.add(topo.pod_ns("pod"))
         assert lease() == 0, "no natLog, no exporter"
+        assert a.metric("ebpf_masq_agent_natlog_configured") == 0
 
         a.vol.publish({**a.base, "natLog": {"file": str(log)}})
         wait_for(lambda: a.alive() and lease() > time.monotonic_ns(), timeout=20, what="exporter started")
@@ -408,9 +409,15 @@ def test_agent_runs_the_nat_log_exporter_as_the_config_says(topo, plugin, lab):
         wait_for(lambda: created(), timeout=10, what="the pair logged")
         [r] = created()
         assert (r["namespace"], r["pod"], r["pod_port"], r["nat_port"]) == ("shop", "web-0", res["local"][1], seen["port"]), r
+        assert (a.metric("ebpf_masq_agent_natlog_configured"), a.metric("ebpf_masq_natlog_exporting")) == (1, 1)
+        # The pod's series name it as its ADD's CNI_ARGS did.
+        body = a.get("/metrics")[1]
+        assert any(l.startswith("ebpf_masq_pod_packets_total{") and ',ifname="eth0",namespace="shop",pod="web-0"} ' in l
+                   and float(l.split()[-1]) >= 1 for l in body.splitlines()), body
 
         a.vol.publish(a.base)
         wait_for(lambda: a.alive() and lease() == 0, timeout=20, what="exporter stopped")
+        assert (a.metric("ebpf_masq_agent_natlog_configured"), a.metric("ebpf_masq_natlog_exporting")) == (0, 0)
         n = len(log.read_text().splitlines())
         assert pod.ns.client("udp", EXT, 5001)[0] == 0
         time.sleep(1)
