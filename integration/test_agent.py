@@ -1,4 +1,4 @@
-"""`ebpf-masq agent`, the DaemonSet's main process (issue 18), end to end.
+"""`ebpf-masq agent`, the DaemonSet's main process, end to end.
 
 The node's CNI conf dir holds the main plugin's conflist (bridge only, as Calico
 or Flannel write theirs); the agent's config is a kubelet-style ConfigMap volume
@@ -157,7 +157,7 @@ def test_agent_waits_for_the_main_plugin_and_rejects_a_bad_start(topo, plugin, l
 
 
 def test_agent_applies_an_egress_policy_change_to_running_pods(topo, plugin, lab):
-    """Issue 20 item 5 through the agent: a ConfigMap update that adds an egress
+    """Egress policies through the agent: a ConfigMap update that adds an egress
     policy reaches a pod already running (no ADD): its new flows leave with the
     policy's address, the metrics count them per policy; removing the policy
     gives the node address back."""
@@ -203,7 +203,7 @@ def test_agent_applies_an_egress_policy_change_to_running_pods(topo, plugin, lab
 
 
 def test_agent_applies_ip_masq_agents_config(topo, plugin, lab):
-    """Issue 27 item 1: ip-masq-agent's ConfigMap (key `config` mounted as
+    """ip-masq-agent's ConfigMap (key `config` mounted as
     `ip-masq-agent`) read as it is. Absent: its defaults (RFC 1918, so ext's 10.0.0.2
     sees the pod). A YAML file listing 10.0.0.2/32: ext leaves with the pod address, a
     destination outside it is masqueraded (explain); status and explain name the file.
@@ -378,7 +378,7 @@ def test_agent_never_leaves_the_node_without_ip_masq_agents_list(topo, plugin, l
 
 
 def test_agent_runs_the_nat_log_exporter_as_the_config_says(topo, plugin, lab):
-    """Issue 29 item 3 through the agent: a ConfigMap update that adds natLog starts
+    """natLog through the agent: a ConfigMap update that adds natLog starts
     the exporter (its lease taken; a running pod's new pair logged with the pod's
     name); removing the key stops it (the lease cleared at once, no more records);
     SIGTERM leaves no exporter behind."""
@@ -394,6 +394,7 @@ def test_agent_runs_the_nat_log_exporter_as_the_config_says(topo, plugin, lab):
         net.env["CNI_ARGS"] = "IgnoreUnknown=1;K8S_POD_NAMESPACE=shop;K8S_POD_NAME=web-0"
         pod = net.add(topo.pod_ns("pod"))
         assert lease() == 0, "no natLog, no exporter"
+        assert a.metric("ebpf_masq_agent_natlog_configured") == 0
 
         a.vol.publish({**a.base, "natLog": {"file": str(log)}})
         wait_for(lambda: a.alive() and lease() > time.monotonic_ns(), timeout=20, what="exporter started")
@@ -408,9 +409,15 @@ def test_agent_runs_the_nat_log_exporter_as_the_config_says(topo, plugin, lab):
         wait_for(lambda: created(), timeout=10, what="the pair logged")
         [r] = created()
         assert (r["namespace"], r["pod"], r["pod_port"], r["nat_port"]) == ("shop", "web-0", res["local"][1], seen["port"]), r
+        assert (a.metric("ebpf_masq_agent_natlog_configured"), a.metric("ebpf_masq_natlog_exporting")) == (1, 1)
+        # The pod's series name it as its ADD's CNI_ARGS did.
+        body = a.get("/metrics")[1]
+        assert any(l.startswith("ebpf_masq_pod_packets_total{") and ',ifname="eth0",namespace="shop",pod="web-0"} ' in l
+                   and float(l.split()[-1]) >= 1 for l in body.splitlines()), body
 
         a.vol.publish(a.base)
         wait_for(lambda: a.alive() and lease() == 0, timeout=20, what="exporter stopped")
+        assert (a.metric("ebpf_masq_agent_natlog_configured"), a.metric("ebpf_masq_natlog_exporting")) == (0, 0)
         n = len(log.read_text().splitlines())
         assert pod.ns.client("udp", EXT, 5001)[0] == 0
         time.sleep(1)

@@ -1,4 +1,4 @@
-"""The kubelet path (issue 18): containerd's CRI plugin runs the chain, driven by a
+"""The kubelet path: containerd's CRI plugin runs the chain, driven by a
 real CRI client making kubelet's calls (crilab.py).
 
 RunPodSandbox -> the pod's traffic to ext leaves with the node address, to the
@@ -69,7 +69,7 @@ def test_run_stop_twice_remove_through_the_cri(topo, plugin, lab):
     assert all("result=ok" in l for l in calls), calls
 
 
-# Egress policies (issue 20) through the CRI: the pod annotation arrives as runtimeConfig.
+# Egress policies through the CRI: the pod annotation arrives as runtimeConfig.
 PARTNER_ADDR, TEAM_B_ADDR = "10.0.0.14", "10.0.0.12"
 POLICIES = [
     {"name": "partner", "namespaces": ["team-a"], "masqueradeAddress": PARTNER_ADDR},

@@ -1,4 +1,4 @@
-"""Egress policies end to end (issue 20): which address a namespace's or a pod's traffic
+"""Egress policies end to end: which address a namespace's or a pod's traffic
 leaves with, per destination, checked where it arrives.
 
 Topology: netlab.Topo, default configuration unless a case says otherwise (two cases

@@ -127,7 +127,8 @@ def test_counters_move_with_traffic(topo, plugin, lab):
     rule = dict(rule="0", source="192.168.6.0/24", out_interface="eth0")
     assert delta("ebpf_masq_rule_packets_total", **rule) >= n
     assert delta("ebpf_masq_rule_bytes_total", **rule) >= n * 84
-    pod_labels = dict(container_id=cid, ifname="eth0")
+    # cnitool passes no K8S_POD_NAMESPACE/K8S_POD_NAME: the pod labels are there, empty.
+    pod_labels = dict(container_id=cid, ifname="eth0", namespace="", pod="")
     assert value(after, "ebpf_masq_pod_packets_total", **pod_labels) >= n
     assert value(after, "ebpf_masq_pod_bytes_total", **pod_labels) >= n * 84
     assert value(after, "ebpf_masq_pod_spoofed_packets_total", **pod_labels) == 3

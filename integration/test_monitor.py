@@ -1,4 +1,4 @@
-"""`ebpf-masq monitor`: the data plane's events, live, with a real pod (issue 29 items 1-2).
+"""`ebpf-masq monitor`: the data plane's events, live, with a real pod.
 
 The pod (named by CNI_ARGS as a CRI runtime names it: shop/web-0) sends UDP datagrams from
 its own sockets to ext. The network's portRange holds two ports, so its third flow towards

@@ -1,4 +1,4 @@
-"""The NAT session log's formats, with a real collector (issue 29, first slice).
+"""The NAT session log's formats, with a real collector.
 
 A JSON-lines session log goes to Debian's nfcapd as IPFIX (`ebpf-masq natlog
 send`), and nfdump decodes every record back with the pre- and post-NAT
@@ -11,7 +11,7 @@ it could not send and fails.
 `natlog snapshot` logs the pairs alive in a real node's tables (what an exporter
 logs when it starts), and `natlog who` names the pod behind the node port a
 remote server saw. The other records here are written by the test: the data
-plane's events (the live exporter) are issue 29's next slice.
+plane's events through the live exporter are test_agent.py's.
 """
 import json
 import os

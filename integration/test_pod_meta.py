@@ -1,4 +1,4 @@
-"""Who a pod is reaches its registration (issue 18, item 4): the Kubernetes namespace
+"""Who a pod is reaches its registration: the Kubernetes namespace
 and name from CNI_ARGS (K8S_POD_NAMESPACE, K8S_POD_NAME, as containerd's and CRI-O's
 CRI plugins pass them) and the pod's ebpf-masq.io/ annotations from runtimeConfig,
 which libcni fills for the io.kubernetes.cri.pod-annotations capability the chained

@@ -1,4 +1,4 @@
-"""Address pools: masqueradeAddress with several addresses (issue 17 item 5).
+"""Address pools: masqueradeAddress with several addresses.
 
 The node owns three addresses on eth0 (10.0.0.5, .6, .7) and lists them in
 masqueradeAddress. Four pods, default settings, default path and fastPath: each

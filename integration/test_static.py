@@ -1,4 +1,4 @@
-"""The binary runs on any node: it is statically linked (issue 18).
+"""The binary runs on any node: it is statically linked.
 
 kubelet and containerd run ebpf-masq on the node itself, whose libc may be
 older than the build machine's (RHEL 8, Ubuntu 20.04, Amazon Linux 2, Debian

@@ -78,7 +78,7 @@
 #         endpoint as fast as they can: connect, 16-byte request, answer,
 #         orderly close (the client's ports cycle through TIME_WAIT), for
 #         --duration s; connections/s, and those that failed or took > 1 s
-#         (a lost SYN). Issue 17's scenario: replicas against one database;
+#         (a lost SYN). The scenario: replicas against one database;
 #         what limits it is the NAT's port space and reuse of finished flows
 #         towards one remote endpoint (ipt is the anchor)
 #   cpu   with each rate, the CPU time it took (getrusage of the sender /
@@ -95,7 +95,7 @@
 #         fast mode the pod's veth program does the NAT and the redirect).
 #         Kept out of the timed tests because the stats themselves cost ~2
 #         clock reads per program run, which would tax ebpf-masq only.
-#   ports after the rounds, once: issue 7's scale target, port allocation O(1)
+#   ports after the rounds, once: the scale target, port allocation O(1)
 #         expected while the range is under 90 % full for one remote endpoint:
 #         ports tried and ns per new flow with 0, 50 and 90 % of a 1,000- and a
 #         64,512-port range in use (plugin/tests/microbench.rs
@@ -153,7 +153,7 @@
 #                  add-latency: seconds per UDP run of the per-packet stage
 #   --pings N      pings 10 ms apart per test; 10 x N back-to-back (default 50)
 #   --floor        add the state mode (above) to the data-path benchmark
-#   --natlog       add the log mode (above): paired log/ebpf ratios, issue 29's
+#   --natlog       add the log mode (above): paired log/ebpf ratios, and the
 #                  target (connections/s with natLog >= 0.95x without)
 #   --quick        smoke test: --rounds 1 --duration 1 --pings 20 (~40 s);
 #                  with --add-latency: --reps 20 --first 2 --duration 1
@@ -705,7 +705,7 @@ main() {
     for mode in "${order[@]}"; do case $mode in none|ipt) ;; *) bpf_phase "$r" "$mode" ;; esac; done
   done
 
-  # Issue 7's scale target: ports tried per new flow with the range 90 % full (BPF_PROG_TEST_RUN).
+  # The scale target: ports tried per new flow with the range 90 % full (BPF_PROG_TEST_RUN).
   log "bench: port allocation (microbench port_allocation_cost)"
   (cd "$REPO" && cargo test --release --test microbench -- --ignored --nocapture --exact port_allocation_cost) \
     >"$WORK/portalloc.txt" 2>&1 || die "port_allocation_cost failed: $(tail -5 "$WORK/portalloc.txt")"

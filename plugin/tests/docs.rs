@@ -1,4 +1,4 @@
-//! The docs cannot drift from the tree, the layout or the parser (issue 28 item 5;
+//! The docs cannot drift from the tree, the layout or the parser (as
 //! rust-lang/rust's tidy does the same for its own docs). Every Markdown file of
 //! the repository (hidden folders but `.ci/`, and `target/`, aside) is read,
 //! except CHANGELOG.md (history: it says what was true then). Fenced code blocks
@@ -49,12 +49,29 @@
 //! **Test files.** docs/testing.md's table has a row for every
 //! `plugin/tests/*.rs`, every module of a test binary kept in a folder
 //! (`plugin/tests/*/*.rs`; not its `support/`) and `integration/test_*.py`.
+//!
+//! **For users, not a diary.** No heading names a work session, round or issue
+//! ("Session 8", "Round 3", "issue 26"), and no line names a session or one of
+//! our issues ("session 13", "issue 7"; another project's issue, `owner/repo
+//! issue N`, is a reference). **Ports.** An example command of ebpf-masq other
+//! than `agent` and `manifest` (in a fence or backticks) never listens on the
+//! agent's default metrics port (`manifest --metrics-port`): on a DaemonSet
+//! node the agent holds it. **Memory.** docs/nat.md's memory table (first header
+//! cell `natMaxEntries`, then `up front`) gives for each size what
+//! `bpf::memory::NatMemory` computes, and conf/daemonset.yaml and conf/README.md
+//! state the default's full-table figures. **Keys users set.** Each row of
+//! README.md's config table whose default is a JSON value is accepted by the
+//! parser with that value; the keys only the agent writes
+//! (`IP_MASQ_AGENT_ENTRY_KEYS`' parent, `ipMasqAgent`) say so in their row.
 
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use clap::Args;
 use ebpf_masq::bpf::abi::LAYOUT_VERSION;
+use ebpf_masq::bpf::memory::{mib, NatMemory};
+use ebpf_masq::cli::manifest::ManifestArgs;
 use ebpf_masq::config::{
     self, CAP_PORT_MAPPINGS, IP_MASQ_AGENT_ENTRY_KEYS, IP_MASQ_AGENT_KEYS, MASQ_KEYS, NATLOG_KEYS, POLICY_KEYS, RULE_KEYS,
     STANDARD_KEYS, TIMEOUT_KEYS,
@@ -529,6 +546,141 @@ fn check_test_table(testing: &Doc, repo: &Repo) -> Vec<String> {
         .collect()
 }
 
+/// The words before a number that make a line a diary's: `(session|round|issue)s? #?N`.
+fn numbered(line: &str) -> Vec<String> {
+    let lower = line.to_lowercase();
+    let mut out = Vec::new();
+    for what in ["session", "round", "issue"] {
+        let mut from = 0;
+        while let Some(i) = lower[from..].find(what).map(|i| i + from) {
+            from = i + what.len();
+            if lower[..i].chars().next_back().is_some_and(is_word) {
+                continue;
+            }
+            let rest = lower[from..].strip_prefix('s').unwrap_or(&lower[from..]);
+            let rest = rest.strip_prefix(' ').unwrap_or(rest);
+            let rest = rest.strip_prefix('#').unwrap_or(rest);
+            if rest.starts_with(|c: char| c.is_ascii_digit()) {
+                // Another project's issue: `owner/repo issue N`.
+                let before = lower[..i].trim_end().rsplit(' ').next().unwrap_or("");
+                if what == "issue" && before.contains('/') {
+                    continue;
+                }
+                out.push(format!("{what} {}", rest.chars().take_while(char::is_ascii_digit).collect::<String>()));
+            }
+        }
+    }
+    out
+}
+
+/// Headings that number sessions, rounds or issues; lines that name a session or an issue of ours.
+/// ("Round 1's ratios" of a bench run are rounds of a measurement: allowed in text, not in a heading.)
+fn check_diary(doc: &Doc) -> Vec<String> {
+    let mut bad = Vec::new();
+    for (n, line, fenced) in doc.lines() {
+        let heading = !fenced && line.starts_with('#');
+        for w in numbered(line) {
+            if heading || !w.starts_with("round") {
+                bad.push(format!("{}:{n}: \"{w}\": say what and when (a date, a commit), not which session or issue", doc.rel));
+            }
+        }
+    }
+    bad
+}
+
+/// The agent's default metrics port, as `manifest` (the DaemonSet) gives it.
+fn agent_metrics_port() -> u16 {
+    let cmd = ManifestArgs::augment_args(clap::Command::new("manifest"));
+    let arg = cmd.get_arguments().find(|a| a.get_id() == "metrics_port").expect("manifest --metrics-port");
+    arg.get_default_values()[0].to_str().unwrap().parse().unwrap()
+}
+
+/// Example commands of ebpf-masq (fenced lines and backticked spans) but `agent`
+/// and `manifest` that use the agent's metrics port.
+fn check_ports(doc: &Doc, port: u16) -> (Vec<String>, usize) {
+    let (mut bad, mut seen) = (Vec::new(), 0);
+    let fenced = doc.lines().filter(|(_, _, f)| *f).map(|(n, l, _)| (n, l.to_string()));
+    for (n, text) in fenced.chain(doc.spans()) {
+        let mut rest = text.as_str();
+        while let Some(i) = rest.find("ebpf-masq ") {
+            rest = &rest[i + "ebpf-masq ".len()..];
+            let cmd = &rest[..rest.find(['|', ';', '&', '`', '#']).unwrap_or(rest.len())];
+            let verb = cmd.split_whitespace().next().unwrap_or("");
+            if verb.is_empty() || verb.starts_with(['-', '<', '[']) {
+                continue;
+            }
+            seen += 1;
+            let uses = cmd.split(|c: char| !c.is_ascii_digit()).any(|w| w == port.to_string());
+            if uses && !matches!(verb, "agent" | "manifest") {
+                bad.push(format!("{}:{n}: `ebpf-masq {}` uses port {port}, the agent's metrics port", doc.rel, cmd.trim()));
+            }
+        }
+    }
+    (bad, seen)
+}
+
+/// docs/nat.md's memory table against bpf::memory, and the default's figures in the manifest's notes.
+fn check_memory(nat: &Doc, repo: &Repo) -> (Vec<String>, usize) {
+    let (mut bad, mut seen) = (Vec::new(), 0);
+    let num = |s: &str| -> Option<u64> { s.split_whitespace().next()?.replace(',', "").parse().ok() };
+    let mut rows = nat.text.lines().map(str::trim).skip_while(|l| !l.replace(' ', "").starts_with("|`natMaxEntries`|upfront|"));
+    if rows.next().is_none() {
+        return (vec!["docs/nat.md: no memory table (| `natMaxEntries` | up front | ...)".into()], 0);
+    }
+    for row in rows.skip(1).take_while(|l| l.starts_with('|')) {
+        let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
+        let Some(n) = cells.first().and_then(|c| num(c)) else { continue };
+        seen += 1;
+        let m = NatMemory::new(n as u32);
+        let want = [mib(m.up_front), mib(m.full_ipv4()), mib(m.full_dual_stack())];
+        let got: Vec<Option<u64>> = cells[1..].iter().map(|c| num(c)).collect();
+        if got != want.map(Some) {
+            bad.push(format!("docs/nat.md: natMaxEntries {n}: the table says {:?} MiB, bpf::memory computes {want:?}", &cells[1..]));
+        }
+    }
+    let d = NatMemory::new(1 << 20);
+    let figures = [format!("{} MiB", mib(d.full_ipv4())), format!("{} MiB", mib(d.full_dual_stack()))];
+    for f in ["conf/daemonset.yaml", "conf/README.md", "docs/nat.md"] {
+        let text = fs::read_to_string(repo.root.join(f)).unwrap();
+        for fig in &figures {
+            seen += 1;
+            if !text.contains(fig.as_str()) {
+                bad.push(format!("{f}: does not state {fig} (the default natMaxEntries' full tables, bpf::memory)"));
+            }
+        }
+    }
+    (bad, seen)
+}
+
+/// README.md's config table: each user-set key accepts its default as the table writes it
+/// (a JSON value); an agent-written key says that users do not set it.
+fn check_user_keys(readme: &Doc) -> (Vec<String>, usize) {
+    let (mut bad, mut seen) = (Vec::new(), 0);
+    let section = readme.section("## Configuration");
+    let rows = section.iter().map(|(_, l)| *l).skip_while(|l| !l.replace(' ', "").starts_with("|key|")).skip(2);
+    for row in rows.take_while(|l| l.starts_with('|')) {
+        let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
+        let keys = Doc::new("row", cells[0].to_string()).spans();
+        let [(_, key)] = keys.as_slice() else { continue };
+        if key == "ipMasqAgent" {
+            seen += 1;
+            if !cells.get(2).is_some_and(|m| m.contains("not one to set") && m.contains("only `agent")) {
+                bad.push(format!("README.md: {key} is written by the agent only, and its row must say so"));
+            }
+            continue;
+        }
+        let default = cells.get(1).copied().unwrap_or("");
+        let Some(json) = default.strip_prefix('`').and_then(|d| d.strip_suffix('`')) else { continue };
+        let Ok(value) = serde_json::from_str::<serde_json::Value>(json) else { continue };
+        seen += 1;
+        let entry = serde_json::json!({"cniVersion": "1.0.0", "name": "docs", "type": "ebpf-masq", key.as_str(): value});
+        if let Err(e) = config::parse_netconf(entry.to_string().as_bytes()) {
+            bad.push(format!("README.md: the config table's {key} = {json} is refused: {e}"));
+        }
+    }
+    (bad, seen)
+}
+
 fn report(bad: Vec<String>) {
     assert!(bad.is_empty(), "{} drift(s):\n{}", bad.len(), bad.join("\n"));
 }
@@ -574,6 +726,37 @@ fn testing_md_lists_every_test_file() {
     let repo = Repo::read();
     let docs = repo.docs();
     report(check_test_table(docs.iter().find(|d| d.rel == "docs/testing.md").unwrap(), &repo));
+}
+
+#[test]
+fn docs_speak_to_users_not_of_work_sessions() {
+    report(Repo::read().docs().iter().flat_map(check_diary).collect());
+}
+
+#[test]
+fn example_commands_leave_the_agents_metrics_port_to_the_agent() {
+    let port = agent_metrics_port();
+    assert_eq!(port, 9436);
+    let (bad, seen): (Vec<_>, Vec<_>) = Repo::read().docs().iter().map(|d| check_ports(d, port)).unzip();
+    not_blind(seen.iter().sum(), 20, "ebpf-masq commands");
+    report(bad.concat());
+}
+
+#[test]
+fn memory_figures_are_the_computed_ones() {
+    let repo = Repo::read();
+    let docs = repo.docs();
+    let (bad, seen) = check_memory(docs.iter().find(|d| d.rel == "docs/nat.md").unwrap(), &repo);
+    not_blind(seen, 3 + 6, "memory figures");
+    report(bad);
+}
+
+#[test]
+fn keys_users_set_are_accepted_and_agent_keys_say_so() {
+    let docs = Repo::read().docs();
+    let (bad, seen) = check_user_keys(docs.iter().find(|d| d.rel == "README.md").unwrap());
+    not_blind(seen, 8, "config table defaults");
+    report(bad);
 }
 
 /// Each check finds what it is there to find (a check that cannot fail proves nothing).
@@ -634,4 +817,29 @@ fn each_check_fails_on_a_broken_doc() {
     let got =
         more(check_test_table(&doc("docs/testing.md", &broken), &repo), check_test_table(&doc("t", &testing), &repo));
     assert_eq!(got, ["docs/testing.md: the table has no row for plugin/tests/docs.rs"]);
+    let diary = doc(
+        "docs/x.md",
+        "## Session 8\n\nAs issue 26 item 2 asks.\n\n### Round 3 (what changed)\n\n\
+         Fine: round 1's ratios, projectcalico/calico issue 9100, sessions of NAT, `--rounds 3`, issues.\n",
+    );
+    assert_eq!(check_diary(&diary).len(), 3, "{:#?}", check_diary(&diary));
+    let ports = doc(
+        "docs/x.md",
+        "`ebpf-masq metrics --listen 127.0.0.1:9436`\n\n```sh\nebpf-masq natlog --listen 0.0.0.0:9436 | tee x\n```\n\n\
+         Fine: `ebpf-masq agent --metrics-listen 0.0.0.0:9436`, `ebpf-masq manifest --metrics-port 9436`,\n\
+         `ebpf-masq metrics --listen 127.0.0.1:9437`, `curl 127.0.0.1:9436/metrics`, `ebpf-masq status` (94360).\n",
+    );
+    let (got, seen) = check_ports(&ports, 9436);
+    assert_eq!((got.len(), seen), (2, 6), "{got:#?}");
+    let nat = fs::read_to_string(repo.root.join("docs/nat.md")).unwrap();
+    assert!(nat.contains("| 262,144 | 35 MiB |"), "the memory table's 262,144 row");
+    let (got, _) = check_memory(&doc("docs/nat.md", &nat.replace("| 262,144 | 35 MiB |", "| 262,144 | 36 MiB |")), &repo);
+    assert_eq!(got.len(), 1, "{got:#?}");
+    let (got, _) = check_memory(&doc("docs/nat.md", &nat.replace("| `natMaxEntries` | up front |", "| size | up front |")), &repo);
+    assert_eq!(got.len(), 1, "{got:#?}");
+    let broken = readme
+        .replace("| `natMaxEntries` | `1048576` |", "| `natMaxEntries` | `100` |")
+        .replace("**not one to set**: only `agent", "written by `agent");
+    let (got, _) = check_user_keys(&doc("README.md", &broken));
+    assert_eq!(got.len(), 2, "natMaxEntries 100 refused, ipMasqAgent not said to be the agent's: {got:#?}");
 }

@@ -1,5 +1,5 @@
 //! The layers of plugin/src point down only, and no import circle remains
-//! (issue 19): `cni`/`cli` -> `node` -> `pod` -> `bpf`/`netlink`/`prevresult`
+//! (docs/design.md): `cni`/`cli` -> `node` -> `pod` -> `bpf`/`netlink`/`prevresult`
 //! -> `config`/`logging` -> `error`. Within a layer a room may use another
 //! (cli::status uses cli::readers), never in a circle. A room is a top module,
 //! or inside a folder top module (bpf, cli, config, netlink, node) one of its

@@ -130,7 +130,7 @@ fn new_flow_cost(dp: &Dataplane, in_use: usize) -> (f64, f64) {
     (ns[RUNS / 2] as f64, probes)
 }
 
-/// Issue 7: port allocation stays O(1) expected while the range is under 90 %
+/// The scale target: port allocation stays O(1) expected while the range is under 90 %
 /// full for one remote endpoint. The cost of a new flow and the ports it tries
 /// with 0, 50 and 90 % of the range in use, for a range of 1,000 ports and one
 /// of 64,512, at the default natMaxEntries. Also printed as `portalloc {json}`

@@ -42,7 +42,7 @@ Subcommands (all print to stdout):
   portalloc FILE          result lines from microbench port_allocation_cost's `portalloc {json}`
                           lines: ports tried and ns per new flow by range size and share in use
   report RESULTS.jsonl META.json [--json FILE|-]
-                          the table of medians and paired ratios, then issue 7's targets
+                          the table of medians and paired ratios, then the targets
                           against what this run measured (and the JSON document)
 """
 import json
@@ -425,7 +425,7 @@ def print_table(summary, meta):
         print(line(r))
 
 
-# Issue 7's data-path targets: (label, metric, ratio key, target, higher is better).
+# The data-path targets: (label, metric, ratio key, target, higher is better).
 TARGETS = [
     ("default: UDP 64B rate vs no-NAT", "udp_rx_kpps", "ebpf_vs_none", 0.97, True),
     ("default: new TCP connections/s vs no-NAT", "cps", "ebpf_vs_none", 0.97, True),
@@ -441,7 +441,7 @@ TARGETS = [
 UPLINK_NS_TARGET = 60.0
 
 
-# Issue 7, scale: port allocation O(1) expected while the range is under 90 % full
+# Scale: port allocation O(1) expected while the range is under 90 % full
 # for one remote endpoint. Random probes: 1 / (1 - 0.9) = 10 ports tried on average.
 PORTALLOC_FILL = 90
 PORTALLOC_MAX_TRIES = 13.0   # 10 expected; the microbench's 10,000 flows put the mean within +-0.3
@@ -488,7 +488,7 @@ def target_rows(summary, data=None):
         r = ratios.get(key)
         if r:
             met = r["median"] >= target if higher else r["median"] <= target
-            # Against iptables (issue 17's churn) the anchor is iptables itself: no floor row.
+            # Against iptables (the churn row) the anchor is iptables itself: no floor row.
             anchor = {"ebpf_vs_none": "hooks_vs_none", "fast_vs_none": "redir_vs_none"}.get(key)
             floor = (f"{MODE_LABEL[anchor.split('_')[0]]} {fmt_ratio(ratios.get(anchor))}"
                      if anchor and ratios.get(anchor) else "")
@@ -511,7 +511,7 @@ def print_targets(summary, data=None):
     rows = target_rows(summary, data)
     if not rows:
         return
-    head = ("target (issues 7, 17, 29; paired median [min-max])", "wanted", "measured", "met", "anchor")
+    head = ("target (paired median [min-max])", "wanted", "measured", "met", "anchor")
     widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
     print()
     print("anchor: default mode, the same ratio with empty programs at ebpf-masq's hooks (empty-hooks: the most")

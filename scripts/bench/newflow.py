@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The new-flow path under load (issue 26's bench rows), ebpf-masq beside iptables MASQUERADE.
+"""The new-flow path under load (bench.sh --newflow's rows), ebpf-masq beside iptables MASQUERADE.
 
 Run by `scripts/bench.sh --newflow` (root). Every setup is the lab of
 integration/lab/churnlab.py (one node, one ext, pods by cnitool with the bridge

@@ -48,7 +48,7 @@ use crate::{
     logging, node,
 };
 
-use super::{install, metrics, natlog};
+use super::{install, memlimit, metrics, natlog};
 
 /// Checks run this often even without a file event.
 const RECHECK: Duration = Duration::from_secs(10);
@@ -219,13 +219,16 @@ impl State {
              # HELP ebpf_masq_agent_pods_found_total Pods whose ADD never reached ebpf-masq, registered from the runtime's CNI cache.\n\
              # TYPE ebpf_masq_agent_pods_found_total counter\nebpf_masq_agent_pods_found_total {}\n\
              # HELP ebpf_masq_agent_cni_cache_files_skipped Files of the CNI cache that are not libcni's results (skipped).\n\
-             # TYPE ebpf_masq_agent_cni_cache_files_skipped gauge\nebpf_masq_agent_cni_cache_files_skipped {}\n",
+             # TYPE ebpf_masq_agent_cni_cache_files_skipped gauge\nebpf_masq_agent_cni_cache_files_skipped {}\n\
+             # HELP ebpf_masq_agent_natlog_configured 1 when the config in force has natLog: the agent runs its exporter.\n\
+             # TYPE ebpf_masq_agent_natlog_configured gauge\nebpf_masq_agent_natlog_configured {}\n",
             self.reloads,
             self.rejections,
             self.rechains,
             self.gc_removed,
             self.pods_found,
-            self.bad_cache_files.len()
+            self.bad_cache_files.len(),
+            u8::from(self.in_force.as_ref().is_some_and(|(_, c, _)| c.masq.nat_log.is_some()))
         )
     }
 }
@@ -458,6 +461,7 @@ fn reload_config(a: &AgentArgs, state: &Mutex<State>) -> bool {
                     resync.unwrap_or_default()
                 );
             }
+            memlimit::check(conf.masq.nat_max_entries);
             if st.in_force.is_some() {
                 st.reloads += 1;
             }

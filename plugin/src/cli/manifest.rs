@@ -133,7 +133,8 @@ pub struct ManifestArgs {
     #[arg(long, value_name = "QUANTITY", help = "CPU limit [default: none]")]
     pub cpu_limit: Option<String>,
     #[arg(long, value_name = "QUANTITY", default_value = "512Mi",
-          help = "memory limit: BPF map memory is charged to the container (2 x 128 MiB at natMaxEntries' default)")]
+          help = "memory limit: BPF map memory is charged to the container (at natMaxEntries' default: 355 MiB \
+                  with a full IPv4 table, 755 MiB with both families' full)")]
     pub memory_limit: String,
 }
 

@@ -8,6 +8,7 @@ pub mod apply;
 pub mod explain;
 pub mod install;
 pub mod manifest;
+pub mod memlimit;
 pub mod metrics;
 pub mod monitor;
 pub mod nat_list;

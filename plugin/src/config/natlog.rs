@@ -1,4 +1,4 @@
-//! `natLog`: where the NAT session log goes (issue 29, docs/natlog.md): an IPFIX
+//! `natLog`: where the NAT session log goes (docs/natlog.md): an IPFIX
 //! collector (`"ipfix": "HOST:PORT"`, UDP), a JSON-lines file (`"file": PATH`,
 //! rotated by size), or both. The key only says where; the exporter that writes
 //! there is `ebpf-masq agent` or `ebpf-masq natlog --conf` (the data plane is the

@@ -360,7 +360,7 @@ fn exhausted_port_range_drops() {
     expect_snat(&dp, &tcp(POD2, REMOTE2, 40001, 443, SYN), MASQ, |p| tcp(MASQ, REMOTE2, p, 443, SYN));
 }
 
-/// Issue 7: port allocation stays O(1) expected while the range is under 90 %
+/// The scale target: port allocation stays O(1) expected while the range is under 90 %
 /// full for one remote endpoint. With 90 % of the range in use (held exactly
 /// there: a port given back for each one taken), a new flow tries ~10 ports on
 /// average (1 / (1 - 0.9), random probes), whether the range has 1,000 ports or

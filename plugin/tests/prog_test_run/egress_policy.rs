@@ -1,4 +1,4 @@
-//! Egress policies (issue 20) through the real pinned programs, with
+//! Egress policies (docs/egress-policies.md) through the real pinned programs, with
 //! BPF_PROG_TEST_RUN: a pod the policies of its mask select leaves with the
 //! first policy's address that holds the destination (one LPM lookup of the
 //! entries the plugin flattens), keeps the network's address elsewhere, leaves

@@ -1,4 +1,4 @@
-//! The data plane's events (issue 29 items 1-2) through the real pinned programs,
+//! The data plane's events (docs/monitor.md) through the real pinned programs,
 //! with BPF_PROG_TEST_RUN: a new flow's pair_made with its tuple (IPv4, IPv6) while the ring's
 //! lease runs, nothing once it ran out, the log and live rings each served, a
 //! refusal's event, a taken-over pair's end before its successor's start, the

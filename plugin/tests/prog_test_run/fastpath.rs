@@ -460,7 +460,7 @@ fn egress_policies_hold_on_the_fast_path() {
 
 #[test]
 fn a_new_flow_with_no_port_free_is_dropped_by_the_fast_path_after_one_search() {
-    // Issue 26: the fast path searches once per new flow. Falling back would make the
+    // The fast path searches once per new flow. Falling back would make the
     // uplink search the whole budget again (twice the cost, the failure counted twice).
     in_lab(1500, |up0, _| {
         let dp = fast_node6(up0); // up0 masquerades both families

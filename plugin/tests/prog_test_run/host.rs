@@ -1,5 +1,5 @@
 //! The host's own flows share the port space with masqueraded ones, safely, as
-//! netfilter's conntrack makes them (issue 17 item 3), through the real pinned
+//! netfilter's conntrack makes them, through the real pinned
 //! programs with BPF_PROG_TEST_RUN:
 //! - a host flow whose tuple a pod's pair already holds (the host's connect()
 //!   cannot know) leaves with another source port, and its replies come back to

@@ -1,4 +1,4 @@
-//! Issue 26 item 2, through the real pinned uplink program with BPF_PROG_TEST_RUN:
+//! The busy endpoint's port search, through the real pinned uplink program with BPF_PROG_TEST_RUN:
 //! a port search towards a busy remote endpoint finds a free or reusable port
 //! whenever the range has one (the endpoint's nat_hot bitmap), over ranges far
 //! wider than the old search's bounded sweep (1,024 ports); a flow is refused only

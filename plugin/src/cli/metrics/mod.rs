@@ -450,7 +450,7 @@ fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder) -> fmt::Result {
             enc,
             name,
             help,
-            s.pods.iter().map(|p| (vec![("container_id", p.container_id.as_str()), ("ifname", p.ifname.as_str())], get(p))),
+            s.pods.iter().map(|p| (pod_labels(p).to_vec(), get(p))),
         )?;
     }
     counters(
@@ -460,12 +460,24 @@ fn encode_snapshot(s: &Snapshot, enc: &mut DescriptorEncoder) -> fmt::Result {
          over_share = over the pod's share of a busy endpoint's ports, over_limit = at the pod's port limit \
          towards the endpoint (RFC 6888 REQ-4).",
         s.pods.iter().flat_map(|p| {
-            let who = [("container_id", p.container_id.as_str()), ("ifname", p.ifname.as_str())];
+            let who = pod_labels(p);
             [("no_port", p.refused_no_port), ("over_share", p.refused_over_share), ("over_limit", p.refused_over_limit)]
-                .map(|(why, n)| (vec![who[0], who[1], ("reason", why)], n))
+                .map(|(why, n)| ([&who[..], &[("reason", why)][..]].concat(), n))
         }),
     )?;
     Ok(())
+}
+
+/// A pod interface's labels: its registration's container ID and interface, then
+/// the Kubernetes namespace and name its ADD was given (CNI_ARGS K8S_POD_NAMESPACE,
+/// K8S_POD_NAME; empty strings for a pod without them).
+fn pod_labels(p: &PodRow) -> [(&'static str, &str); 4] {
+    [
+        ("container_id", p.container_id.as_str()),
+        ("ifname", p.ifname.as_str()),
+        ("namespace", p.k8s_namespace.as_str()),
+        ("pod", p.k8s_name.as_str()),
+    ]
 }
 
 /// What `GET /metrics` answers: the one-shot text's content type, 0.0.4.
@@ -523,7 +535,7 @@ fn handle(pins: &Pins, req: tiny_http::Request) -> std::io::Result<()> {
 /// getaddrinfo would need the node's own NSS libraries for a name.
 fn bind(addr: &str) -> Result<tiny_http::Server> {
     let sock: std::net::SocketAddr = addr.parse().map_err(|_| {
-        Error::new(code::INVALID_CONFIG, format!("--listen {addr:?}: expected a numeric ADDR:PORT, e.g. 127.0.0.1:9436 or [::]:9436"))
+        Error::new(code::INVALID_CONFIG, format!("--listen {addr:?}: expected a numeric ADDR:PORT, e.g. 127.0.0.1:9437 or [::]:9437"))
     })?;
     tiny_http::Server::http(sock).map_err(|e| Error::new(code::IO_FAILURE, format!("listen on {addr}: {e}")))
 }
@@ -547,7 +559,8 @@ allocation failures, drops by reason, per-rule, per-egress-policy and per-pod co
 Without --listen it prints once, for node-exporter's textfile collector:\n  \
 ebpf-masq metrics > /var/lib/node_exporter/textfile/ebpf_masq.prom.$$ && \
 mv /var/lib/node_exporter/textfile/ebpf_masq.prom.$$ /var/lib/node_exporter/textfile/ebpf_masq.prom\n\
-With --listen ADDR (e.g. 127.0.0.1:9436) it serves the same on GET /metrics until killed.";
+With --listen ADDR (e.g. 127.0.0.1:9437) it serves the same on GET /metrics until killed. On a node that runs \
+the agent, 9436 is taken: the agent serves these metrics there already (--metrics-listen).";
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct MetricsArgs {

@@ -190,6 +190,10 @@ fn pod(id: &str, ifname: &str) -> PodRow {
     }
 }
 
+fn k8s(p: PodRow) -> PodRow {
+    PodRow { k8s_namespace: "team-a".into(), k8s_name: "web-1".into(), ..p }
+}
+
 fn policy(index: u32, name: &str, pods: &[&str]) -> PolicyRow {
     PolicyRow {
         desc: readers::PolicyDesc {
@@ -218,7 +222,8 @@ fn snapshot() -> Snapshot {
         sweep: Sweep { runs: 7, cycles: 3, last_run_ns: 450_000, max_run_ns: 1_200_000, last_checked: 12, armed: true, walks_ipv6: false },
         rules: vec![rule(0, Some("eth0")), rule(1, None)],
         // Hostile label values: quotes, backslashes, a newline.
-        pods: vec![pod("abc", "eth0"), PodRow { found: true, ..pod("abc", "net1") }, pod("we\"ird\\id\nx", "eth0")],
+        // A pod with its Kubernetes names (two interfaces), one without (empty labels).
+        pods: vec![k8s(pod("abc", "eth0")), PodRow { found: true, ..k8s(pod("abc", "net1")) }, pod("we\"ird\\id\nx", "eth0")],
         egress_policies: vec![policy(0, "partner", &["team-a/web-1", "team-a/web-2"]), policy(1, "optout", &[])],
         natlog: Some((120, 7)),
     }
@@ -289,9 +294,11 @@ fn exposition_parses_and_holds_every_family() {
     assert_eq!(value(&series, "ebpf_masq_rule_packets_total", &r), 10.0);
     let r = [("rule", "1"), ("source", "192.168.6.0/24"), ("out_interface", "ifindex:7")];
     assert_eq!(value(&series, "ebpf_masq_rule_bytes_total", &r), 1000.0);
-    let p = [("container_id", "we\"ird\\id\nx"), ("ifname", "eth0")];
+    let p = [("container_id", "we\"ird\\id\nx"), ("ifname", "eth0"), ("namespace", ""), ("pod", "")];
     assert_eq!(value(&series, "ebpf_masq_pod_spoofed_packets_total", &p), 1.0);
-    let why = |r| [p[0], p[1], ("reason", r)];
+    let named = [("container_id", "abc"), ("ifname", "net1"), ("namespace", "team-a"), ("pod", "web-1")];
+    assert_eq!(value(&series, "ebpf_masq_pod_bytes_total", &named), 500.0);
+    let why = |r| [p[0], p[1], p[2], p[3], ("reason", r)];
     assert_eq!(value(&series, "ebpf_masq_pod_port_refusals_total", &why("no_port")), 2.0);
     assert_eq!(value(&series, "ebpf_masq_pod_port_refusals_total", &why("over_share")), 3.0);
     assert_eq!(value(&series, "ebpf_masq_pod_port_refusals_total", &why("over_limit")), 4.0);
@@ -331,8 +338,8 @@ fn exposition_lines_are_what_users_see() {
         "ebpf_masq_nat_expiry_last_run_seconds 0.00045",
         "ebpf_masq_nat_expiry_running 1",
         "ebpf_masq_rule_packets_total{rule=\"1\",source=\"192.168.6.0/24\",out_interface=\"ifindex:7\"} 11",
-        "ebpf_masq_pod_spoofed_packets_total{container_id=\"we\\\"ird\\\\id\\nx\",ifname=\"eth0\"} 1",
-        "ebpf_masq_pod_port_refusals_total{container_id=\"abc\",ifname=\"net1\",reason=\"over_limit\"} 4",
+        "ebpf_masq_pod_spoofed_packets_total{container_id=\"we\\\"ird\\\\id\\nx\",ifname=\"eth0\",namespace=\"\",pod=\"\"} 1",
+        "ebpf_masq_pod_port_refusals_total{container_id=\"abc\",ifname=\"net1\",namespace=\"team-a\",pod=\"web-1\",reason=\"over_limit\"} 4",
         "# TYPE ebpf_masq_egress_policy_packets_total counter",
         "ebpf_masq_egress_policy_packets_total{policy=\"partner\"} 40",
         "ebpf_masq_pods{by=\"add\"} 2",
@@ -570,18 +577,49 @@ fn exposed_families() -> HashMap<String, HashMap<String, HashSet<String>>> {
 /// Labels Prometheus adds at scrape time: not in the exposition, always on the series.
 const TARGET_LABELS: &[&str] = &["instance", "job"];
 
+/// The labels the ServiceMonitor (`manifest --service-monitor`) adds by relabeling:
+/// every `targetLabel` of its endpoints, read from the manifest's source.
+fn service_monitor_labels() -> Vec<String> {
+    let src = include_str!("../manifest/objects.rs");
+    let labels: Vec<String> = src
+        .split("\"targetLabel\":")
+        .skip(1)
+        .map(|rest| rest.trim_start().trim_start_matches('"').chars().take_while(|&c| c != '"').collect())
+        .collect();
+    assert!(!labels.is_empty(), "no relabeling targetLabel in manifest/objects.rs: update this test");
+    labels
+}
+
+#[test]
+fn the_service_monitor_adds_a_node_label() {
+    assert_eq!(service_monitor_labels(), ["node"]);
+}
+
 #[test]
 fn grafana_dashboard_queries_only_what_is_exposed() {
     let raw = include_str!("../../../../conf/grafana-dashboard.json");
     let dash: serde_json::Value = serde_json::from_str(raw).expect("conf/grafana-dashboard.json parses");
     let fams = exposed_families();
+    // Scrape-time labels: Prometheus's own and the ServiceMonitor's relabelings.
+    let relabeled = service_monitor_labels();
+    let scrape: Vec<&str> = TARGET_LABELS.iter().copied().chain(relabeled.iter().map(String::as_str)).collect();
 
     // The variables: a Prometheus datasource, a node (instance) picker; any other query variable.
     let vars = dash["templating"]["list"].as_array().expect("templating.list");
     let var = |name: &str| vars.iter().find(|v| v["name"] == name);
     let ds = var("datasource").expect("a datasource variable");
     assert_eq!((ds["type"].as_str(), ds["query"].as_str()), (Some("datasource"), Some("prometheus")));
-    assert!(var("instance").or_else(|| var("node")).is_some_and(|v| v["type"] == "query"), "an instance/node variable");
+    // The node picker selects by the label the ServiceMonitor adds (`node`); an
+    // instance picker narrows it, and serves a plain scrape that has no `node` label.
+    for (name, label) in [("node", "node"), ("instance", "instance")] {
+        let v = var(name).unwrap_or_else(|| panic!("a {name} variable"));
+        assert_eq!(v["type"], "query", "variable {name}");
+        let q = v["query"].as_str().unwrap_or_default();
+        assert!(q.starts_with("label_values(ebpf_masq_data_plane_loaded") && q.ends_with(&format!(", {label})")), "variable {name}: {q}");
+        // All must match series without the label too (a plain scrape has no `node`).
+        assert_eq!((v["includeAll"].as_bool(), v["allValue"].as_str()), (Some(true), Some(".*")), "variable {name}");
+    }
+    assert!(relabeled.iter().any(|l| l == "node"), "the dashboard's node variable needs the ServiceMonitor's node label");
     let mut names: HashSet<String> = vars.iter().map(|v| v["name"].as_str().expect("a variable's name").to_string()).collect();
     names.extend(["__rate_interval", "__interval", "__range"].map(String::from));
 
@@ -632,7 +670,7 @@ fn grafana_dashboard_queries_only_what_is_exposed() {
         for v in &u.variables {
             assert!(names.contains(v), "{title}: ${v} is not a dashboard variable: {expr}");
         }
-        let has = |metric: &str, label: &str| TARGET_LABELS.contains(&label) || fams[metric].contains_key(label);
+        let has = |metric: &str, label: &str| scrape.contains(&label) || fams[metric].contains_key(label);
         for (metric, matchers) in &u.selectors {
             assert!(metric.starts_with("ebpf_masq_"), "{title}: {metric} is not ebpf-masq's: {expr}");
             let labels = fams.get(metric).unwrap_or_else(|| {
@@ -641,9 +679,18 @@ fn grafana_dashboard_queries_only_what_is_exposed() {
                 panic!("{title}: {metric} is not in the exposition: {expr}\nfamilies: {known:?}")
             });
             used.insert(metric.clone());
+            // Every panel's series are the picked nodes' (variables' own queries may narrow less).
+            if legend.is_some() {
+                for (label, var) in [("node", "$node"), ("instance", "$instance")] {
+                    assert!(
+                        matchers.iter().any(|(l, op, v)| l == label && op == "=~" && v == var),
+                        "{title}: {metric} is not selected by {label}=~\"{var}\": {expr}"
+                    );
+                }
+            }
             for (label, op, value) in matchers {
                 assert!(has(metric, label), "{title}: {metric} has no label {label:?}: {expr}");
-                if op == "=" && !value.contains('$') && !TARGET_LABELS.contains(&label.as_str()) {
+                if op == "=" && !value.contains('$') && !scrape.contains(&label.as_str()) {
                     assert!(labels[label].contains(value), "{title}: {metric} never has {label}={value:?}: {:?}", labels[label]);
                 }
             }
@@ -663,8 +710,14 @@ fn grafana_dashboard_queries_only_what_is_exposed() {
             legend = rest;
         }
     }
-    // What the issue asks the dashboard to show, by family.
+    // What an on-call needs at a glance, by family.
     for must in [
+        "ebpf_masq_events_lost_total",
+        "ebpf_masq_natlog_exporting",
+        "ebpf_masq_natlog_records_total",
+        "ebpf_masq_natlog_ipfix_unsent_total",
+        "ebpf_masq_agent_natlog_configured",
+        "ebpf_masq_pod_port_refusals_total",
         "ebpf_masq_translated_packets_total",
         "ebpf_masq_translated_bytes_total",
         "ebpf_masq_nat_pairs_created_total",
@@ -683,6 +736,11 @@ fn grafana_dashboard_queries_only_what_is_exposed() {
         "ebpf_masq_agent_config_valid",
     ] {
         assert!(used.contains(must), "the dashboard does not show {must}");
+    }
+    // The per-pod panels name pods by namespace and pod, not only by container ID.
+    for (title, expr, legend) in queries.iter().filter(|(_, e, l)| e.contains("ebpf_masq_pod_") && l.is_some()) {
+        let legend = legend.as_deref().unwrap_or_default();
+        assert!(legend.contains("{{namespace}}/{{pod}}"), "{title}: legend {legend:?} does not name the pod: {expr}");
     }
 }
 

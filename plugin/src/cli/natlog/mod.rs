@@ -1,4 +1,4 @@
-//! `ebpf-masq natlog`: the NAT session log (issue 29). The room: `record` (one
+//! `ebpf-masq natlog`: the NAT session log (docs/natlog.md). The room: `record` (one
 //! log record, a JSON line), `file` (the JSON-lines log, rotated by size),
 //! `ipfix` (the same records as RFC 7011 / RFC 8158 IPFIX over UDP), `who`
 //! (which pod held a node address and port at a time). This file is the command.
