@@ -120,7 +120,7 @@ def test_daemonset_validates_offline_against_kubernetes_schemas():
         f"kubernetes-validate missing for {PY}: run scripts/install-deps.sh\n{p.stderr}"
     assert p.returncode == 0, p.stdout + p.stderr
     kinds = sorted(d["kind"] for d in manifests())
-    assert kinds == ["ConfigMap", "DaemonSet", "Namespace", "ServiceAccount"]
+    assert kinds == ["ConfigMap", "DaemonSet", "Namespace", "ResourceQuota", "ServiceAccount"]
     assert p.stdout.count("ok ") == 2 * len(kinds), p.stdout
 
 
@@ -400,7 +400,11 @@ def test_help_is_complete(plugin):
                                     "--dry-run", ".conflist", "backup", "Idempotent"]),
                        ("uninstall", ["--cni-conf-dir", "--cni-bin-dir", "--pin-path", "restored", "Idempotent"]),
                        ("validate", ["--conf"]),
-                       ("manifest", ["--namespace", "--image", "--conf", "--nat-outgoing", "--native-routing-cidr",
+                       ("manifest", ["--preset", "k3s", "gke-cos", "openshift", "/home/kubernetes/bin",
+                                     "/var/lib/rancher/k3s/agent/etc/cni/net.d", "--cni-bin-dir", "--cni-conf-dir",
+                                     "--cni-cache-dir", "--natlog-dir", "--priority-class", "--uninstall",
+                                     "ResourceQuota", "--cascade=foreground",
+                                     "--namespace", "--image", "--conf", "--nat-outgoing", "--native-routing-cidr",
                                      "--set", "--ip-masq-agent", "--ip-masq-agent-file", "--metrics-service",
                                      "--service-monitor", "--cpu-request", "--memory-limit", "kube-system",
                                      "conf/daemonset.yaml"])):
@@ -559,10 +563,20 @@ def test_ports_an_older_version_reserved_are_given_back_exactly(plugin, topo, ma
 # ---------------------------------------------------------------- (e) ebpf-masq manifest
 
 # Option sets whose output must validate; each with the kinds it must hold.
-BASE_KINDS = ["Namespace", "ServiceAccount", "ConfigMap", "DaemonSet"]
+BASE_KINDS = ["Namespace", "ServiceAccount", "ResourceQuota", "ConfigMap", "DaemonSet"]
 MANIFEST_VARIANTS = [
     ([], BASE_KINDS),
-    (["--ip-masq-agent"], BASE_KINDS),
+    (["--ip-masq-agent", "--namespace", "kube-system"], ["ServiceAccount", "ConfigMap", "DaemonSet"]),
+    (["--preset", "k3s"], BASE_KINDS),
+    (["--preset", "rke2"], BASE_KINDS),
+    (["--preset", "gke-cos"], BASE_KINDS),
+    (["--preset", "openshift", "--cni-cache-dir", "/var/lib/cni/multus"], BASE_KINDS),
+    (["--natlog-dir", "/var/log/ebpf-masq", "--set", "natLog={{\"ipfix\": \"192.0.2.9:4739\"}}"], BASE_KINDS),
+    (["--namespace", "net-system", "--existing-namespace"], ["ServiceAccount", "ResourceQuota", "ConfigMap", "DaemonSet"]),
+    (["--priority-class", "node-agents"], ["Namespace", "ServiceAccount", "ConfigMap", "DaemonSet"]),
+    (["--uninstall"], ["Namespace", "ServiceAccount", "ResourceQuota", "DaemonSet"]),
+    (["--uninstall", "--preset", "gke-cos", "--namespace", "kube-system", "--set", "pinPath=/sys/fs/bpf/masq"],
+     ["ServiceAccount", "DaemonSet"]),
     (["--metrics-service"], BASE_KINDS + ["Service"]),
     (["--service-monitor", "--service-monitor-label", "release=prometheus"], BASE_KINDS + ["Service", "ServiceMonitor"]),
     (["--namespace", "kube-system", "--ip-masq-agent-file", "{ipm}", "--ip-masq-agent-all-reserved-ranges",
@@ -654,8 +668,8 @@ def test_manifest_ip_masq_agent(plugin, tmp_path):
     its key `config` as the file the agent reads by default, and the agent flag; every
     option the container passes is one `agent` has. The note about namespaces goes
     to stderr, never into the manifest."""
-    p, docs = manifest(plugin, "--ip-masq-agent")
-    assert "namespace" in p.stderr and "kube-system" in p.stderr, p.stderr
+    p, docs = manifest(plugin, "--ip-masq-agent", "--namespace", "kube-system")
+    assert p.stderr == ""
     [ds] = [d for d in docs if d["kind"] == "DaemonSet"]
     spec = ds["spec"]["template"]["spec"]
     [vol] = [v for v in spec["volumes"] if v["name"] == "ip-masq-agent"]
@@ -680,6 +694,43 @@ def test_manifest_ip_masq_agent(plugin, tmp_path):
     argv = agent_command(ds["spec"]["template"]["spec"]["containers"][0])
     assert argv[-2:] == ["--ip-masq-agent", "--ip-masq-agent-all-reserved-ranges"]
     assert all(a in usage for a in argv if a.startswith("--")), argv
+
+
+def test_manifest_ip_masq_agent_outside_kube_system_needs_its_file(plugin):
+    """ip-masq-agent's ConfigMap is in kube-system and a ConfigMap volume is of the pod's
+    namespace: --ip-masq-agent elsewhere, with no --ip-masq-agent-file, would mount
+    nothing. An error naming both fixes, and nothing printed."""
+    for opts in (["--ip-masq-agent"], ["--namespace", "net-system", "--ip-masq-agent-all-reserved-ranges"],
+                 ["--uninstall", "--ip-masq-agent"]):
+        p = run(plugin, "manifest", *opts, check=False)
+        assert p.returncode != 0 and p.stdout == "", (opts, p.stdout)
+        assert "--namespace kube-system" in p.stderr and "--ip-masq-agent-file FILE" in p.stderr, p.stderr
+
+
+def test_manifest_uninstall_runs_what_agent_has(plugin):
+    """The uninstall DaemonSet's container runs `ebpf-masq agent --uninstall` with options
+    `agent` has, with the node directories the agent's DaemonSet mounts, and its probe on
+    the port it serves."""
+    _, install = manifest(plugin, "--preset", "openshift")
+    _, docs = manifest(plugin, "--preset", "openshift", "--uninstall")
+    [ds] = [d for d in docs if d["kind"] == "DaemonSet"]
+    [agent_ds] = [d for d in install if d["kind"] == "DaemonSet"]
+    [main] = ds["spec"]["template"]["spec"]["containers"]
+    argv = main["command"]
+    assert argv[:3] == ["ebpf-masq", "agent", "--uninstall"], argv
+    usage = run(plugin, "agent", "--help").stdout
+    assert all(a in usage for a in argv if a.startswith("--")), argv
+    host = {v["name"]: v["hostPath"]["path"] for v in agent_ds["spec"]["template"]["spec"]["volumes"] if "hostPath" in v}
+    mine = {v["name"]: v["hostPath"]["path"] for v in ds["spec"]["template"]["spec"]["volumes"] if "hostPath" in v}
+    assert mine == {k: host[k] for k in ("cni-bin", "cni-conf", "bpffs")}
+    assert (host["cni-bin"], host["cni-conf"]) == ("/var/lib/cni/bin", "/run/multus/cni/net.d")
+    probe = main["readinessProbe"]["httpGet"]
+    [port] = [p["containerPort"] for p in main["ports"] if p["name"] == probe["port"]]
+    assert f"0.0.0.0:{port}" in argv and probe["path"] == "/healthz"
+    # Its pods are not the agent's: the agent's selector does not match them.
+    sel = agent_ds["spec"]["selector"]["matchLabels"]
+    labels = ds["spec"]["template"]["metadata"]["labels"]
+    assert any(labels.get(k) != v for k, v in sel.items())
 
 
 def test_manifest_conf_entry_passes_validate(plugin, tmp_path):

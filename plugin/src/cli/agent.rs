@@ -102,7 +102,9 @@ untouched), the binary in --cni-bin-dir, the attached programs and the pins
 off while that file exists (chains nothing, applies nothing; its /healthz is 503
 saying why), so it cannot chain the entry again. Then it takes off again
 whatever comes back, and /healthz answers 200 once nothing is left (503 listing
-what is). SIGTERM removes the file and exits 0. --conf is not read.";
+what is); it is served on --metrics-listen as soon as that port is free (an
+agent still running holds it: not ready until that agent is gone). SIGTERM
+removes the file and exits 0. --conf is not read.";
 
 #[derive(Args, Debug)]
 pub struct AgentArgs {

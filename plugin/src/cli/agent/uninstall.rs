@@ -7,7 +7,9 @@
 //!   it cannot chain the entry or load the data plane again ([`held`]);
 //! - then, every `PASS`, whatever is left or came back is taken off again;
 //! - `/healthz` is 200 once nothing is left, 503 listing what is: the
-//!   DaemonSet is ready on a node when the node is clean;
+//!   DaemonSet is ready on a node when the node is clean. It is served on the
+//!   agent's port, bound as soon as it is free: while an agent still runs, the
+//!   node is cleaned all the same but the pod is not ready;
 //! - SIGTERM removes the marker and exits 0.
 //!
 //! The runtimes read only *.conf, *.conflist and *.json from the conf dir, so the
@@ -68,11 +70,17 @@ pub fn main(a: &AgentArgs) -> Result<()> {
           it when it stops; an ebpf-masq agent holds off while it exists.\n",
         0o644,
     )?;
-    // The marker first: an agent still running holds off even if the port below is still its own.
+    // /healthz on the agent's port: while an agent still holds it, the node is
+    // cleaned all the same, and the pod is not ready (the agent is not gone).
     let health = Arc::new(Mutex::new((503u16, "not looked at yet\n".to_string())));
-    if let Some(addr) = &a.metrics_listen {
-        serve(addr, Arc::clone(&health))?;
-    }
+    let addr: Option<std::net::SocketAddr> = match &a.metrics_listen {
+        Some(addr) => Some(addr.parse().map_err(|_| {
+            Error::new(code::INVALID_CONFIG, format!("--metrics-listen {addr:?}: expected a numeric ADDR:PORT, e.g. 0.0.0.0:9436"))
+        })?),
+        None => None,
+    };
+    let mut serving = addr.is_none();
+    let mut told_busy = false;
     log::info!(
         "agent=uninstall start cni_conf_dir={} cni_bin_dir={} marker={}",
         a.cni_conf_dir.display(),
@@ -84,6 +92,20 @@ pub fn main(a: &AgentArgs) -> Result<()> {
     let mut pin_paths: BTreeSet<PathBuf> = a.pin_path.iter().cloned().collect();
     let mut last: Option<(Vec<String>, Instant)> = None;
     while !term.load(Ordering::Relaxed) {
+        if let (false, Some(addr)) = (serving, addr) {
+            match tiny_http::Server::http(addr) {
+                Ok(server) => {
+                    serve(server, Arc::clone(&health));
+                    serving = true;
+                    log::info!("agent=uninstall serving={addr}");
+                }
+                Err(e) if !told_busy => {
+                    log::warn!("agent=uninstall listen={addr} err={e:?} (an agent still running? tried again every pass)");
+                    told_busy = true;
+                }
+                Err(_) => {}
+            }
+        }
         pin_paths.extend(entry_pin_paths(&a.cni_conf_dir));
         if pin_paths.is_empty() {
             pin_paths.insert(PathBuf::from(DEFAULT_PIN_PATH));
@@ -178,12 +200,7 @@ fn leftovers(a: &AgentArgs, pin_paths: &BTreeSet<PathBuf>) -> Vec<String> {
 }
 
 /// GET /healthz: what the last pass found.
-fn serve(addr: &str, health: Arc<Mutex<(u16, String)>>) -> Result<()> {
-    let sock: std::net::SocketAddr = addr.parse().map_err(|_| {
-        Error::new(code::INVALID_CONFIG, format!("--metrics-listen {addr:?}: expected a numeric ADDR:PORT, e.g. 0.0.0.0:9436"))
-    })?;
-    let server = tiny_http::Server::http(sock)
-        .map_err(|e| Error::new(code::IO_FAILURE, format!("--metrics-listen {addr}: {e}")))?;
+fn serve(server: tiny_http::Server, health: Arc<Mutex<(u16, String)>>) {
     std::thread::spawn(move || {
         for req in server.incoming_requests() {
             let (status, body) = match req.url().split('?').next().unwrap_or("") {
@@ -195,7 +212,6 @@ fn serve(addr: &str, health: Arc<Mutex<(u16, String)>>) -> Result<()> {
             let _ = req.respond(tiny_http::Response::from_string(body).with_status_code(status).with_header(header));
         }
     });
-    Ok(())
 }
 
 #[cfg(test)]
