@@ -3,13 +3,16 @@
 
 Everything runs in scratch directories (pytest's tmp_path) and, for anything that
 touches a data plane, in a throwaway node network namespace with a per-test pin
-path: never the machine's /etc/cni, /opt/cni or interfaces. No registry, no
-container engine, no network: the Kubernetes schemas come from the
-kubernetes-validate package (scripts/install-deps.sh installs it).
+path: never the machine's /etc/cni, /opt/cni or interfaces. No registry and no
+network: the Kubernetes schemas come from the kubernetes-validate package
+(scripts/install-deps.sh installs it); the one container engine use is podman
+building conf/Containerfile.binary from the built binary (FROM scratch, nothing
+pulled; skipped where podman is missing).
 """
 import json
 import os
 import re
+import shutil
 import signal
 import stat
 from pathlib import Path
@@ -205,6 +208,33 @@ def test_containerfile():
         if l.startswith("COPY ") and "--from" not in l:
             for src in l.split()[1:-1]:
                 assert (REPO / src).exists(), f"Containerfile copies missing {src}"
+
+
+def test_containerfile_binary_builds_the_image_from_the_static_binary(plugin, tmp_path):
+    """conf/Containerfile.binary, built by podman with no network (FROM scratch: nothing
+    to pull), holds the built binary byte for byte on the PATH it sets, and the binary
+    is static (it runs on the node, whatever the node's libc)."""
+    if shutil.which("podman") is None:
+        pytest.skip("podman is not installed")
+    assert "static" in sh(["file", "-L", str(plugin)]).stdout, "the binary must be statically linked"
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    shutil.copy(plugin, ctx / "ebpf-masq")
+    tag = f"localhost/ebpf-masq-test:{os.getpid()}-{tmp_path.name}".lower()[:120]
+    try:
+        sh(["unshare", "--net", "podman", "build", "-q", "--network", "none", "-t", tag,
+            "-f", str(CONF / "Containerfile.binary"), str(ctx)])
+        env = json.loads(sh(["podman", "image", "inspect", tag, "--format", "{{json .Config.Env}}"]).stdout)
+        assert "PATH=/usr/local/bin:/usr/bin:/bin" in env, env
+        cid = sh(["podman", "create", tag]).stdout.strip()
+        try:
+            sh(["podman", "cp", f"{cid}:/usr/local/bin/ebpf-masq", str(tmp_path / "out")])
+        finally:
+            sh(["podman", "rm", cid], check=False)
+        assert (tmp_path / "out").read_bytes() == plugin.read_bytes()
+        assert os.access(tmp_path / "out", os.X_OK)
+    finally:
+        sh(["podman", "rmi", "-f", tag], check=False)
 
 
 # ---------------------------------------------------------------- (b) examples
