@@ -326,6 +326,9 @@ pub fn main(a: &AgentArgs) -> Result<()> {
                 gc(&state);
                 last_gc = Instant::now();
             }
+        } else if let Some(n) = natlog.take() {
+            log::info!("agent=natlog action=stop why=uninstall");
+            n.stop(); // its pins are going
         }
         // Sleep until an event, the next check (sooner with a short resyncInterval)
         // or the next GC; wake for signals.
