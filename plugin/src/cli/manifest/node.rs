@@ -31,9 +31,9 @@ Presets (--cni-bin-dir, --cni-conf-dir, --cni-cache-dir given as well win):
              the bin_dir and conf_dir K3s writes into its containerd's config.toml
              (/var/lib/rancher/k3s/agent/etc/containerd/config.toml). data/cni is the stable bin
              dir of K3s releases since autumn 2024 (k3s-io/k3s#10868); before, K3s used
-             data/current/bin, which an upgrade replaces: there, give
-             --cni-bin-dir /var/lib/rancher/k3s/data/current/bin, and the agent's restart
-             after a K3s upgrade copies the binary in again.
+             data/current/bin, which each K3s upgrade replaces: there, give
+             --cni-bin-dir /var/lib/rancher/k3s/data/current/bin and restart the agent's pod
+             after a K3s upgrade (it copies the binary in at its start).
   rke2       bin /opt/cni/bin, conf /etc/cni/net.d: RKE2's containerd and its bundled
              CNI charts (rke2-canal, rke2-calico, rke2-cilium) use the usual directories.
   gke-cos    bin /home/kubernetes/bin, conf /etc/cni/net.d: on Container-Optimized OS
@@ -96,7 +96,7 @@ pub fn node_dirs(a: &ManifestArgs) -> Result<NodeDirs> {
 /// An absolute, normal path of the node (a hostPath volume's path), not /.
 pub fn check_host_dir(opt: &str, d: &str) -> Result<()> {
     let normal = d.starts_with('/')
-        && d.trim_end_matches('/') != ""
+        && !d.trim_end_matches('/').is_empty()
         && !d.split('/').any(|c| c == "." || c == "..")
         && !d.contains("//")
         && !d.chars().any(|c| c.is_control() || c.is_whitespace());
