@@ -1,23 +1,28 @@
 """`ebpf-masq install` / `uninstall` / `validate`, the conf/ examples, conf/daemonset.yaml,
-`ebpf-masq manifest` and the Containerfile.
+`ebpf-masq manifest` (and its --uninstall DaemonSet on a node) and the Containerfiles.
 
 Everything runs in scratch directories (pytest's tmp_path) and, for anything that
 touches a data plane, in a throwaway node network namespace with a per-test pin
-path: never the machine's /etc/cni, /opt/cni or interfaces. No registry, no
-container engine, no network: the Kubernetes schemas come from the
-kubernetes-validate package (scripts/install-deps.sh installs it).
+path: never the machine's /etc/cni, /opt/cni or interfaces. No registry and no
+network: the Kubernetes schemas come from the kubernetes-validate package
+(scripts/install-deps.sh installs it); the one container engine use is podman
+building conf/Containerfile.binary from the built binary (FROM scratch, nothing
+pulled; skipped where podman is missing).
 """
 import json
 import os
 import re
+import shutil
 import signal
 import stat
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from lab import abi, k8s_validate
+from lab.agentlab import GET as AGENT_GET
 from lab.netlab import CNI_BIN_DIR, LAYOUT, PY, REPO, Pod, sh, wait_for
 
 CONF = REPO / "conf"
@@ -120,7 +125,7 @@ def test_daemonset_validates_offline_against_kubernetes_schemas():
         f"kubernetes-validate missing for {PY}: run scripts/install-deps.sh\n{p.stderr}"
     assert p.returncode == 0, p.stdout + p.stderr
     kinds = sorted(d["kind"] for d in manifests())
-    assert kinds == ["ConfigMap", "DaemonSet", "Namespace", "ServiceAccount"]
+    assert kinds == ["ConfigMap", "DaemonSet", "Namespace", "ResourceQuota", "ServiceAccount"]
     assert p.stdout.count("ok ") == 2 * len(kinds), p.stdout
 
 
@@ -205,6 +210,33 @@ def test_containerfile():
         if l.startswith("COPY ") and "--from" not in l:
             for src in l.split()[1:-1]:
                 assert (REPO / src).exists(), f"Containerfile copies missing {src}"
+
+
+def test_containerfile_binary_builds_the_image_from_the_static_binary(plugin, tmp_path):
+    """conf/Containerfile.binary, built by podman with no network (FROM scratch: nothing
+    to pull), holds the built binary byte for byte on the PATH it sets, and the binary
+    is static (it runs on the node, whatever the node's libc)."""
+    if shutil.which("podman") is None:
+        pytest.skip("podman is not installed")
+    assert "static" in sh(["file", "-L", str(plugin)]).stdout, "the binary must be statically linked"
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    shutil.copy(plugin, ctx / "ebpf-masq")
+    tag = f"localhost/ebpf-masq-test:{os.getpid()}-{tmp_path.name}".lower()[:120]
+    try:
+        sh(["unshare", "--net", "podman", "build", "-q", "--network", "none", "-t", tag,
+            "-f", str(CONF / "Containerfile.binary"), str(ctx)])
+        env = json.loads(sh(["podman", "image", "inspect", tag, "--format", "{{json .Config.Env}}"]).stdout)
+        assert "PATH=/usr/local/bin:/usr/bin:/bin" in env, env
+        cid = sh(["podman", "create", tag]).stdout.strip()
+        try:
+            sh(["podman", "cp", f"{cid}:/usr/local/bin/ebpf-masq", str(tmp_path / "out")])
+        finally:
+            sh(["podman", "rm", cid], check=False)
+        assert (tmp_path / "out").read_bytes() == plugin.read_bytes()
+        assert os.access(tmp_path / "out", os.X_OK)
+    finally:
+        sh(["podman", "rmi", "-f", tag], check=False)
 
 
 # ---------------------------------------------------------------- (b) examples
@@ -400,7 +432,11 @@ def test_help_is_complete(plugin):
                                     "--dry-run", ".conflist", "backup", "Idempotent"]),
                        ("uninstall", ["--cni-conf-dir", "--cni-bin-dir", "--pin-path", "restored", "Idempotent"]),
                        ("validate", ["--conf"]),
-                       ("manifest", ["--namespace", "--image", "--conf", "--nat-outgoing", "--native-routing-cidr",
+                       ("manifest", ["--preset", "k3s", "gke-cos", "openshift", "/home/kubernetes/bin",
+                                     "/var/lib/rancher/k3s/agent/etc/cni/net.d", "--cni-bin-dir", "--cni-conf-dir",
+                                     "--cni-cache-dir", "--natlog-dir", "--priority-class", "--uninstall",
+                                     "ResourceQuota", "--cascade=foreground",
+                                     "--namespace", "--image", "--conf", "--nat-outgoing", "--native-routing-cidr",
                                      "--set", "--ip-masq-agent", "--ip-masq-agent-file", "--metrics-service",
                                      "--service-monitor", "--cpu-request", "--memory-limit", "kube-system",
                                      "conf/daemonset.yaml"])):
@@ -559,10 +595,20 @@ def test_ports_an_older_version_reserved_are_given_back_exactly(plugin, topo, ma
 # ---------------------------------------------------------------- (e) ebpf-masq manifest
 
 # Option sets whose output must validate; each with the kinds it must hold.
-BASE_KINDS = ["Namespace", "ServiceAccount", "ConfigMap", "DaemonSet"]
+BASE_KINDS = ["Namespace", "ServiceAccount", "ResourceQuota", "ConfigMap", "DaemonSet"]
 MANIFEST_VARIANTS = [
     ([], BASE_KINDS),
-    (["--ip-masq-agent"], BASE_KINDS),
+    (["--ip-masq-agent", "--namespace", "kube-system"], ["ServiceAccount", "ConfigMap", "DaemonSet"]),
+    (["--preset", "k3s"], BASE_KINDS),
+    (["--preset", "rke2"], BASE_KINDS),
+    (["--preset", "gke-cos"], BASE_KINDS),
+    (["--preset", "openshift", "--cni-cache-dir", "/var/lib/cni/multus"], BASE_KINDS),
+    (["--natlog-dir", "/var/log/ebpf-masq", "--set", "natLog={{\"ipfix\": \"192.0.2.9:4739\"}}"], BASE_KINDS),
+    (["--namespace", "net-system", "--existing-namespace"], ["ServiceAccount", "ResourceQuota", "ConfigMap", "DaemonSet"]),
+    (["--priority-class", "node-agents"], ["Namespace", "ServiceAccount", "ConfigMap", "DaemonSet"]),
+    (["--uninstall"], ["Namespace", "ServiceAccount", "ResourceQuota", "DaemonSet"]),
+    (["--uninstall", "--preset", "gke-cos", "--namespace", "kube-system", "--set", "pinPath=/sys/fs/bpf/masq"],
+     ["ServiceAccount", "DaemonSet"]),
     (["--metrics-service"], BASE_KINDS + ["Service"]),
     (["--service-monitor", "--service-monitor-label", "release=prometheus"], BASE_KINDS + ["Service", "ServiceMonitor"]),
     (["--namespace", "kube-system", "--ip-masq-agent-file", "{ipm}", "--ip-masq-agent-all-reserved-ranges",
@@ -654,8 +700,8 @@ def test_manifest_ip_masq_agent(plugin, tmp_path):
     its key `config` as the file the agent reads by default, and the agent flag; every
     option the container passes is one `agent` has. The note about namespaces goes
     to stderr, never into the manifest."""
-    p, docs = manifest(plugin, "--ip-masq-agent")
-    assert "namespace" in p.stderr and "kube-system" in p.stderr, p.stderr
+    p, docs = manifest(plugin, "--ip-masq-agent", "--namespace", "kube-system")
+    assert p.stderr == ""
     [ds] = [d for d in docs if d["kind"] == "DaemonSet"]
     spec = ds["spec"]["template"]["spec"]
     [vol] = [v for v in spec["volumes"] if v["name"] == "ip-masq-agent"]
@@ -680,6 +726,43 @@ def test_manifest_ip_masq_agent(plugin, tmp_path):
     argv = agent_command(ds["spec"]["template"]["spec"]["containers"][0])
     assert argv[-2:] == ["--ip-masq-agent", "--ip-masq-agent-all-reserved-ranges"]
     assert all(a in usage for a in argv if a.startswith("--")), argv
+
+
+def test_manifest_ip_masq_agent_outside_kube_system_needs_its_file(plugin):
+    """ip-masq-agent's ConfigMap is in kube-system and a ConfigMap volume is of the pod's
+    namespace: --ip-masq-agent elsewhere, with no --ip-masq-agent-file, would mount
+    nothing. An error naming both fixes, and nothing printed."""
+    for opts in (["--ip-masq-agent"], ["--namespace", "net-system", "--ip-masq-agent-all-reserved-ranges"],
+                 ["--uninstall", "--ip-masq-agent"]):
+        p = run(plugin, "manifest", *opts, check=False)
+        assert p.returncode != 0 and p.stdout == "", (opts, p.stdout)
+        assert "--namespace kube-system" in p.stderr and "--ip-masq-agent-file FILE" in p.stderr, p.stderr
+
+
+def test_manifest_uninstall_runs_what_agent_has(plugin):
+    """The uninstall DaemonSet's container runs `ebpf-masq agent --uninstall` with options
+    `agent` has, with the node directories the agent's DaemonSet mounts, and its probe on
+    the port it serves."""
+    _, install = manifest(plugin, "--preset", "openshift")
+    _, docs = manifest(plugin, "--preset", "openshift", "--uninstall")
+    [ds] = [d for d in docs if d["kind"] == "DaemonSet"]
+    [agent_ds] = [d for d in install if d["kind"] == "DaemonSet"]
+    [main] = ds["spec"]["template"]["spec"]["containers"]
+    argv = main["command"]
+    assert argv[:3] == ["ebpf-masq", "agent", "--uninstall"], argv
+    usage = run(plugin, "agent", "--help").stdout
+    assert all(a in usage for a in argv if a.startswith("--")), argv
+    host = {v["name"]: v["hostPath"]["path"] for v in agent_ds["spec"]["template"]["spec"]["volumes"] if "hostPath" in v}
+    mine = {v["name"]: v["hostPath"]["path"] for v in ds["spec"]["template"]["spec"]["volumes"] if "hostPath" in v}
+    assert mine == {k: host[k] for k in ("cni-bin", "cni-conf", "bpffs")}
+    assert (host["cni-bin"], host["cni-conf"]) == ("/var/lib/cni/bin", "/run/multus/cni/net.d")
+    probe = main["readinessProbe"]["httpGet"]
+    [port] = [p["containerPort"] for p in main["ports"] if p["name"] == probe["port"]]
+    assert f"0.0.0.0:{port}" in argv and probe["path"] == "/healthz"
+    # Its pods are not the agent's: the agent's selector does not match them.
+    sel = agent_ds["spec"]["selector"]["matchLabels"]
+    labels = ds["spec"]["template"]["metadata"]["labels"]
+    assert any(labels.get(k) != v for k, v in sel.items())
 
 
 def test_manifest_conf_entry_passes_validate(plugin, tmp_path):
@@ -745,3 +828,174 @@ def test_validator_checks_service_monitor_against_its_crd(plugin, tmp_path):
         f.write_text(yaml.safe_dump_all([*docs[:i], sm]))
         p = sh(["unshare", "--net", PY, VALIDATOR, f], check=False)
         assert p.returncode == 1 and "FAIL ServiceMonitor/" in p.stdout, p.stdout + p.stderr
+
+
+# ---------------------------------------------------------------- (f) the uninstall DaemonSet on a node
+# `ebpf-masq manifest --uninstall` on a node: the uninstall DaemonSet's exact command
+# (`ebpf-masq agent --uninstall`) against a scratch host root where the agent
+# DaemonSet's exact command has put ebpf-masq (a K3s layout, through --preset k3s),
+# in a throwaway node network namespace, the container's bpffs mount mapped to a
+# directory of the test's own on the real bpffs.
+#
+# The uninstaller is started while the agent still runs (its pod not gone yet, or
+# the operator skipped deleting it first): the entry, the binary, the programs and
+# the pins go all the same, the agent holds off (it chains nothing again, and its
+# /healthz says why), and the uninstaller is not ready until the agent is gone (it
+# holds the port). Then the agent stops, the uninstaller is ready, and stopping it
+# leaves the conf and bin dirs exactly as the main plugin left them.
+
+# Options both manifests are rendered with: a layout that is not the default, and a
+# pinPath of the test's own (so the uninstaller is told it, and never looks at the
+# host's default pin path).
+UNINSTALL_OPTS = ["--preset", "k3s", "--set", "pinPath=/sys/fs/bpf/ebpf-masq-uninstall-test"]
+
+
+def render_for_uninstall(plugin, *opts):
+    p = sh([str(plugin), "manifest", *UNINSTALL_OPTS, *opts])
+    return [d for d in yaml.safe_load_all(p.stdout) if d]
+
+
+def kind_of(docs, k):
+    [d] = [d for d in docs if d["kind"] == k]
+    return d
+
+
+class ScratchHost:
+    """The scratch host root: each container mount path mapped to a scratch directory."""
+
+    def __init__(self, tmp_path, lab):
+        self.root, self.lab, self.mapping = tmp_path / "host", lab, {}
+
+    def mount(self, ds, configmap_dir):
+        spec = ds["spec"]["template"]["spec"]
+        vols = {v["name"]: v for v in spec["volumes"]}
+        for m in spec["containers"][0]["volumeMounts"]:
+            v = vols[m["name"]]
+            if "hostPath" in v and v["hostPath"]["path"] == "/sys/fs/bpf":
+                dst = self.lab.pin_path  # the real bpffs, a directory of this test's own
+            elif "hostPath" in v:
+                dst = str(self.root) + v["hostPath"]["path"]
+            else:
+                dst = str(configmap_dir)
+            os.makedirs(dst, exist_ok=True)
+            assert self.mapping.setdefault(m["mountPath"], dst) == dst, m
+        return [self.remap(a) for a in spec["containers"][0]["command"][1:]]
+
+    def remap(self, arg):
+        for src in sorted(self.mapping, key=len, reverse=True):
+            if arg == src or arg.startswith(src + "/"):
+                return self.mapping[src] + arg[len(src):]
+        return arg
+
+    def host(self, path):
+        return str(self.root) + path
+
+
+def test_uninstall_daemonset_takes_ebpf_masq_off_and_holds_a_running_agent_off(plugin, node, lab, tmp_path):
+    install = render_for_uninstall(plugin)
+    uninstall = render_for_uninstall(plugin, "--uninstall")
+    agent_ds, un_ds = kind_of(install, "DaemonSet"), kind_of(uninstall, "DaemonSet")
+    h = ScratchHost(tmp_path, lab)
+    agent_argv = h.mount(agent_ds, tmp_path / "configmap")
+    un_argv = h.mount(un_ds, tmp_path / "unused")
+    assert un_argv[:2] == ["agent", "--uninstall"], un_argv
+    conf_dir = h.host("/var/lib/rancher/k3s/agent/etc/cni/net.d")
+    bin_dir = h.host("/var/lib/rancher/k3s/data/cni")
+    assert f"--cni-conf-dir {conf_dir} --cni-bin-dir {bin_dir}" in " ".join(un_argv), un_argv
+    [pin_arg] = [un_argv[i + 1] for i, a in enumerate(un_argv) if a == "--pin-path"]
+    assert pin_arg.startswith(lab.pin_path + "/"), pin_arg
+
+    # The ConfigMap as mounted; its pinPath where the container's bpffs mount maps.
+    cfg = json.loads(kind_of(install, "ConfigMap")["data"]["ebpf-masq.json"])
+    cfg["pinPath"] = h.remap(cfg["pinPath"])
+    assert cfg["pinPath"] == pin_arg
+    (tmp_path / "configmap" / "ebpf-masq.json").write_text(json.dumps(cfg))
+
+    # The node as the main CNI left it: a bridge conflist of this test's own network.
+    primary = os.path.join(conf_dir, "10-flannel.conflist")
+    shipped = json.loads((CONF / "bridge.conflist").read_text())
+    shipped["plugins"] = [p for p in shipped["plugins"] if p["type"] != "ebpf-masq"]
+    shipped["name"] = f"{lab.prefix}k3s-net"
+    shipped["plugins"][0]["ipam"]["dataDir"] = str(tmp_path / "ipam")
+    with open(primary, "w") as f:
+        json.dump(shipped, f, indent=2)
+    before = contents(conf_dir, bin_dir)
+
+    # The agent, as its DaemonSet runs it, until ready; a pod through the chained conflist.
+    port = agent_ds["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"]
+    un_port = un_ds["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"]
+    assert un_port == port, "the uninstaller answers on the agent's port"
+    agent_log, un_log = tmp_path / "agent.log", tmp_path / "uninstall.log"
+    agent = node.spawn([plugin, *agent_argv], enter=True, stderr=agent_log.open("w"))
+    lab.on_close(lambda: agent.poll() is None and agent.kill())
+
+    def get(path):
+        p = node.exec([PY, "-c", AGENT_GET, f"http://127.0.0.1:{port}{path}"], check=False, timeout=30)
+        head, _, body = p.stdout.partition("\n")
+        return (int(head), body) if head else (None, "")
+
+    def agent_alive():
+        assert agent.poll() is None, f"agent exited {agent.returncode}: {agent_log.read_text()}"
+        return True
+
+    wait_for(lambda: agent_alive() and get("/healthz")[0] == 200, timeout=30, what="the agent ready")
+
+    def chain_lines():
+        return [l for l in agent_log.read_text().splitlines() if "agent=chain" in l or "agent=data-plane" in l]
+
+    chained_once = chain_lines()
+    chained = json.loads(open(primary).read())
+    assert [p["type"] for p in chained["plugins"]] == ["bridge", "portmap", "ebpf-masq"]
+    assert os.path.exists(os.path.join(bin_dir, "ebpf-masq"))
+    env = {**os.environ, "NETCONFPATH": conf_dir, "CNI_PATH": f"{CNI_BIN_DIR}:{bin_dir}"}
+    pod = lab.netns("pod")
+    lab.on_close(lambda: [f.unlink() for f in Path("/var/lib/cni/results").glob(f"{shipped['name']}-*")])
+    lab.on_close(lambda: node.enter(["cnitool", "del", shipped["name"], pod.path], env=env, check=False))
+    result = json.loads(node.enter(["cnitool", "add", shipped["name"], pod.path], env=env).stdout)
+    veth = Pod(pod, result).host_veth
+    hooked = [(veth, "ingress"), ("eth0", "ingress"), ("eth0", "egress")]
+    for dev, direction in hooked:
+        assert node.bpf_hooks(dev, direction).strip(), f"nothing attached to {dev} {direction}"
+
+    # The uninstaller, while the agent still runs.
+    un = node.spawn([plugin, *un_argv], enter=True, stderr=un_log.open("w"))
+    lab.on_close(lambda: un.poll() is None and un.kill())
+
+    def un_alive():
+        assert un.poll() is None, f"uninstaller exited {un.returncode}: {un_log.read_text()}"
+        return True
+
+    def clean():
+        left = [os.path.join(r, f) for r, ds_, fs in os.walk(lab.pin_path) for f in ds_ + fs]
+        return (json.loads(open(primary).read()) == shipped and not os.path.exists(os.path.join(bin_dir, "ebpf-masq"))
+                and not left and not any(node.bpf_hooks(d, dr).strip() for d, dr in hooked))
+
+    wait_for(lambda: un_alive() and clean(), timeout=30, what="entry, binary, programs and pins gone")
+    assert os.path.exists(os.path.join(conf_dir, ".ebpf-masq-uninstall"))
+    # The agent holds off and says why ...
+    wait_for(lambda: agent_alive() and "held off" in get("/healthz")[1], timeout=15, what="the agent holding off")
+    status, body = get("/healthz")
+    assert status == 503 and ".ebpf-masq-uninstall" in body, body
+    # ... past its periodic recheck and a rewrite of the conflist by the main plugin: nothing comes back.
+    tmp = os.path.join(conf_dir, ".rewrite")
+    with open(tmp, "w") as f:
+        json.dump(shipped, f, indent=2)
+    os.rename(tmp, primary)
+    time.sleep(11)
+    assert agent_alive() and un_alive() and clean()
+    assert chain_lines() == chained_once, agent_log.read_text()
+    # Not ready while the agent holds the port.
+    assert "listen=" in un_log.read_text() and "serving=" not in un_log.read_text(), un_log.read_text()
+
+    # The agent goes (its DaemonSet deleted): the uninstaller takes the port and is ready.
+    agent.send_signal(signal.SIGTERM)
+    assert agent.wait(10) == 0, agent_log.read_text()
+    wait_for(lambda: un_alive() and get("/healthz")[0] == 200, timeout=15, what="the uninstaller ready")
+    assert get("/healthz")[1].startswith("uninstalled"), get("/healthz")
+    assert clean()
+
+    # The uninstaller goes: its marker with it, the dirs as the main plugin left them.
+    un.send_signal(signal.SIGTERM)
+    assert un.wait(10) == 0, un_log.read_text()
+    assert contents(conf_dir, bin_dir) == before
+    assert "result=done" in un_log.read_text(), un_log.read_text()

@@ -50,6 +50,8 @@ use crate::{
 
 use super::{install, memlimit, metrics, natlog};
 
+mod uninstall;
+
 /// Checks run this often even without a file event.
 const RECHECK: Duration = Duration::from_secs(10);
 /// Events closer together than this are handled once (an editor's or kubelet's
@@ -89,12 +91,26 @@ chains ebpf-masq into the primary network config of --cni-conf-dir (as `install
    registered, and 503 with the reason otherwise.
 
 SIGTERM or SIGINT: exit 0, leaving the data plane and the chain in place.
-Logs go to stderr (the container's log).";
+Logs go to stderr (the container's log).
+
+With --uninstall (what `ebpf-masq manifest --uninstall` runs on every node) it
+takes ebpf-masq off the node instead, as `ebpf-masq uninstall` does: every
+ebpf-masq entry of --cni-conf-dir (install's backup restored when the file is
+untouched), the binary in --cni-bin-dir, the attached programs and the pins
+(--pin-path, else the chained entry's pinPath). It first writes
+<cni-conf-dir>/.ebpf-masq-uninstall: an agent still running on the node holds
+off while that file exists (chains nothing, applies nothing; its /healthz is 503
+saying why), so it cannot chain the entry again. Then it takes off again
+whatever comes back, and /healthz answers 200 once nothing is left (503 listing
+what is); it is served on --metrics-listen as soon as that port is free (an
+agent still running holds it: not ready until that agent is gone). SIGTERM
+removes the file and exits 0. --conf is not read.";
 
 #[derive(Args, Debug)]
 pub struct AgentArgs {
-    #[arg(long, help = "the ebpf-masq plugin config (the same file as install --conf and apply --conf)")]
-    pub conf: PathBuf,
+    #[arg(long, required_unless_present = "uninstall",
+          help = "the ebpf-masq plugin config (the same file as install --conf and apply --conf)")]
+    pub conf: Option<PathBuf>,
     #[arg(long, help = "the node's CNI network config directory, e.g. /host/etc/cni/net.d")]
     pub cni_conf_dir: PathBuf,
     #[arg(long, help = "the node's CNI plugin directory, e.g. /host/opt/cni/bin")]
@@ -117,9 +133,19 @@ pub struct AgentArgs {
     pub ip_masq_agent_config: Option<PathBuf>,
     #[arg(long, help = "as ip-masq-agent's --nomasq-all-reserved-ranges: its default list holds every reserved IPv4 range, not only RFC 1918")]
     pub ip_masq_agent_all_reserved_ranges: bool,
+    #[arg(long, help = "take ebpf-masq off the node instead, and keep it off until SIGTERM (see below)")]
+    pub uninstall: bool,
+    #[arg(long, value_name = "DIR", requires = "uninstall",
+          help = "with --uninstall: bpffs directory of the pins [default: pinPath of the chained entry, else /sys/fs/bpf/ebpf-masq]")]
+    pub pin_path: Option<PathBuf>,
 }
 
 impl AgentArgs {
+    /// --conf (clap requires it but with --uninstall, which never reads it).
+    fn conf(&self) -> &Path {
+        self.conf.as_deref().unwrap_or(Path::new(""))
+    }
+
     /// The ip-masq-agent file to apply, when that is on (absolute: it is kept in the entry).
     fn ip_masq_agent_file(&self) -> Option<PathBuf> {
         if !self.ip_masq_agent && self.ip_masq_agent_config.is_none() {
@@ -165,6 +191,8 @@ struct State {
     pods_found: u64,
     /// Cache files that are not libcni's (told once each, then skipped while unchanged).
     bad_cache_files: std::collections::HashSet<node::discover::FileSeen>,
+    /// Why the agent holds off (an uninstall is under way on the node); None: it does not.
+    held: Option<String>,
 }
 
 impl State {
@@ -173,7 +201,7 @@ impl State {
     }
 
     fn problems(&self) -> Vec<String> {
-        let mut p = Vec::new();
+        let mut p: Vec<String> = self.held.iter().cloned().collect();
         if self.in_force.is_none() {
             p.push(match &self.rejected {
                 Some((_, why)) => format!("no valid config: {why}"),
@@ -234,6 +262,9 @@ impl State {
 }
 
 pub fn main(a: &AgentArgs) -> Result<()> {
+    if a.uninstall {
+        return uninstall::main(a);
+    }
     logging::init_stderr(log::LevelFilter::Info);
     let term = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
@@ -254,7 +285,7 @@ pub fn main(a: &AgentArgs) -> Result<()> {
         }
     })
     .map_err(|e| Error::new(code::IO_FAILURE, format!("watch files: {e}")))?;
-    let conf_parent = a.conf.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let conf_parent = a.conf().parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     for dir in [&a.cni_conf_dir, &conf_parent.to_path_buf()] {
         watcher
             .watch(dir, RecursiveMode::NonRecursive)
@@ -273,7 +304,7 @@ pub fn main(a: &AgentArgs) -> Result<()> {
     }
     log::info!(
         "agent=start conf={} cni_conf_dir={} cni_bin_dir={} metrics={} ip_masq_agent={}",
-        a.conf.display(),
+        a.conf().display(),
         a.cni_conf_dir.display(),
         a.cni_bin_dir.display(),
         a.metrics_listen.as_deref().unwrap_or("-"),
@@ -284,15 +315,23 @@ pub fn main(a: &AgentArgs) -> Result<()> {
     let mut last_gc = Instant::now();
     let mut natlog: Option<natlog::export::Running> = None;
     while !term.load(Ordering::Relaxed) {
-        reconcile(a, &state);
-        discover(a, &state);
-        if !watching_results {
-            watching_results = watcher.watch(&results_dir, RecursiveMode::NonRecursive).is_ok();
-        }
-        keep_natlog(&mut natlog, &state);
-        if last_gc.elapsed() >= gc_every {
-            gc(&state);
-            last_gc = Instant::now();
+        // `agent --uninstall` is taking the node off: nothing is chained or applied again.
+        let held = uninstall::held(&a.cni_conf_dir);
+        state.lock().unwrap_or_else(|p| p.into_inner()).held.clone_from(&held);
+        if held.is_none() {
+            reconcile(a, &state);
+            discover(a, &state);
+            if !watching_results {
+                watching_results = watcher.watch(&results_dir, RecursiveMode::NonRecursive).is_ok();
+            }
+            keep_natlog(&mut natlog, &state);
+            if last_gc.elapsed() >= gc_every {
+                gc(&state);
+                last_gc = Instant::now();
+            }
+        } else if let Some(n) = natlog.take() {
+            log::info!("agent=natlog action=stop why=uninstall");
+            n.stop(); // its pins are going
         }
         // Sleep until an event, the next check (sooner with a short resyncInterval)
         // or the next GC; wake for signals.
@@ -406,7 +445,7 @@ fn read_input(path: &Path, absent_ok: bool) -> std::result::Result<Option<Vec<u8
 /// the config in force otherwise. True when a new config was applied.
 fn reload_config(a: &AgentArgs, state: &Mutex<State>) -> bool {
     let ipm_file = a.ip_masq_agent_file();
-    let read = read_input(&a.conf, false).and_then(|conf| {
+    let read = read_input(a.conf(), false).and_then(|conf| {
         let ipm = ipm_file.as_deref().map(|f| read_input(f, true)).transpose()?;
         Ok(Input { conf: conf.unwrap_or_default(), ip_masq_agent: ipm })
     });
@@ -447,7 +486,7 @@ fn reload_config(a: &AgentArgs, state: &Mutex<State>) -> bool {
             log::info!(
                 "agent=config result={} conf={} pins={}",
                 if st.in_force.is_none() { "applied" } else { "reloaded" },
-                a.conf.display(),
+                a.conf().display(),
                 conf.masq.pin_path.display()
             );
             if let Some(ipm) = &conf.masq.ip_masq_agent {
@@ -466,7 +505,7 @@ fn reload_config(a: &AgentArgs, state: &Mutex<State>) -> bool {
                 st.reloads += 1;
             }
             if let Some(why) = &refused {
-                log::error!("agent=config result=rejected conf={} err={why:?} in_force=fallback", a.conf.display());
+                log::error!("agent=config result=rejected conf={} err={why:?} in_force=fallback", a.conf().display());
                 st.rejections += 1;
             }
             st.rejected = refused.map(|why| (input.clone(), why));
@@ -478,7 +517,7 @@ fn reload_config(a: &AgentArgs, state: &Mutex<State>) -> bool {
             let why = format!("{} (code {})", e.msg, e.code);
             log::error!(
                 "agent=config result=rejected conf={} err={why:?} in_force={}",
-                a.conf.display(),
+                a.conf().display(),
                 if st.in_force.is_some() { "previous" } else { "none" }
             );
             st.rejections += 1;

@@ -7,8 +7,12 @@
 //! parser before anything is printed. Pure but for reading --conf and
 //! --ip-masq-agent-file: `render` is what the tests call. May use config, error.
 
+mod node;
 mod objects;
+mod uninstall;
 mod yaml;
+
+pub use node::PRESETS_HELP;
 
 use std::path::{Path, PathBuf};
 
@@ -20,7 +24,8 @@ use crate::{
     error::{code, Context, Error, Result},
 };
 
-use objects::{daemonset, namespace, service, service_monitor};
+use node::{node_dirs, NodeDirs};
+use objects::{daemonset, namespace, priority_quota, service, service_monitor};
 use yaml::Doc;
 
 /// Where the DaemonSet mounts the node's bpffs: pinPath must lie under it.
@@ -35,6 +40,8 @@ const IP_MASQ_AGENT_KEY: &str = "config";
 /// A JSON line of the ConfigMap's entry longer than this is broken up.
 const JSON_WIDTH: usize = 100;
 const NAME_LABEL: &str = "app.kubernetes.io/name";
+/// natLog.file's name under --natlog-dir when the entry names none.
+const NATLOG_FILE: &str = "nat.json";
 
 pub const LONG_HELP: &str = "\
 Print the Kubernetes objects that put ebpf-masq on every node, for
@@ -50,19 +57,44 @@ Print the Kubernetes objects that put ebpf-masq on every node, for
    is validated as the plugin validates it: a bad key is an error naming it,
    and nothing is printed;
  - with --ip-masq-agent-file, ConfigMap ip-masq-agent holding that file;
+ - outside kube-system, ResourceQuota <name>-critical-pods: it admits the
+   pods' priority class, system-node-critical, in the namespace (clusters that
+   limit the critical classes, as GKE does, admit them only where such a quota
+   exists; Calico's operator does the same for calico-node). It sets no limit.
+   With --priority-class NAME (a PriorityClass of your own) it is left out;
  - DaemonSet: one privileged `ebpf-masq agent` per node (every taint
    tolerated, host network, system-node-critical), probes on GET /healthz,
-   resource requests and limits, hostPath mounts of /opt/cni/bin,
-   /etc/cni/net.d and /sys/fs/bpf; with --ip-masq-agent, ip-masq-agent's
+   resource requests and limits, hostPath mounts of the node's CNI plugin and
+   config directories (/opt/cni/bin and /etc/cni/net.d, or --preset's, or
+   --cni-bin-dir and --cni-conf-dir), libcni's cache (/var/lib/cni,
+   read-only) and /sys/fs/bpf; with --ip-masq-agent, ip-masq-agent's
    ConfigMap mounted at /etc/config (optional: absent, its defaults apply) and
-   `--ip-masq-agent` passed to the agent;
+   `--ip-masq-agent` passed to the agent; with --natlog-dir DIR, DIR mounted
+   at DIR for the NAT log (natLog.file defaults to DIR/nat.json; a natLog.file
+   outside DIR, or without --natlog-dir, is an error: it would be lost with
+   the pod);
  - with --metrics-service or --service-monitor, a headless Service on the
    metrics port; with --service-monitor, a ServiceMonitor (Prometheus
    Operator, monitoring.coreos.com/v1) scraping it.
 
 ConfigMap volumes are namespaced: ip-masq-agent's own ConfigMap lives in
-kube-system, so use --namespace kube-system, or copy it with
---ip-masq-agent-file.
+kube-system, so --ip-masq-agent in another namespace is an error: use
+--namespace kube-system, or ship a copy with --ip-masq-agent-file FILE.
+
+With --uninstall it prints, for the same options, what takes ebpf-masq off
+every node instead: a DaemonSet <name>-uninstall running `ebpf-masq agent
+--uninstall` (entry, binary, programs and pins removed; ready once the node is
+clean; see `ebpf-masq agent --help`) and its ServiceAccount. The order:
+
+  kubectl -n NS delete daemonset ebpf-masq --cascade=foreground
+  ebpf-masq manifest OPTIONS --uninstall | kubectl apply -f -
+  kubectl -n NS rollout status daemonset ebpf-masq-uninstall
+  ebpf-masq manifest OPTIONS --uninstall | kubectl delete --ignore-not-found -f -
+  ebpf-masq manifest OPTIONS | kubectl delete --ignore-not-found -f -
+
+An agent still running holds off while the uninstaller runs on its node, but
+delete its DaemonSet first all the same: once the uninstaller is gone, an
+agent would put ebpf-masq back.
 
 The output is deterministic; conf/daemonset.yaml is the output with no
 options (`ebpf-masq manifest > conf/daemonset.yaml` regenerates it).";
@@ -81,6 +113,26 @@ pub struct ManifestArgs {
     pub image: Option<String>,
     #[arg(long, default_value = "IfNotPresent", value_parser = ["Always", "IfNotPresent", "Never"])]
     pub image_pull_policy: String,
+
+    #[arg(long, value_enum, help = "the node directories of a distribution (listed below); the flags after win")]
+    pub preset: Option<node::Preset>,
+    #[arg(long, value_name = "DIR", help = "the node's CNI plugin directory [default: /opt/cni/bin, or the preset's]")]
+    pub cni_bin_dir: Option<String>,
+    #[arg(long, value_name = "DIR",
+          help = "the node's CNI network config directory [default: /etc/cni/net.d, or the preset's]")]
+    pub cni_conf_dir: Option<String>,
+    #[arg(long, value_name = "DIR",
+          help = "libcni's cache directory on the node, mounted read-only [default: /var/lib/cni]")]
+    pub cni_cache_dir: Option<String>,
+    #[arg(long, value_name = "DIR",
+          help = "mount this node directory (same path) for the NAT log's files; natLog.file defaults to DIR/nat.json")]
+    pub natlog_dir: Option<String>,
+    #[arg(long, value_name = "NAME",
+          help = "priorityClassName of the pods [default: system-node-critical, with a ResourceQuota admitting it \
+                  outside kube-system]")]
+    pub priority_class: Option<String>,
+    #[arg(long, help = "print the objects that take ebpf-masq off every node instead (README \"On a cluster\")")]
+    pub uninstall: bool,
 
     #[arg(long, value_name = "FILE",
           help = "the plugin entry: a conflist holding an ebpf-masq entry, or one ebpf-masq plugin config")]
@@ -148,14 +200,6 @@ pub fn main(a: &ManifestArgs) -> Result<()> {
     let argv: Vec<String> = std::env::args().collect();
     let opts = argv.iter().position(|x| x == "manifest").map_or(&[][..], |i| &argv[i + 1..]);
     let text = render(a, &command_line(opts))?;
-    if a.ip_masq_agent_on() && a.ip_masq_agent_file.is_none() && a.namespace != "kube-system" {
-        eprintln!(
-            "note: the DaemonSet mounts ConfigMap {:?} of namespace {:?} (ConfigMap volumes are namespaced; \
-             ip-masq-agent's own is in kube-system): copy it there, or use --namespace kube-system or \
-             --ip-masq-agent-file",
-            a.ip_masq_agent_configmap, a.namespace
-        );
-    }
     if let Some(file) = &a.ip_masq_agent_file {
         // render() read and accepted it; a key ip-masq-agent ignores is worth a word.
         let parsed = std::fs::read(file).ok().and_then(|b| config::parse_ip_masq_agent(&b, false).ok());
@@ -190,6 +234,20 @@ fn documents(a: &ManifestArgs, command: &str) -> Result<(String, Vec<Doc>)> {
         check_dns_label(opt, name)?;
     }
     check_dns_label("--name", &format!("{}-metrics", a.name))?;
+    check_dns_label("--name", &format!("{}-uninstall", a.name))?;
+    if let Some(pc) = &a.priority_class {
+        check_dns_subdomain("--priority-class", pc)?;
+    }
+    if a.ip_masq_agent_on() && a.ip_masq_agent_file.is_none() && a.namespace != "kube-system" {
+        let msg = format!(
+            "--ip-masq-agent: the DaemonSet would mount ConfigMap {:?} of namespace {:?}, but ConfigMap volumes are \
+             namespaced and ip-masq-agent's own is in kube-system: use --namespace kube-system, or \
+             --ip-masq-agent-file FILE to ship a copy in {:?}",
+            a.ip_masq_agent_configmap, a.namespace, a.namespace
+        );
+        return Err(Error::new(code::INVALID_CONFIG, msg));
+    }
+    let dirs = node_dirs(a)?;
     for (opt, q) in [("--cpu-request", Some(&a.cpu_request)), ("--memory-request", Some(&a.memory_request)),
                      ("--cpu-limit", a.cpu_limit.as_ref()), ("--memory-limit", Some(&a.memory_limit))] {
         if let Some(q) = q.filter(|q| !is_quantity(q)) {
@@ -202,10 +260,20 @@ fn documents(a: &ManifestArgs, command: &str) -> Result<(String, Vec<Doc>)> {
         return Err(Error::new(code::INVALID_CONFIG, format!("--image {image:?}: not an image reference")));
     }
     let labels = json!({ NAME_LABEL: a.name });
+    // Validated (and its pinPath known) in both modes: one set of options serves both.
+    let entry = plugin_entry(a)?;
 
     let mut docs = Vec::new();
     if !a.existing_namespace && a.namespace != "kube-system" {
         docs.push(namespace(a));
+    }
+    if a.uninstall {
+        docs.push(uninstall::service_account(a));
+        if node::needs_priority_quota(a) {
+            docs.push(priority_quota(a));
+        }
+        docs.push(uninstall::daemonset(a, &image, &dirs, &entry));
+        return Ok((uninstall::header(a, &image, command, &dirs), docs));
     }
     docs.push(
         Doc::new(json!({
@@ -221,7 +289,7 @@ fn documents(a: &ManifestArgs, command: &str) -> Result<(String, Vec<Doc>)> {
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": {"name": format!("{}-config", a.name), "namespace": a.namespace, "labels": labels},
-            "data": {CONFIG_KEY: entry_json(&plugin_entry(a)?)},
+            "data": {CONFIG_KEY: entry_json(&entry)},
         }))
         .comment(
             &format!("data.{CONFIG_KEY}"),
@@ -230,10 +298,13 @@ fn documents(a: &ManifestArgs, command: &str) -> Result<(String, Vec<Doc>)> {
              an edit here reaches running nodes within a minute (kubelet's ConfigMap sync), no pod restart.",
         ),
     );
+    if node::needs_priority_quota(a) {
+        docs.insert(docs.len() - 1, priority_quota(a));
+    }
     if let Some(file) = &a.ip_masq_agent_file {
         docs.push(ip_masq_agent_configmap(a, file)?);
     }
-    docs.push(daemonset(a, &image));
+    docs.push(daemonset(a, &image, &dirs));
     if a.metrics_service || a.service_monitor {
         docs.push(service(a));
     }
@@ -241,19 +312,20 @@ fn documents(a: &ManifestArgs, command: &str) -> Result<(String, Vec<Doc>)> {
         docs.push(service_monitor(a)?);
     }
 
-    Ok((header(a, &image, command), docs))
+    Ok((header(a, &image, command, &dirs), docs))
 }
 
-fn header(a: &ManifestArgs, image: &str, command: &str) -> String {
+fn header(a: &ManifestArgs, image: &str, command: &str, dirs: &NodeDirs) -> String {
     let port = a.metrics_port;
+    let (bin, conf, ns, name) = (&dirs.bin, &dirs.conf, &a.namespace, &a.name);
     format!(
         "ebpf-masq on every node of a Kubernetes cluster, as `{command}` renders it\n\
          (`ebpf-masq manifest --help` lists the options; conf/daemonset.yaml is the output with none):\n\
          \n  podman build -t {image} -f Containerfile .   # then push it where your nodes pull from\n  \
          {command} | kubectl apply -f -\n\
          \n\
-         The container runs `ebpf-masq agent`: it copies the binary to the node's /opt/cni/bin, chains\n\
-         ebpf-masq into the node's primary conflist in /etc/cni/net.d (the main CNI plugin -- bridge, ptp,\n\
+         The container runs `ebpf-masq agent`: it copies the binary to the node's {bin}, chains\n\
+         ebpf-masq into the node's primary conflist in {conf} (the main CNI plugin -- bridge, ptp,\n\
          Calico, Flannel, ... -- writes it; until then the agent waits, and /healthz says so), loads and\n\
          attaches the data plane as `apply` does, and keeps all of it in step with the ConfigMap and with\n\
          the main plugin's rewrites of its conflist. /metrics on port {port} (Prometheus annotations below),\n\
@@ -262,8 +334,9 @@ fn header(a: &ManifestArgs, image: &str, command: &str) -> String {
          Before applying: turn off the main plugin's own masquerade (bridge/ptp \"ipMasq\": false, Calico\n\
          IPPool natOutgoing: false, flanneld without --ip-masq) and set nativeRoutingCIDR to the pod CIDR\n\
          (--native-routing-cidr). The main plugin's config may use any CNI version from 0.3.0 (Calico and\n\
-         Flannel ship 0.3.1). See conf/README.md. Uninstall: delete the DaemonSet, then run\n\
-         `ebpf-masq uninstall --cni-conf-dir /etc/cni/net.d --cni-bin-dir /opt/cni/bin` on each node."
+         Flannel ship 0.3.1). See conf/README.md. Uninstall (README \"On a cluster\"): delete this DaemonSet\n\
+         (kubectl -n {ns} delete ds {name} --cascade=foreground), then apply the output of the same\n\
+         command with --uninstall, wait until its DaemonSet is ready on every node, and delete both."
     )
 }
 
@@ -324,6 +397,19 @@ fn plugin_entry(a: &ManifestArgs) -> Result<Map<String, Value>> {
             .ok_or_else(|| Error::new(code::INVALID_CONFIG, format!("--set {kv:?}: expected KEY=VALUE")))?;
         set(k, serde_json::from_str(v).unwrap_or_else(|_| json!(v)));
     }
+    if let Some(dir) = &a.natlog_dir {
+        node::check_host_dir("--natlog-dir", dir)?;
+        let file = json!(format!("{}/{NATLOG_FILE}", dir.trim_end_matches('/')));
+        match m.get_mut("natLog") {
+            None => {
+                m.insert("natLog".into(), json!({ "file": file }));
+            }
+            Some(Value::Object(o)) if !o.contains_key("file") => {
+                o.insert("file".into(), file);
+            }
+            _ => {} // the file it names is checked below; a bad value by the parser
+        }
+    }
 
     let what = match a.conf {
         Some(_) => "the ConfigMap's entry (--conf and the options)",
@@ -333,6 +419,24 @@ fn plugin_entry(a: &ManifestArgs) -> Result<Map<String, Value>> {
     if !c.masq.pin_path.starts_with(BPFFS) {
         let msg = format!("{}: must be under {BPFFS}, the DaemonSet's bpffs mount", c.masq.pin_path.display());
         return Err(Error::config("pinPath", msg).context(what));
+    }
+    if let Some(file) = c.masq.nat_log.as_ref().and_then(|l| l.file.as_ref()) {
+        let dir = a.natlog_dir.as_deref().map(|d| d.trim_end_matches('/'));
+        let msg = match dir {
+            None => Some(format!(
+                "{}: would be written inside the container and lost with it: give --natlog-dir DIR, a node \
+                 directory holding it (e.g. --natlog-dir {})",
+                file.display(),
+                file.parent().map_or("/var/log/ebpf-masq".into(), |p| p.display().to_string())
+            )),
+            Some(d) if !file.starts_with(d) || file == Path::new(d) => {
+                Some(format!("{}: must be under --natlog-dir {d}, the node directory the DaemonSet mounts", file.display()))
+            }
+            Some(_) => None,
+        };
+        if let Some(msg) = msg {
+            return Err(Error::config("natLog.file", msg).context(what));
+        }
     }
     Ok(m)
 }
@@ -427,6 +531,16 @@ fn ip_masq_agent_configmap(a: &ManifestArgs, file: &Path) -> Result<Doc> {
 // ---------------------------------------------------------------------------
 // checks of what the API server would refuse
 // ---------------------------------------------------------------------------
+
+/// An RFC 1123 subdomain, as Kubernetes wants a PriorityClass's name.
+fn check_dns_subdomain(opt: &str, s: &str) -> Result<()> {
+    let ok = s.len() <= 253 && !s.is_empty() && s.split('.').all(crate::config::egress_policy::is_dns_label);
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::new(code::INVALID_CONFIG, format!("{opt}: {s:?} is not a valid name (lower-case DNS subdomain)")))
+    }
+}
 
 /// An RFC 1123 label, as Kubernetes wants names of Namespaces and Services.
 fn check_dns_label(opt: &str, s: &str) -> Result<()> {

@@ -71,7 +71,7 @@ pub enum Command {
     #[command(long_about = agent::LONG_HELP)]
     Agent(agent::AgentArgs),
     /// Print the Kubernetes objects (DaemonSet, ConfigMap, ...) that run the agent on every node
-    #[command(long_about = manifest::LONG_HELP)]
+    #[command(long_about = manifest::LONG_HELP, after_long_help = manifest::PRESETS_HELP)]
     Manifest(Box<manifest::ManifestArgs>),
     /// The NAT session log: who held a node address and port, and its IPFIX export
     Natlog(natlog::NatlogArgs),

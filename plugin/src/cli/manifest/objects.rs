@@ -5,6 +5,7 @@ use serde_json::{json, Map, Value};
 
 use crate::error::{code, Error, Result};
 
+use super::node::{self, NodeDirs};
 use super::yaml::Doc;
 use super::{ManifestArgs, BPFFS, CONFIG_DIR, CONFIG_KEY, IP_MASQ_AGENT_DIR, IP_MASQ_AGENT_KEY, NAME_LABEL};
 
@@ -20,12 +21,55 @@ pub(super) fn namespace(a: &ManifestArgs) -> Doc {
     .comment("metadata.labels.pod-security.kubernetes.io/enforce", "hostNetwork, hostPath and privileged containers")
 }
 
+/// A ResourceQuota whose scope is the system-node-critical class: where the
+/// API server's ResourceQuota admission limits that class (`limitedResources`
+/// in its AdmissionConfiguration, as GKE sets it), pods of the class are
+/// admitted only in namespaces holding such a quota. What the Tigera operator
+/// creates for calico-node in calico-system; no hard limit, so it limits nothing.
+pub(super) fn priority_quota(a: &ManifestArgs) -> Doc {
+    Doc::new(json!({
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": format!("{}-critical-pods", a.name), "namespace": a.namespace,
+                     "labels": {NAME_LABEL: a.name}},
+        "spec": {"scopeSelector": {"matchExpressions": [
+            {"scopeName": "PriorityClass", "operator": "In", "values": [node::NODE_CRITICAL]}]}},
+    }))
+    .comment(
+        "",
+        "Admits the pods' priority class, system-node-critical, in this namespace: clusters that limit the\n\
+         critical classes to kube-system and to namespaces with a quota scoped to them (GKE does) need it.\n\
+         It sets no limit. With --priority-class NAME (a class of your own) it is left out.",
+    )
+}
 
-pub(super) fn daemonset(a: &ManifestArgs, image: &str) -> Doc {
+/// The node's CNI directories and its bpffs: (mounts, volumes), in that order
+/// (cni-bin, cni-conf, cni-cache, bpffs), the agent's and the uninstaller's.
+pub(super) fn node_mounts(dirs: &NodeDirs, with_cache: bool) -> (Vec<Value>, Vec<Value>) {
+    let host = NodeDirs::in_container;
+    let mut mounts = vec![
+        json!({"name": "cni-bin", "mountPath": host(&dirs.bin)}),
+        json!({"name": "cni-conf", "mountPath": host(&dirs.conf)}),
+    ];
+    let mut volumes = vec![
+        json!({"name": "cni-bin", "hostPath": {"path": dirs.bin, "type": "DirectoryOrCreate"}}),
+        json!({"name": "cni-conf", "hostPath": {"path": dirs.conf, "type": "DirectoryOrCreate"}}),
+    ];
+    if with_cache {
+        mounts.push(json!({"name": "cni-cache", "mountPath": host(&dirs.cache), "readOnly": true}));
+        volumes.push(json!({"name": "cni-cache", "hostPath": {"path": dirs.cache, "type": "DirectoryOrCreate"}}));
+    }
+    mounts.push(json!({"name": "bpffs", "mountPath": BPFFS, "mountPropagation": "Bidirectional"}));
+    volumes.push(json!({"name": "bpffs", "hostPath": {"path": BPFFS, "type": "DirectoryOrCreate"}}));
+    (mounts, volumes)
+}
+
+pub(super) fn daemonset(a: &ManifestArgs, image: &str, dirs: &NodeDirs) -> Doc {
     let port = a.metrics_port;
+    let host = NodeDirs::in_container;
     let mut command: Vec<String> = ["ebpf-masq", "agent", "--conf", &format!("{CONFIG_DIR}/{CONFIG_KEY}"),
-        "--cni-conf-dir", "/host/etc/cni/net.d", "--cni-bin-dir", "/host/opt/cni/bin",
-        "--cni-cache-dir", "/host/var/lib/cni", "--metrics-listen", &format!("0.0.0.0:{port}")]
+        "--cni-conf-dir", &host(&dirs.conf), "--cni-bin-dir", &host(&dirs.bin),
+        "--cni-cache-dir", &host(&dirs.cache), "--metrics-listen", &format!("0.0.0.0:{port}")]
     .map(String::from)
     .into();
     if a.ip_masq_agent_on() {
@@ -39,26 +83,23 @@ pub(super) fn daemonset(a: &ManifestArgs, image: &str) -> Doc {
         limits.insert("cpu".into(), json!(cpu));
     }
     limits.insert("memory".into(), json!(a.memory_limit));
-    let mut mounts = vec![
-        json!({"name": "cni-bin", "mountPath": "/host/opt/cni/bin"}),
-        json!({"name": "cni-conf", "mountPath": "/host/etc/cni/net.d"}),
-        json!({"name": "cni-cache", "mountPath": "/host/var/lib/cni", "readOnly": true}),
-        json!({"name": "bpffs", "mountPath": BPFFS, "mountPropagation": "Bidirectional"}),
-        json!({"name": "config", "mountPath": CONFIG_DIR, "readOnly": true}),
-    ];
-    let mut volumes = vec![
-        json!({"name": "cni-bin", "hostPath": {"path": "/opt/cni/bin", "type": "DirectoryOrCreate"}}),
-        json!({"name": "cni-conf", "hostPath": {"path": "/etc/cni/net.d", "type": "DirectoryOrCreate"}}),
-        json!({"name": "cni-cache", "hostPath": {"path": "/var/lib/cni", "type": "DirectoryOrCreate"}}),
-        json!({"name": "bpffs", "hostPath": {"path": BPFFS, "type": "DirectoryOrCreate"}}),
-        json!({"name": "config", "configMap": {"name": format!("{}-config", a.name)}}),
-    ];
+    let (mut mounts, mut volumes) = node_mounts(dirs, true);
+    mounts.push(json!({"name": "config", "mountPath": CONFIG_DIR, "readOnly": true}));
+    volumes.push(json!({"name": "config", "configMap": {"name": format!("{}-config", a.name)}}));
     if a.ip_masq_agent_on() {
         mounts.push(json!({"name": "ip-masq-agent", "mountPath": IP_MASQ_AGENT_DIR, "readOnly": true}));
         volumes.push(json!({"name": "ip-masq-agent", "configMap": {
             "name": a.ip_masq_agent_configmap, "optional": true,
             "items": [{"key": IP_MASQ_AGENT_KEY, "path": "ip-masq-agent"}]}}));
     }
+    if let Some(dir) = &a.natlog_dir {
+        let dir = dir.trim_end_matches('/');
+        mounts.push(json!({"name": "natlog", "mountPath": dir}));
+        volumes.push(json!({"name": "natlog", "hostPath": {"path": dir, "type": "DirectoryOrCreate"}}));
+    }
+    let index = |list: &[Value], name: &str| list.iter().position(|v| v["name"] == name).unwrap_or(0);
+    let (m_ipm, v_ipm, m_natlog) =
+        (index(&mounts, "ip-masq-agent"), index(&volumes, "ip-masq-agent"), index(&mounts, "natlog"));
     let labels = json!({ NAME_LABEL: a.name });
     let probe = |initial: u32, period: u32, failures: u32| {
         json!({"httpGet": {"path": "/healthz", "port": "metrics"}, "initialDelaySeconds": initial,
@@ -82,7 +123,7 @@ pub(super) fn daemonset(a: &ManifestArgs, image: &str) -> Doc {
                     "automountServiceAccountToken": false,
                     "hostNetwork": true,
                     "dnsPolicy": "ClusterFirstWithHostNet",
-                    "priorityClassName": "system-node-critical",
+                    "priorityClassName": node::priority_class(a),
                     "terminationGracePeriodSeconds": 5,
                     "nodeSelector": {"kubernetes.io/os": "linux"},
                     "tolerations": [{"operator": "Exists"}],
@@ -141,12 +182,21 @@ pub(super) fn daemonset(a: &ManifestArgs, image: &str) -> Doc {
                  "bpffs must be mounted there on the node (systemd does it); pins live under it.");
     if a.ip_masq_agent_on() {
         d = d
-            .comment(&format!("{c}.0.volumeMounts.5"),
+            .comment(&format!("{c}.0.volumeMounts.{m_ipm}"),
                      "ip-masq-agent's ConfigMap where ip-masq-agent and Cilium read it: the file\n\
                       /etc/config/ip-masq-agent, the agent's --ip-masq-agent default (whole volume, as above).")
-            .comment("spec.template.spec.volumes.4",
+            .comment(&format!("spec.template.spec.volumes.{v_ipm}"),
                      "A ConfigMap of this namespace (ConfigMap volumes are namespaced; ip-masq-agent's own is in\n\
                       kube-system). Optional: with none, the agent applies ip-masq-agent's defaults, as it does.");
+    }
+    if a.natlog_dir.is_some() {
+        d = d.comment(&format!("{c}.0.volumeMounts.{m_natlog}"),
+                      "The NAT log's files (natLog.file), at the same path as on the node: they outlive the pod,\n\
+                       and `kubectl exec ... -- ebpf-masq natlog who ... --file PATH` reads them.");
+    }
+    if node::needs_priority_quota(a) {
+        d = d.comment("spec.template.spec.priorityClassName",
+                      "Admitted in this namespace by the ResourceQuota above (a class of your own: --priority-class).");
     }
     d
 }

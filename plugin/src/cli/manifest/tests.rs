@@ -106,7 +106,7 @@ fn no_options_print_conf_daemonset_yaml() {
 fn default_objects() {
     let (_, docs) = rendered(&[]);
     let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
-    assert_eq!(kinds, ["Namespace", "ServiceAccount", "ConfigMap", "DaemonSet"]);
+    assert_eq!(kinds, ["Namespace", "ServiceAccount", "ResourceQuota", "ConfigMap", "DaemonSet"]);
     let spec = &one(&docs, "DaemonSet")["spec"]["template"]["spec"];
     assert_eq!(spec["tolerations"], json!([{"operator": "Exists"}]));
     let c = &spec["containers"][0];
@@ -124,7 +124,7 @@ fn default_objects() {
 
 #[test]
 fn ip_masq_agent_mounts_its_configmap_and_turns_the_agent_flag_on() {
-    let (_, docs) = rendered(&["--ip-masq-agent"]);
+    let (_, docs) = rendered(&["--ip-masq-agent", "--namespace", "kube-system"]);
     let spec = &one(&docs, "DaemonSet")["spec"]["template"]["spec"];
     let vol = spec["volumes"].as_array().unwrap().iter().find(|v| v["name"] == "ip-masq-agent").unwrap();
     assert_eq!(
@@ -141,7 +141,8 @@ fn ip_masq_agent_mounts_its_configmap_and_turns_the_agent_flag_on() {
     assert_eq!(agent_argv(&docs).last().unwrap(), "--ip-masq-agent");
     assert_eq!(kind(&docs, "ConfigMap").len(), 1, "no ip-masq-agent ConfigMap without --ip-masq-agent-file");
 
-    let (_, docs) = rendered(&["--ip-masq-agent-all-reserved-ranges", "--ip-masq-agent-configmap", "masq-list"]);
+    let (_, docs) = rendered(&["--ip-masq-agent-all-reserved-ranges", "--ip-masq-agent-configmap", "masq-list",
+                               "--namespace", "kube-system"]);
     assert!(agent_argv(&docs).ends_with(&["--ip-masq-agent".into(), "--ip-masq-agent-all-reserved-ranges".into()]));
     let vols = &one(&docs, "DaemonSet")["spec"]["template"]["spec"]["volumes"];
     assert!(vols.as_array().unwrap().iter().any(|v| v["configMap"]["name"] == "masq-list"));
@@ -344,4 +345,153 @@ fn command_line_in_the_header_reads_back_in_a_shell() {
     let (text, _) = rendered(&["--metrics-service", "--namespace", "monitoring-x"]);
     assert!(text.starts_with("# ebpf-masq on every node of a Kubernetes cluster, as `ebpf-masq manifest --metrics-service --namespace monitoring-x` renders it\n"));
     assert!(text.lines().take_while(|l| !l.starts_with("apiVersion")).all(|l| l.starts_with('#')));
+}
+
+/// The host directories of the DaemonSet's volumes, by volume name.
+fn host_paths(docs: &[Value], ds: &str) -> Vec<(String, String)> {
+    let d = kind(docs, "DaemonSet").into_iter().find(|d| d["metadata"]["name"] == ds).unwrap();
+    d["spec"]["template"]["spec"]["volumes"].as_array().unwrap().iter()
+        .filter(|v| v.get("hostPath").is_some())
+        .map(|v| (v["name"].as_str().unwrap().to_string(), v["hostPath"]["path"].as_str().unwrap().to_string()))
+        .collect()
+}
+
+/// The value after `opt` in an argv.
+fn opt_value<'a>(argv: &'a [String], opt: &str) -> Option<&'a str> {
+    argv.iter().position(|a| a == opt).map(|i| argv[i + 1].as_str())
+}
+
+#[test]
+fn presets_set_the_node_directories_and_flags_win() {
+    for (preset, bin, conf) in [
+        (None, "/opt/cni/bin", "/etc/cni/net.d"),
+        (Some("k3s"), "/var/lib/rancher/k3s/data/cni", "/var/lib/rancher/k3s/agent/etc/cni/net.d"),
+        (Some("rke2"), "/opt/cni/bin", "/etc/cni/net.d"),
+        (Some("gke-cos"), "/home/kubernetes/bin", "/etc/cni/net.d"),
+        (Some("openshift"), "/var/lib/cni/bin", "/run/multus/cni/net.d"),
+    ] {
+        let opts: Vec<&str> = preset.map(|p| vec!["--preset", p]).unwrap_or_default();
+        let (text, docs) = rendered(&opts);
+        let paths = host_paths(&docs, "ebpf-masq");
+        assert_eq!(paths[..3], [("cni-bin".into(), bin.into()), ("cni-conf".into(), conf.into()),
+                                ("cni-cache".into(), "/var/lib/cni".into())], "{preset:?}");
+        // The agent is told where the container sees them, and the mounts put them there.
+        let argv = agent_argv(&docs);
+        let mounts = &one(&docs, "DaemonSet")["spec"]["template"]["spec"]["containers"][0]["volumeMounts"];
+        for (opt, vol) in [("--cni-bin-dir", "cni-bin"), ("--cni-conf-dir", "cni-conf"), ("--cni-cache-dir", "cni-cache")] {
+            let m = mounts.as_array().unwrap().iter().find(|m| m["name"] == vol).unwrap();
+            assert_eq!(opt_value(&argv, opt), m["mountPath"].as_str(), "{preset:?} {opt}");
+        }
+        assert!(text.contains(&format!("copies the binary to the node's {bin}, chains")), "{preset:?}");
+    }
+    let (_, docs) = rendered(&["--preset", "k3s", "--cni-bin-dir", "/opt/k3s-cni/", "--cni-cache-dir", "/run/cni"]);
+    let paths = host_paths(&docs, "ebpf-masq");
+    assert_eq!((paths[0].1.as_str(), paths[1].1.as_str(), paths[2].1.as_str()),
+               ("/opt/k3s-cni", "/var/lib/rancher/k3s/agent/etc/cni/net.d", "/run/cni"));
+    assert_eq!(opt_value(&agent_argv(&docs), "--cni-bin-dir"), Some("/host/opt/k3s-cni"));
+    for (opts, what) in [
+        (&["--cni-bin-dir", "opt/cni/bin"][..], "--cni-bin-dir"),
+        (&["--cni-conf-dir", "/etc/../cni"], "--cni-conf-dir"),
+        (&["--cni-cache-dir", "/"], "--cni-cache-dir"),
+        (&["--cni-bin-dir", "/etc/cni/net.d"], "--cni-bin-dir"),
+        (&["--natlog-dir", "/var/log/a b"], "--natlog-dir"),
+    ] {
+        let e = render(&args(opts), "").unwrap_err();
+        assert!(e.msg.starts_with(what), "{opts:?}: {e}");
+    }
+    assert!(Cli::try_parse_from(["manifest", "--preset", "eks"]).is_err());
+}
+
+#[test]
+fn priority_class_is_admitted_where_the_pods_go() {
+    // Outside kube-system: system-node-critical and a quota scoped to it.
+    let (_, docs) = rendered(&[]);
+    let q = one(&docs, "ResourceQuota");
+    assert_eq!(q["metadata"]["namespace"], "ebpf-masq");
+    assert_eq!(q["spec"], json!({"scopeSelector": {"matchExpressions": [
+        {"scopeName": "PriorityClass", "operator": "In", "values": ["system-node-critical"]}]}}));
+    assert!(q["spec"].get("hard").is_none(), "it limits nothing");
+    let pc = |docs: &[Value]| one(docs, "DaemonSet")["spec"]["template"]["spec"]["priorityClassName"].clone();
+    assert_eq!(pc(&docs), "system-node-critical");
+    // kube-system admits the class with no quota.
+    let (_, docs) = rendered(&["--namespace", "kube-system"]);
+    assert!(kind(&docs, "ResourceQuota").is_empty());
+    assert_eq!(pc(&docs), "system-node-critical");
+    // A class of one's own: no quota.
+    let (_, docs) = rendered(&["--priority-class", "node-agents"]);
+    assert!(kind(&docs, "ResourceQuota").is_empty());
+    assert_eq!(pc(&docs), "node-agents");
+    let e = render(&args(&["--priority-class", "Node_Agents"]), "").unwrap_err();
+    assert!(e.msg.starts_with("--priority-class"), "{e}");
+}
+
+#[test]
+fn ip_masq_agent_outside_kube_system_needs_its_file() {
+    for opts in [&["--ip-masq-agent"][..], &["--ip-masq-agent-all-reserved-ranges", "--namespace", "net"]] {
+        let e = render(&args(opts), "").unwrap_err();
+        assert_eq!(e.code, code::INVALID_CONFIG);
+        assert!(e.msg.contains("--namespace kube-system") && e.msg.contains("--ip-masq-agent-file FILE"), "{e}");
+    }
+    let f = temp_file("nonMasqueradeCIDRs: [10.0.0.0/8]\n");
+    assert!(render(&args(&["--ip-masq-agent", "--ip-masq-agent-file", f.arg()]), "").is_ok());
+    assert!(render(&args(&["--ip-masq-agent", "--namespace", "kube-system"]), "").is_ok());
+}
+
+#[test]
+fn natlog_dir_is_mounted_and_holds_the_file() {
+    let (_, docs) = rendered(&["--natlog-dir", "/var/log/ebpf-masq/"]);
+    assert_eq!(entry(&docs)["natLog"], json!({"file": "/var/log/ebpf-masq/nat.json"}));
+    assert!(host_paths(&docs, "ebpf-masq").contains(&("natlog".into(), "/var/log/ebpf-masq".into())));
+    let mounts = &one(&docs, "DaemonSet")["spec"]["template"]["spec"]["containers"][0]["volumeMounts"];
+    let m = mounts.as_array().unwrap().iter().find(|m| m["name"] == "natlog").unwrap();
+    assert_eq!(m["mountPath"], "/var/log/ebpf-masq", "the same path as on the node");
+    assert!(m.get("readOnly").is_none());
+    // An entry's own natLog keeps its keys; a file it names must be under the directory.
+    let (_, docs) = rendered(&["--natlog-dir", "/srv/nat", "--set", r#"natLog={"ipfix": "192.0.2.9:4739"}"#]);
+    assert_eq!(entry(&docs)["natLog"], json!({"ipfix": "192.0.2.9:4739", "file": "/srv/nat/nat.json"}));
+    let (_, docs) = rendered(&["--natlog-dir", "/srv/nat", "--set", r#"natLog={"file": "/srv/nat/x.json"}"#]);
+    assert_eq!(entry(&docs)["natLog"], json!({"file": "/srv/nat/x.json"}));
+    for opts in [&["--natlog-dir", "/srv/nat", "--set", r#"natLog={"file": "/var/log/nat.json"}"#][..],
+                 &["--set", r#"natLog={"file": "/var/log/nat.json"}"#]] {
+        let e = render(&args(opts), "").unwrap_err();
+        assert!(e.msg.contains("\"natLog.file\"") && e.msg.contains("--natlog-dir"), "{opts:?}: {e}");
+    }
+    // The comments follow the mounts, whatever else is mounted.
+    rendered(&["--natlog-dir", "/srv/nat", "--ip-masq-agent", "--namespace", "kube-system"]);
+}
+
+#[test]
+fn uninstall_prints_a_daemonset_that_takes_ebpf_masq_off() {
+    let (text, docs) = rendered(&["--uninstall", "--preset", "k3s"]);
+    let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["Namespace", "ServiceAccount", "ResourceQuota", "DaemonSet"]);
+    let ds = one(&docs, "DaemonSet");
+    assert_eq!(ds["metadata"]["name"], "ebpf-masq-uninstall");
+    // Its pods are never the agent DaemonSet's.
+    let (_, install) = rendered(&["--preset", "k3s"]);
+    let agent_sel = &one(&install, "DaemonSet")["spec"]["selector"]["matchLabels"];
+    let pod_labels = &ds["spec"]["template"]["metadata"]["labels"];
+    assert!(agent_sel.as_object().unwrap().iter().any(|(k, v)| &pod_labels[k] != v));
+    let spec = &ds["spec"]["template"]["spec"];
+    assert_eq!(spec["serviceAccountName"], one(&docs, "ServiceAccount")["metadata"]["name"]);
+    let c = &spec["containers"][0];
+    let argv: Vec<String> = c["command"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().into()).collect();
+    assert_eq!(argv[..3], ["ebpf-masq", "agent", "--uninstall"]);
+    assert_eq!(opt_value(&argv, "--cni-conf-dir"), Some("/host/var/lib/rancher/k3s/agent/etc/cni/net.d"));
+    assert_eq!(opt_value(&argv, "--cni-bin-dir"), Some("/host/var/lib/rancher/k3s/data/cni"));
+    assert_eq!(opt_value(&argv, "--pin-path"), None, "the default pinPath needs no option");
+    assert_eq!(c["readinessProbe"]["httpGet"], json!({"path": "/healthz", "port": "healthz"}));
+    assert!(argv.contains(&"0.0.0.0:9436".to_string()));
+    assert_eq!(host_paths(&docs, "ebpf-masq-uninstall"),
+               [("cni-bin".into(), "/var/lib/rancher/k3s/data/cni".into()),
+                ("cni-conf".into(), "/var/lib/rancher/k3s/agent/etc/cni/net.d".into()),
+                ("bpffs".into(), "/sys/fs/bpf".into())]);
+    assert!(text.contains("delete daemonset ebpf-masq --cascade=foreground"), "{text}");
+    assert!(text.contains("rollout status daemonset ebpf-masq-uninstall"), "{text}");
+    // A pinPath of the entry's own is passed on.
+    let (_, docs) = rendered(&["--uninstall", "--namespace", "kube-system", "--set", "pinPath=/sys/fs/bpf/masq2"]);
+    assert!(kind(&docs, "ResourceQuota").is_empty() && kind(&docs, "Namespace").is_empty());
+    let c = &one(&docs, "DaemonSet")["spec"]["template"]["spec"]["containers"][0];
+    let argv: Vec<String> = c["command"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().into()).collect();
+    assert_eq!(opt_value(&argv, "--pin-path"), Some("/sys/fs/bpf/masq2"));
 }
