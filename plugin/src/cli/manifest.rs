@@ -184,7 +184,7 @@ pub struct ManifestArgs {
     pub memory_request: String,
     #[arg(long, value_name = "QUANTITY", help = "CPU limit [default: none]")]
     pub cpu_limit: Option<String>,
-    #[arg(long, value_name = "QUANTITY", default_value = "512Mi",
+    #[arg(long, value_name = "QUANTITY", default_value = "1Gi",
           help = "memory limit: BPF map memory is charged to the container (at natMaxEntries' default: 355 MiB \
                   with a full IPv4 table, 755 MiB with both families' full)")]
     pub memory_limit: String,

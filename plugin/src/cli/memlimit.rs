@@ -94,8 +94,9 @@ mod tests {
     fn warns_only_when_full_tables_cannot_fit() {
         // No limit, or a large one: nothing to say.
         assert_eq!(warning(1 << 20, None), None);
+        // The manifest's default, 1 GiB, holds both families' full tables.
         assert_eq!(warning(1 << 20, Some(1024 * MI)), None);
-        // The manifest's default, 512 MiB: a full IPv4 table fits, a dual-stack one does not.
+        // 512 MiB: a full IPv4 table fits, a dual-stack one does not.
         let w = warning(1 << 20, Some(512 * MI)).expect("a warning");
         assert!(w.contains("natMaxEntries=1048576") && w.contains("memory_max_mib=512"), "{w}");
         assert!(w.contains("full_ipv4_mib=419") && w.contains("full_dual_stack_mib=819"), "{w}");

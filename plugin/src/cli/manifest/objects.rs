@@ -170,8 +170,9 @@ pub(super) fn daemonset(a: &ManifestArgs, image: &str, dirs: &NodeDirs) -> Doc {
         .comment(&format!("{c}.0.resources.limits.memory"),
                  "The first apply creates the NAT maps, and BPF map memory is charged to this\n\
                   container's cgroup. At natMaxEntries' default (1048576): 355 MiB with the IPv4 table\n\
-                  full, 755 MiB with both families' full (docs/nat.md): raise this for dual-stack\n\
-                  nodes, or lower natMaxEntries. The agent warns when they cannot fit.")
+                  full, 755 MiB with both families' full (docs/nat.md), which this limit holds with\n\
+                  the other maps and the agent. A larger natMaxEntries needs a larger limit; the agent\n\
+                  warns when the tables cannot fit.")
         .comment(&format!("{c}.0.volumeMounts.2"),
                  "libcni's result cache (containerd, CRI-O): pods whose ADD never reached ebpf-masq (started\n\
                   before the agent, or while the conflist was rewritten) are found there and registered.")

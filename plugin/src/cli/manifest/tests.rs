@@ -110,7 +110,7 @@ fn default_objects() {
     let spec = &one(&docs, "DaemonSet")["spec"]["template"]["spec"];
     assert_eq!(spec["tolerations"], json!([{"operator": "Exists"}]));
     let c = &spec["containers"][0];
-    assert_eq!(c["resources"], json!({"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "512Mi"}}));
+    assert_eq!(c["resources"], json!({"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "1Gi"}}));
     for p in ["readinessProbe", "livenessProbe"] {
         assert_eq!(c[p]["httpGet"], json!({"path": "/healthz", "port": "metrics"}));
     }
