@@ -320,3 +320,42 @@ def test_a_config_change_of_pod_cidrs_keeps_the_subnets_pods_taught(topo, plugin
     # The pod itself is still masqueraded.
     assert pod.ip.startswith("10.244.1.")
     assert [p["addresses"] for p in topo.status(plugin)["pods"]] == [[pod.ip]]
+
+
+def test_a_pod_being_deleted_is_not_found_again_between_our_del_and_the_main_plugins(topo, plugin, lab):
+    """libcni runs a DEL's plugins in reverse: ebpf-masq's DEL first, then the main
+    plugin's (which removes the veth), and it removes the cached result only after
+    both. In between, the pod's cache entry and veth are still there: the agent's
+    discovery must not take it for a pod whose ADD never reached us and register it
+    again (a registration that outlives the pod, whose address IPAM hands out next).
+    The test holds the DEL at that point: ebpf-masq's DEL alone; then a pod added
+    through the main plugin alone, whose registration shows that a discovery pass
+    ran after that DEL; then the rest of the DEL."""
+    net = topo.network([topo.bridge_plugin()])
+    a = Agent(topo, plugin, lab, net, "--gc-interval", "1")
+    wait_for(lambda: a.alive() and a.get("/healthz")[0] == 200, timeout=90, what="agent ready")
+    going = add_named(net, topo.pod_ns("going"), "shop", "going-0")  # through the chain
+    assert pods_of(topo, plugin)[going.host_veth]["found"] is False
+    chained = json.loads((net.dir / f"{net.name}.conflist").read_text())
+    [entry] = entry_of(net.dir / f"{net.name}.conflist")
+    conf = {"cniVersion": chained["cniVersion"], "name": chained["name"], **entry, "prevResult": going.result}
+    rc, _, log = topo.run_plugin(plugin, "DEL", conf, going.ns)
+    assert rc == 0, log
+    assert going.host_veth not in pods_of(topo, plugin)
+    marks = lambda: os.listdir(os.path.join(topo.status(plugin)["pin_path"], "deleted"))
+    assert len(marks()) == 1
+
+    late = add_named(net, topo.pod_ns("late"), "shop", "late-0", env=main_plugin_only(net, lab))
+    wait_for(lambda: late.host_veth in pods_of(topo, plugin), timeout=15, what="a discovery pass after the DEL")
+    assert going.host_veth not in pods_of(topo, plugin), "registered again between the two DELs"
+    assert a.metric("ebpf_masq_agent_pods_found_total") == 1
+
+    # The rest of the DEL (ours again, then the bridge's, then libcni removes the entry):
+    # nothing of the pod is left, and its mark goes with its cache entry.
+    net.delete(going.ns)
+    net.pods.remove(going.ns)
+    assert going.host_veth not in pods_of(topo, plugin)
+    wait_for(lambda: marks() == [], timeout=15, what="the DEL's mark pruned with the cache entry")
+    assert set(pods_of(topo, plugin)) == {late.host_veth}
+    a.proc.send_signal(signal.SIGTERM)
+    assert a.proc.wait(10) == 0

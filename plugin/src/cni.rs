@@ -139,6 +139,7 @@ fn cmd_add(env: &CniEnv, conf: &NetConf, pins: &Pins) -> Result<serde_json::Valu
         netns: env.netns.clone(),
         args: env.args.clone(),
         found: false,
+        cached_at: None,
     };
     node::register::add_pod(&req, conf, pins)?;
     // prevResult passed through unchanged (add_pod has checked it is there).
@@ -152,7 +153,10 @@ fn cmd_del(env: &CniEnv, pins: &Pins) -> Result<()> {
     }
     let key = pod::attachment_key(&env.container_id, &env.ifname);
     let _lock = node::lock(pins)?;
-    pod::unregister(pins, &key).map(|_| ())
+    pod::unregister(pins, &key)?;
+    // Until the main plugin's DEL and libcni's removal of the cached result, the
+    // agent must not take the pod for one whose ADD never reached us.
+    node::deleted::mark(pins, &env.container_id, &env.ifname)
 }
 
 fn cmd_check(env: &CniEnv, conf: &NetConf, pins: &Pins) -> Result<()> {

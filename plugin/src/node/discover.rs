@@ -42,6 +42,9 @@ pub struct Pass {
     pub bad_files: Vec<(FileSeen, String)>,
     /// Entries whose pod's veth is gone (a pod deleted without a DEL): ignored.
     pub gone: usize,
+    /// Entries of pods a DEL of ours unregistered since (their main plugin's DEL
+    /// and the entry's removal are yet to come): ignored.
+    pub deleting: usize,
     /// Entries that should have been registered and were not, with the reason.
     pub failed: Vec<String>,
 }
@@ -62,6 +65,7 @@ pub fn discover(
 ) -> Result<Pass> {
     let mut pass = Pass::default();
     let dir = cache_dir.join("results");
+    let listed_at = std::time::SystemTime::now();
     let names = match std::fs::read_dir(&dir) {
         Ok(d) => d.filter_map(|e| e.ok()).map(|e| e.path()).collect::<Vec<_>>(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(pass),
@@ -69,6 +73,8 @@ pub fn discover(
     };
     let prefix = format!("{network}-");
     let registered: HashSet<_> = pod::list_attachments(pins)?.into_iter().map(|(k, _)| k).collect();
+    // The DEL marks of the pods whose entries are still there (the others go).
+    let mut cached_marks = HashSet::new();
     for path in names {
         let ours = path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&prefix));
         if !ours {
@@ -88,6 +94,7 @@ pub fn discover(
         if cached.network != network {
             continue; // another network whose name starts with ours
         }
+        cached_marks.insert(super::deleted::name_of(&cached.container_id, &cached.ifname));
         let key = pod::attachment_key(&cached.container_id, &cached.ifname);
         let conf = config::parse_netconf(&cni_cache::plugin_conf(entry, network, cni_version, &cached));
         let conf = match conf {
@@ -111,6 +118,7 @@ pub fn discover(
             netns: String::new(),
             args: cached.cni_args.clone(),
             found: true,
+            cached_at: file.2,
         };
         let who = config::pod_identity(&cached.cni_args).unwrap_or_default();
         let what = format!("{}/{} ({}/{})", who.namespace, who.name, cached.container_id, cached.ifname);
@@ -122,9 +130,14 @@ pub fn discover(
             continue;
         }
         match register::add_pod(&req, &conf, pins) {
-            Ok(()) => pass.registered.push(what),
+            Ok(register::Added::Registered) => pass.registered.push(what),
+            Ok(register::Added::Deleted) => pass.deleting += 1,
             Err(e) => pass.failed.push(format!("{what}: {}", e.msg)),
         }
+    }
+    if pins.root.exists() {
+        let _lock = super::lock(pins)?;
+        super::deleted::prune(pins, &cached_marks, listed_at);
     }
     Ok(pass)
 }

@@ -10,6 +10,7 @@
 //! never cli or cni.
 
 pub mod adopt;
+pub mod deleted;
 pub mod discover;
 pub mod egress_policy;
 pub mod ipmasq;

@@ -2,7 +2,7 @@
 //! itself (`cni`) and for the agent registering a pod whose ADD never reached
 //! ebpf-masq (`node::discover`), so the two cannot differ.
 
-use std::{net::IpAddr, path::Path};
+use std::{net::IpAddr, path::Path, time::SystemTime};
 
 use crate::{
     bpf::{abi, loader::Pins},
@@ -27,6 +27,18 @@ pub struct PodAdd {
     pub args: String,
     /// Found by the agent in a runtime's cache, not added by an ADD of ours.
     pub found: bool,
+    /// Found: when its cache entry was written (a DEL of ours since then wins;
+    /// unknown: any DEL of ours wins).
+    pub cached_at: Option<SystemTime>,
+}
+
+/// What `add_pod` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Added {
+    Registered,
+    /// A found pod that a DEL of ours unregistered after its cache entry was written
+    /// (the main plugin's DEL and libcni's removal of the entry are yet to come).
+    Deleted,
 }
 
 /// The prevResult of `conf`, raw and parsed (ADD requires it).
@@ -48,7 +60,7 @@ pub fn port_limit_of(conf: &NetConf) -> Result<u16> {
 
 /// Register the pod `req` of `conf` (which holds its prevResult and runtimeConfig).
 /// Everything that can fail on input fails before anything is touched.
-pub fn add_pod(req: &PodAdd, conf: &NetConf, pins: &Pins) -> Result<()> {
+pub fn add_pod(req: &PodAdd, conf: &NetConf, pins: &Pins) -> Result<Added> {
     let (_, prev) = prev_result(conf)?;
     let addrs: Vec<IpAddr> = prev.container_ips(&req.ifname);
     let who = config::pod_identity(&req.args)?;
@@ -67,6 +79,11 @@ pub fn add_pod(req: &PodAdd, conf: &NetConf, pins: &Pins) -> Result<()> {
     // (or a policy address the node does not own) leaves no trace.
     let uplinks = resolve_uplinks(&conf.masq)?;
     let _lock = lock(pins)?;
+    if !req.found {
+        super::deleted::clear(pins, &req.container_id, &req.ifname);
+    } else if super::deleted::since(pins, &req.container_id, &req.ifname, req.cached_at.unwrap_or(SystemTime::UNIX_EPOCH)) {
+        return Ok(Added::Deleted);
+    }
     reconcile_for_pod(pins, &conf.masq, &uplinks, policies)?;
     let key = pod::attachment_key(&req.container_id, &req.ifname);
     let reg = Registration {
@@ -87,7 +104,8 @@ pub fn add_pod(req: &PodAdd, conf: &NetConf, pins: &Pins) -> Result<()> {
     pod::register(pins, &key, &reg)?;
     // The pod's subnet becomes one of the node's pod ranges: a later pod of it is
     // never let out with its own address before it is registered.
-    pod_nets::learn(pins, &prev.container_nets(&req.ifname))
+    pod_nets::learn(pins, &prev.container_nets(&req.ifname))?;
+    Ok(Added::Registered)
 }
 
 /// The host-side veth of the pod: a host interface from prevResult that is a
