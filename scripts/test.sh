@@ -17,4 +17,4 @@ echo "== unit and BPF_PROG_TEST_RUN tests (cargo test)"
 cargo test --release --locked -- --test-threads=2
 
 echo "== end-to-end tests (pytest, network namespaces)"
-/usr/bin/python3 -m pytest integration/ -q -p no:cacheprovider "$@"
+/usr/bin/python3 -m pytest integration/ -q -p no:cacheprovider --durations=30 "$@"
