@@ -275,6 +275,18 @@ def ct_fields(line):
     return line.split()[0].strip("[]"), tuples
 
 
+def ct_subscribed(pid):
+    """Whether process @pid (`conntrack -E`; `ip netns exec` and stdbuf exec, so it keeps the PID) has a
+    NETLINK_NETFILTER socket bound to multicast groups: /proc/PID/net/netlink is its namespace's table."""
+    try:
+        inodes = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+        rows = open(f"/proc/{pid}/net/netlink").read().splitlines()[1:]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    # sk Eth Pid Groups Rmem Wmem Dump Locks Drops Inode; NETLINK_NETFILTER is 12, Groups in hex.
+    return any(f[1] == "12" and int(f[3], 16) and f"socket:[{f[9]}]" in inodes for f in map(str.split, rows))
+
+
 def nfdump_flows(data):
     files = sorted(p for p in data.iterdir() if p.name.startswith("nfcapd."))
     assert files, "nfcapd wrote no file"
@@ -322,8 +334,11 @@ def test_every_pair_a_pod_makes_is_logged_made_and_ended(topo, plugin, tmp_path,
         ct_out = tmp_path / "conntrack.txt"
         with open(ct_out, "w") as f:
             ct = topo.node.spawn(["stdbuf", "-oL", "conntrack", "-E", "-p", "udp"], stdout=f)
-        time.sleep(0.5)
-        assert ct.poll() is None, ct.stderr.read().decode()
+        deadline = time.monotonic() + 30
+        while not ct_subscribed(ct.pid):  # events queue on its socket from then on
+            assert ct.poll() is None, ct.stderr.read().decode()
+            assert time.monotonic() < deadline, "conntrack -E never joined conntrack's event groups"
+            time.sleep(0.05)
 
     local = []
     for _ in range(N_FLOWS):
