@@ -9,6 +9,12 @@ from lab import netlab
 from lab.duallab import DualTopo, pod_addrs
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "serial: needs the whole machine (it counts stalls, refusals or what a rate allows): "
+        "scripts/test.sh runs these alone, after the parallel pass (docs/testing.md)")
+
+
 def pytest_sessionstart(session):
     problems = []
     if os.geteuid() != 0:

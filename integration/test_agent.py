@@ -33,6 +33,9 @@ from lab.agentlab import GET, Agent, ConfigMapVolume, entry_of
 from lab.netlab import PY, Topo, wait_for
 
 EXT, NODE_IP = Topo.EXT, Topo.NODE_EXT
+# How long an agent may take to start healthy: it loads the data plane (the kernel's verifier takes
+# seconds of CPU per program, and longer beside other tests). A deadline that only bounds a failure.
+START = 90
 
 def test_agent_keeps_chain_config_and_registrations(topo, plugin, lab):
     net = topo.network([topo.bridge_plugin()])  # the main plugin's conflist, not chained
@@ -44,7 +47,7 @@ def test_agent_keeps_chain_config_and_registrations(topo, plugin, lab):
     agent, vol, base, log, get, metric, alive = a.proc, a.vol, a.base, a.log, a.get, a.metric, a.alive
 
     # Start: chained, binary installed, data plane in place, healthy.
-    wait_for(lambda: alive() and get("/healthz")[0] == 200, timeout=30, what="agent healthy")
+    wait_for(lambda: alive() and get("/healthz")[0] == 200, timeout=START, what="agent healthy")
     assert entry_of(conflist) == [{"type": "ebpf-masq", "pinPath": lab.pin_path,
                                  "capabilities": {"io.kubernetes.cri.pod-annotations": True,
                                                   "portMappings": True}}], conflist.read_text()
@@ -175,7 +178,7 @@ def test_agent_applies_an_egress_policy_change_to_running_pods(topo, plugin, lab
         return a.metric("ebpf_masq_agent_config_reloads_total")
 
     try:
-        wait_for(lambda: reloads() is not None and get("/healthz")[0] == 200, timeout=30, what="agent healthy")
+        wait_for(lambda: reloads() is not None and get("/healthz")[0] == 200, timeout=START, what="agent healthy")
         net.env["CNI_ARGS"] = "IgnoreUnknown=1;K8S_POD_NAMESPACE=team-a;K8S_POD_NAME=web-0"
         pod = net.add(topo.pod_ns("pod"))
         udp = topo.ext.server("udp", 5001)
@@ -234,7 +237,7 @@ def test_agent_applies_ip_masq_agents_config(topo, plugin, lab):
         return masqcli.explain(topo, plugin, "--src", pod.ip, "--dst", dst, "--proto", "udp", "--dport", "53")
 
     try:
-        wait_for(lambda: alive() and get("/healthz")[0] == 200, timeout=30, what="agent healthy")
+        wait_for(lambda: alive() and get("/healthz")[0] == 200, timeout=START, what="agent healthy")
         pod = net.add(topo.pod_ns("pod"))
         defaults = f"ip-masq-agent config {ipm.path} (absent: ip-masq-agent's defaults)"
         assert exclusions() == {"10.0.0.0/8": defaults, "172.16.0.0/12": defaults, "192.168.0.0/16": defaults,
@@ -339,7 +342,7 @@ def test_agent_never_leaves_the_node_without_ip_masq_agents_list(topo, plugin, l
         return a.alive() and get("/healthz")[0] == 200
 
     try:
-        wait_for(healthy, timeout=30, what="agent healthy with its file refused")
+        wait_for(healthy, timeout=START, what="agent healthy with its file refused")
         assert metric("ebpf_masq_agent_config_valid") == 0
         body = get("/healthz")[1]
         assert "config update rejected" in body and '"nonMasqueradeCIDRs[0]"' in body, body
@@ -362,7 +365,7 @@ def test_agent_never_leaves_the_node_without_ip_masq_agents_list(topo, plugin, l
         # Refused again across a restart (a rolling update): the list the chained entry kept stays.
         ipm.publish(bad)
         a.restart()
-        wait_for(lambda: healthy() and "config update rejected" in get("/healthz")[1], timeout=30,
+        wait_for(lambda: healthy() and "config update rejected" in get("/healthz")[1], timeout=START,
                  what="restarted agent healthy with its file refused")
         assert metric("ebpf_masq_agent_config_valid") == 0
         body = get("/healthz")[1]
@@ -390,7 +393,7 @@ def test_agent_runs_the_nat_log_exporter_as_the_config_says(topo, plugin, lab):
         return masqcli.events_ctl(topo)["log_until"]
 
     try:
-        wait_for(lambda: a.alive() and a.get("/healthz")[0] == 200, timeout=30, what="agent healthy")
+        wait_for(lambda: a.alive() and a.get("/healthz")[0] == 200, timeout=START, what="agent healthy")
         net.env["CNI_ARGS"] = "IgnoreUnknown=1;K8S_POD_NAMESPACE=shop;K8S_POD_NAME=web-0"
         pod = net.add(topo.pod_ns("pod"))
         assert lease() == 0, "no natLog, no exporter"

@@ -27,6 +27,9 @@ from lab import abi
 from lab.masqcli import delta
 from lab.netlab import PY, Topo, wait_for
 
+# Counts and rates that mean something only with the machine to itself (conftest.py).
+pytestmark = pytest.mark.serial
+
 EXT, NODE_IP = Topo.EXT, Topo.NODE_EXT
 CHURN_SECONDS = float(os.environ.get("EBPF_MASQ_CHURN_SECONDS", "20"))
 # Unthrottled by default (0): finished pairs give their ports up at once, so no cap is

@@ -24,7 +24,12 @@ retransmissions, softnet drops) are printed. The rates are printed too
 """
 import os
 
+import pytest
+
 from lab.churnlab import MODES, churn
+
+# Counts and rates that mean something only with the machine to itself (conftest.py).
+pytestmark = pytest.mark.serial
 
 SECONDS = float(os.environ.get("EBPF_MASQ_OPEN_CHURN_SECONDS", "60"))
 

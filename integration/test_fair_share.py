@@ -35,8 +35,13 @@ import json
 import os
 import time
 
+import pytest
+
 from lab.hold import established_peers, hold as tcp_hold, json_line, keep, mode_lab, pod_status, release
 from lab.netlab import Topo
+
+# Counts and rates that mean something only with the machine to itself (conftest.py).
+pytestmark = pytest.mark.serial
 
 EXT, NODE_IP = Topo.EXT, Topo.NODE_EXT
 PORT = 5410

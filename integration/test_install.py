@@ -525,7 +525,8 @@ def test_daemonset_commands_on_a_scratch_host(plugin, node, lab, tmp_path):
         p = node.exec([PY, "-c", GET, f"http://127.0.0.1:{port}{probe['path']}"], check=False, timeout=30)
         return p.stdout.strip() == "200"
 
-    wait_for(ready, timeout=30, what="the readiness probe")
+    # The agent loads the data plane first (the verifier: seconds of CPU per program); 90 s only bounds a failure.
+    wait_for(ready, timeout=90, what="the readiness probe")
     assert os.path.exists(os.path.join(bin_dir, "ebpf-masq"))
     # Nothing is reserved: host flows share the port space, tracked by the data plane.
     assert node.enter(["cat", reserved]).stdout == reserved_before, "the agent reserved ports"

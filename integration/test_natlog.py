@@ -255,6 +255,9 @@ def test_who_names_the_pod_behind_a_port_a_server_saw(topo, masq_pod, plugin, tm
 
 N_FLOWS = 10
 UDP_PORT = 5003
+# The node's conntrack UDP timeouts for the ipMasq yardstick (nf_conntrack_udp_timeout*, per network
+# namespace; the kernel's default is 30 s): a flow's DESTROY then comes seconds after its last packet.
+CT_UDP_TIMEOUT = 3
 CNI_ARGS = "IgnoreUnknown=1;K8S_POD_NAMESPACE=shop;K8S_POD_NAME=web-0;K8S_POD_UID=u-1"
 
 
@@ -270,6 +273,18 @@ def ct_fields(line):
             cur[k] = v
     tuples.append(cur)
     return line.split()[0].strip("[]"), tuples
+
+
+def ct_subscribed(pid):
+    """Whether process @pid (`conntrack -E`; `ip netns exec` and stdbuf exec, so it keeps the PID) has a
+    NETLINK_NETFILTER socket bound to multicast groups: /proc/PID/net/netlink is its namespace's table."""
+    try:
+        inodes = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+        rows = open(f"/proc/{pid}/net/netlink").read().splitlines()[1:]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    # sk Eth Pid Groups Rmem Wmem Dump Locks Drops Inode; NETLINK_NETFILTER is 12, Groups in hex.
+    return any(f[1] == "12" and int(f[3], 16) and f"socket:[{f[9]}]" in inodes for f in map(str.split, rows))
 
 
 def nfdump_flows(data):
@@ -292,8 +307,8 @@ def test_every_pair_a_pod_makes_is_logged_made_and_ended(topo, plugin, tmp_path,
     the pair the deleted pod held is logged ended (pod_deleted) within seconds; the
     exporter stops on SIGTERM with its lease cleared. ipMasq (the yardstick):
     `conntrack -E` in the node shows the same ten flows as NEW and DESTROY with their
-    translated ports (its DESTROY up to a minute later: the GC worker's pace); it has no
-    pod name, and no record of a flow it could not make."""
+    translated ports (the node's own UDP timeouts set short, see CT_UDP_TIMEOUT); it has
+    no pod name, and no record of a flow it could not make."""
     srv = topo.ext.server("udp", UDP_PORT)
     log, data = tmp_path / "natlog.json", tmp_path / "nfcapd"
     if masq == "ebpf-masq":
@@ -313,11 +328,17 @@ def test_every_pair_a_pod_makes_is_logged_made_and_ended(topo, plugin, tmp_path,
     else:
         net = topo.network([topo.bridge_plugin(ip_masq=True)])
         pod = net.add(topo.pod_ns("web"))
+        # The bridge plugin's iptables rules loaded nf_conntrack: its timeouts are the node netns's own.
+        for key in ("nf_conntrack_udp_timeout", "nf_conntrack_udp_timeout_stream"):
+            topo.node.sysctl(f"net.netfilter.{key}", CT_UDP_TIMEOUT)
         ct_out = tmp_path / "conntrack.txt"
         with open(ct_out, "w") as f:
             ct = topo.node.spawn(["stdbuf", "-oL", "conntrack", "-E", "-p", "udp"], stdout=f)
-        time.sleep(0.5)
-        assert ct.poll() is None, ct.stderr.read().decode()
+        deadline = time.monotonic() + 30
+        while not ct_subscribed(ct.pid):  # events queue on its socket from then on
+            assert ct.poll() is None, ct.stderr.read().decode()
+            assert time.monotonic() < deadline, "conntrack -E never joined conntrack's event groups"
+            time.sleep(0.05)
 
     local = []
     for _ in range(N_FLOWS):
@@ -335,14 +356,17 @@ def test_every_pair_a_pod_makes_is_logged_made_and_ended(topo, plugin, tmp_path,
         recs = [ct_fields(l) for l in ct_out.read_text().splitlines() if l.strip()]
         return recs, sum(ev == "DESTROY" for ev, _ in recs)
 
-    # ebpf-masq: udpOneShot 30 s, then the sweep (every second). netfilter: udp_timeout 30 s, then
-    # its conntrack GC worker, which may look only every 60 s when the table is nearly empty
-    # (GC_SCAN_INTERVAL_MAX): DESTROY comes up to 90 s after the last packet.
+    # ebpf-masq: udpOneShot 30 s, then the sweep (every second). netfilter: CT_UDP_TIMEOUT, then its
+    # GC worker, which may look only every 60 s (GC_SCAN_INTERVAL_MAX); a dump of the node's table
+    # (`conntrack -L`) reaps the entries it finds expired as the worker would, DESTROY events and all.
+    # The deadlines only bound a failure.
     t0 = time.monotonic()
-    deadline = t0 + (75 if masq == "ebpf-masq" else 150)
+    deadline = t0 + (75 if masq == "ebpf-masq" else CT_UDP_TIMEOUT + 60)
     recs, n = ended()
     while n < N_FLOWS and time.monotonic() < deadline:
         time.sleep(1)
+        if masq == "ipMasq" and time.monotonic() - t0 > CT_UDP_TIMEOUT:
+            topo.node.exec(["conntrack", "-L", "-p", "udp"], check=False)
         recs, n = ended()
     print(f"{masq}: {n} of {N_FLOWS} ends logged {time.monotonic() - t0:.0f} s after the last flow")
 

@@ -29,9 +29,14 @@ import json
 import os
 import time
 
+import pytest
+
 from lab.hold import established_peers, hold, json_line, keep, mode_lab, pod_status, release
 from lab.lifelab import bridge, has_masq_filter, invoke_pod, network, registrations
 from lab.netlab import ANNOTATIONS_CAP, Topo
+
+# Counts and rates that mean something only with the machine to itself (conftest.py).
+pytestmark = pytest.mark.serial
 
 EXT, NODE_IP = Topo.EXT, Topo.NODE_EXT
 PORT, PORT2 = 5420, 5421

@@ -12,7 +12,7 @@ pkgs=(
   iproute2 iptables nftables iperf3 tcpdump socat ncat iputils-ping procps
   util-linux kmod wireguard-tools wireguard-go busybox-static
   # test runner (Debian's python, not pyenv's)
-  python3 python3-scapy python3-pytest python3-prometheus-client python3-pip python3-yaml
+  python3 python3-scapy python3-pytest python3-pytest-xdist python3-prometheus-client python3-pip python3-yaml
   # CNI reference plugins + what build-cnitool.sh needs
   containernetworking-plugins golang-go golang-github-appc-cni-dev dpkg-dev
   tar gzip xz-utils ca-certificates
