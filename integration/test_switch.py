@@ -50,6 +50,9 @@ CHURN_SECONDS = 8
 NODE_PORT_RANGE = range(30000, 32768)  # left out of ebpf-masq's default portRange: never preserved
 SCRIPT = switchlab.__file__
 
+# Its churn (two pods opening connections as fast as they can, beside iptables) needs the machine to itself.
+pytestmark = pytest.mark.serial
+
 
 def add_named(net, ns, name):
     """cnitool add with the pod's Kubernetes identity in CNI_ARGS, as kubelet's runtimes pass it."""
