@@ -88,6 +88,17 @@ def keys_in_order(v):
     return None
 
 
+def add_through(lab, node, network, conf_dir, bin_dir):
+    """cnitool add of a new pod to `network` as a runtime using that conf dir and bin dir
+    would make it; its DEL and libcni's cache entry are undone at the lab's close.
+    Returns (the runtime's env, the pod's netns, the ADD's result)."""
+    env = {**os.environ, "NETCONFPATH": conf_dir, "CNI_PATH": f"{CNI_BIN_DIR}:{bin_dir}"}
+    pod = lab.netns("pod")
+    lab.on_close(lambda: [f.unlink() for f in Path("/var/lib/cni/results").glob(f"{network}-*")])
+    lab.on_close(lambda: node.enter(["cnitool", "del", network, pod.path], env=env, check=False))
+    return env, pod, json.loads(node.enter(["cnitool", "add", network, pod.path], env=env).stdout)
+
+
 def scratch(tmp_path):
     conf_dir, bin_dir = tmp_path / "etc-cni-net.d", tmp_path / "opt-cni-bin"
     conf_dir.mkdir()
@@ -537,11 +548,7 @@ def test_daemonset_commands_on_a_scratch_host(plugin, node, lab, tmp_path):
         assert node.bpf_hooks("eth0", direction).strip(), f"apply attached nothing to eth0 {direction}"
 
     # A runtime using that conf dir and bin dir now chains ebpf-masq for a new pod.
-    env = {**os.environ, "NETCONFPATH": conf_dir, "CNI_PATH": f"{CNI_BIN_DIR}:{bin_dir}"}
-    pod = lab.netns("pod")
-    lab.on_close(lambda: [f.unlink() for f in Path("/var/lib/cni/results").glob(f"{shipped['name']}-*")])
-    lab.on_close(lambda: node.enter(["cnitool", "del", shipped["name"], pod.path], env=env, check=False))
-    result = json.loads(node.enter(["cnitool", "add", shipped["name"], pod.path], env=env).stdout)
+    _, pod, result = add_through(lab, node, shipped["name"], conf_dir, bin_dir)
     veth = Pod(pod, result).host_veth
     assert node.bpf_hooks(veth, "ingress").strip(), f"no ebpf-masq filter on the pod's veth {veth}"
     pod_ip = result["ips"][0]["address"].split("/")[0]
@@ -948,11 +955,7 @@ def test_uninstall_daemonset_takes_ebpf_masq_off_and_holds_a_running_agent_off(p
     chained = json.loads(open(primary).read())
     assert [p["type"] for p in chained["plugins"]] == ["bridge", "portmap", "ebpf-masq"]
     assert os.path.exists(os.path.join(bin_dir, "ebpf-masq"))
-    env = {**os.environ, "NETCONFPATH": conf_dir, "CNI_PATH": f"{CNI_BIN_DIR}:{bin_dir}"}
-    pod = lab.netns("pod")
-    lab.on_close(lambda: [f.unlink() for f in Path("/var/lib/cni/results").glob(f"{shipped['name']}-*")])
-    lab.on_close(lambda: node.enter(["cnitool", "del", shipped["name"], pod.path], env=env, check=False))
-    result = json.loads(node.enter(["cnitool", "add", shipped["name"], pod.path], env=env).stdout)
+    _, pod, result = add_through(lab, node, shipped["name"], conf_dir, bin_dir)
     veth = Pod(pod, result).host_veth
     hooked = [(veth, "ingress"), ("eth0", "ingress"), ("eth0", "egress")]
     for dev, direction in hooked:

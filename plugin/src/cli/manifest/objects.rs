@@ -64,6 +64,23 @@ pub(super) fn node_mounts(dirs: &NodeDirs, with_cache: bool) -> (Vec<Value>, Vec
     (mounts, volumes)
 }
 
+/// The pod of a DaemonSet on every Linux node: one privileged `container` on the
+/// host's network, every taint tolerated (the agent's, and the uninstaller's).
+pub(super) fn node_pod_spec(a: &ManifestArgs, service_account: &str, container: Value, volumes: Vec<Value>) -> Value {
+    json!({
+        "serviceAccountName": service_account,
+        "automountServiceAccountToken": false,
+        "hostNetwork": true,
+        "dnsPolicy": "ClusterFirstWithHostNet",
+        "priorityClassName": node::priority_class(a),
+        "terminationGracePeriodSeconds": 5,
+        "nodeSelector": {"kubernetes.io/os": "linux"},
+        "tolerations": [{"operator": "Exists"}],
+        "containers": [container],
+        "volumes": volumes,
+    })
+}
+
 pub(super) fn daemonset(a: &ManifestArgs, image: &str, dirs: &NodeDirs) -> Doc {
     let port = a.metrics_port;
     let host = NodeDirs::in_container;
@@ -118,32 +135,21 @@ pub(super) fn daemonset(a: &ManifestArgs, image: &str, dirs: &NodeDirs) -> Doc {
                     "annotations": {"prometheus.io/scrape": "true", "prometheus.io/port": port.to_string(),
                                     "prometheus.io/path": "/metrics"},
                 },
-                "spec": {
-                    "serviceAccountName": a.name,
-                    "automountServiceAccountToken": false,
-                    "hostNetwork": true,
-                    "dnsPolicy": "ClusterFirstWithHostNet",
-                    "priorityClassName": node::priority_class(a),
-                    "terminationGracePeriodSeconds": 5,
-                    "nodeSelector": {"kubernetes.io/os": "linux"},
-                    "tolerations": [{"operator": "Exists"}],
-                    "containers": [{
-                        "name": "ebpf-masq",
-                        "image": image,
-                        "imagePullPolicy": a.image_pull_policy,
-                        "command": command,
-                        "ports": [{"name": "metrics", "containerPort": port, "protocol": "TCP"}],
-                        "readinessProbe": probe(2, 10, 3),
-                        "livenessProbe": probe(30, 30, 10),
-                        "securityContext": {"privileged": true},
-                        "resources": {
-                            "requests": {"cpu": a.cpu_request, "memory": a.memory_request},
-                            "limits": limits,
-                        },
-                        "volumeMounts": mounts,
-                    }],
-                    "volumes": volumes,
-                },
+                "spec": node_pod_spec(a, &a.name, json!({
+                    "name": "ebpf-masq",
+                    "image": image,
+                    "imagePullPolicy": a.image_pull_policy,
+                    "command": command,
+                    "ports": [{"name": "metrics", "containerPort": port, "protocol": "TCP"}],
+                    "readinessProbe": probe(2, 10, 3),
+                    "livenessProbe": probe(30, 30, 10),
+                    "securityContext": {"privileged": true},
+                    "resources": {
+                        "requests": {"cpu": a.cpu_request, "memory": a.memory_request},
+                        "limits": limits,
+                    },
+                    "volumeMounts": mounts,
+                }), volumes),
             },
         },
     });

@@ -7,8 +7,8 @@ use serde_json::{json, Map, Value};
 
 use crate::config::DEFAULT_PIN_PATH;
 
-use super::node::{self, NodeDirs};
-use super::objects::node_mounts;
+use super::node::NodeDirs;
+use super::objects::{node_mounts, node_pod_spec};
 use super::yaml::Doc;
 use super::{ManifestArgs, NAME_LABEL};
 
@@ -74,30 +74,19 @@ pub(super) fn daemonset(a: &ManifestArgs, image: &str, dirs: &NodeDirs, entry: &
             "selector": {"matchLabels": labels},
             "template": {
                 "metadata": {"labels": labels},
-                "spec": {
-                    "serviceAccountName": name(a),
-                    "automountServiceAccountToken": false,
-                    "hostNetwork": true,
-                    "dnsPolicy": "ClusterFirstWithHostNet",
-                    "priorityClassName": node::priority_class(a),
-                    "terminationGracePeriodSeconds": 5,
-                    "nodeSelector": {"kubernetes.io/os": "linux"},
-                    "tolerations": [{"operator": "Exists"}],
-                    "containers": [{
-                        "name": "ebpf-masq-uninstall",
-                        "image": image,
-                        "imagePullPolicy": a.image_pull_policy,
-                        "command": command,
-                        "ports": [{"name": "healthz", "containerPort": port, "protocol": "TCP"}],
-                        "readinessProbe": {"httpGet": {"path": "/healthz", "port": "healthz"},
-                                           "initialDelaySeconds": 1, "periodSeconds": 5, "timeoutSeconds": 5,
-                                           "failureThreshold": 1},
-                        "securityContext": {"privileged": true},
-                        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}},
-                        "volumeMounts": mounts,
-                    }],
-                    "volumes": volumes,
-                },
+                "spec": node_pod_spec(a, &name(a), json!({
+                    "name": "ebpf-masq-uninstall",
+                    "image": image,
+                    "imagePullPolicy": a.image_pull_policy,
+                    "command": command,
+                    "ports": [{"name": "healthz", "containerPort": port, "protocol": "TCP"}],
+                    "readinessProbe": {"httpGet": {"path": "/healthz", "port": "healthz"},
+                                       "initialDelaySeconds": 1, "periodSeconds": 5, "timeoutSeconds": 5,
+                                       "failureThreshold": 1},
+                    "securityContext": {"privileged": true},
+                    "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}},
+                    "volumeMounts": mounts,
+                }), volumes),
             },
         },
     });
