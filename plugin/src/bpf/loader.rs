@@ -495,47 +495,7 @@ impl AttachMode {
 
 /// The programs on the TCX hook of `ifindex`, in run order (BPF_PROG_QUERY).
 pub fn tcx_prog_ids(ifindex: u32, dir: TcAttachType) -> std::io::Result<Vec<u32>> {
-    // union bpf_attr, the BPF_PROG_QUERY member (include/uapi/linux/bpf.h).
-    #[repr(C)]
-    struct Query {
-        target_ifindex: u32,
-        attach_type: u32,
-        query_flags: u32,
-        attach_flags: u32,
-        prog_ids: u64,
-        count: u32,
-        _pad: u32,
-        prog_attach_flags: u64,
-        link_ids: u64,
-        link_attach_flags: u64,
-        revision: u64,
-    }
-    const BPF_PROG_QUERY: libc::c_long = 16;
-    const BPF_TCX_INGRESS: u32 = 46;
-    const BPF_TCX_EGRESS: u32 = 47;
-    let mut ids = [0u32; 64];
-    let mut q = Query {
-        target_ifindex: ifindex,
-        attach_type: if dir == TcAttachType::Ingress { BPF_TCX_INGRESS } else { BPF_TCX_EGRESS },
-        query_flags: 0,
-        attach_flags: 0,
-        prog_ids: ids.as_mut_ptr() as u64,
-        count: ids.len() as u32,
-        _pad: 0,
-        prog_attach_flags: 0,
-        link_ids: 0,
-        link_attach_flags: 0,
-        revision: 0,
-    };
-    // SAFETY: q is a valid bpf_attr prefix of the size we pass; the kernel writes
-    // at most `count` ids into `ids`, which outlives the call.
-    let rc = unsafe {
-        libc::syscall(libc::SYS_bpf, BPF_PROG_QUERY, &mut q as *mut Query, std::mem::size_of::<Query>())
-    };
-    if rc < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(ids[..(q.count as usize).min(ids.len())].to_vec())
+    super::sys::tcx_prog_ids(ifindex, dir == TcAttachType::Ingress)
 }
 
 fn remove_file_if_exists(p: &Path) -> std::io::Result<()> {

@@ -4,8 +4,8 @@
 //! pins, TCX or tc), `maps` (typed access to pinned maps), `nat` (the NAT tables:
 //! pairs, shards, their removal), `events` (the data plane's event rings and
 //! their leases), `refusals` and `port_counts` (per pod address,
-//! forgotten at its DEL), `memory` (what the NAT tables cost) and `sys` (the raw bpf(2) calls aya 0.14 has no
-//! API for). May use `netlink` and `error`; knows nothing of pods or config.
+//! forgotten at its DEL), `memory` (what the NAT tables cost) and `sys` (every raw bpf(2) call: the
+//! commands aya 0.14 has no API for, and maps typed only at run time). May use `netlink` and `error`; knows nothing of pods or config.
 pub mod abi;
 pub mod events;
 pub mod loader;

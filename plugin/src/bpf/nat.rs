@@ -271,7 +271,7 @@ pub fn fill_shards<F: Family>(pins: &Pins, shards: u32, nat_max_entries: u32) ->
             Err(e) => return Err(Error::bpf(format!("{} shard {i}: {e}", F::FWD))),
         }
         let name = format!("{}_{i}", F::FWD);
-        let fd = sys::create_hash_map(
+        let fd = super::sys::create_hash_map(
             &name,
             std::mem::size_of::<F::Key>() as u32,
             std::mem::size_of::<F::Value>() as u32,
@@ -288,7 +288,7 @@ pub fn fill_shards<F: Family>(pins: &Pins, shards: u32, nat_max_entries: u32) ->
     let fds: Vec<u32> = made.iter().map(|fd| fd.as_raw_fd() as u32).collect();
     // The array holds its own references: our fds may close after this.
     let data = outer_fd(pins, F::FWD)?;
-    sys::update_batch(data.fd().as_fd(), &slots, &fds)
+    super::sys::update_batch(data.fd().as_fd(), &slots, &fds)
         .map_err(|e| Error::bpf(format!("{}: put in {} shards: {e}", F::FWD, slots.len())))
 }
 
@@ -296,93 +296,6 @@ fn outer_fd(pins: &Pins, name: &str) -> Result<MapData> {
     MapData::from_pin(pins.map(name)).map_err(|e| Error::bpf(format!("open pinned map {name}: {e}")))
 }
 
-/// The two bpf(2) commands aya 0.14 has no call for.
-mod sys {
-    use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-
-    const BPF_MAP_CREATE: libc::c_long = 0;
-    const BPF_MAP_UPDATE_BATCH: libc::c_long = 26;
-    const BPF_MAP_TYPE_HASH: u32 = 1;
-
-    /// A plain hash map (not pinned, not in BTF): a NAT shard.
-    pub fn create_hash_map(name: &str, key: u32, value: u32, max_entries: u32, flags: u32) -> std::io::Result<OwnedFd> {
-        // union bpf_attr, the BPF_MAP_CREATE member up to map_name; the kernel
-        // treats the fields after the size we pass as zero.
-        #[repr(C)]
-        struct Create {
-            map_type: u32,
-            key_size: u32,
-            value_size: u32,
-            max_entries: u32,
-            map_flags: u32,
-            inner_map_fd: u32,
-            numa_node: u32,
-            map_name: [u8; 16],
-        }
-        let mut map_name = [0u8; 16];
-        for (d, s) in map_name.iter_mut().zip(name.bytes().take(15)) {
-            *d = s;
-        }
-        let attr = Create {
-            map_type: BPF_MAP_TYPE_HASH,
-            key_size: key,
-            value_size: value,
-            max_entries,
-            map_flags: flags,
-            inner_map_fd: 0,
-            numa_node: 0,
-            map_name,
-        };
-        // SAFETY: attr is a valid bpf_attr prefix of the size we pass; on success
-        // the kernel returns a new fd that we own.
-        let fd = unsafe {
-            libc::syscall(libc::SYS_bpf, BPF_MAP_CREATE, &attr as *const Create, std::mem::size_of::<Create>() as u32)
-        };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: fd is a fresh descriptor nobody else owns.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
-    }
-
-    /// BPF_MAP_UPDATE_BATCH of u32 keys and u32 values (array slots and map fds).
-    pub fn update_batch(map: BorrowedFd<'_>, keys: &[u32], values: &[u32]) -> std::io::Result<()> {
-        #[repr(C)]
-        struct Batch {
-            in_batch: u64,
-            out_batch: u64,
-            keys: u64,
-            values: u64,
-            count: u32,
-            map_fd: u32,
-            elem_flags: u64,
-            flags: u64,
-        }
-        assert_eq!(keys.len(), values.len());
-        let mut attr = Batch {
-            in_batch: 0,
-            out_batch: 0,
-            keys: keys.as_ptr() as u64,
-            values: values.as_ptr() as u64,
-            count: keys.len() as u32,
-            map_fd: map.as_raw_fd() as u32,
-            elem_flags: 0,
-            flags: 0,
-        };
-        // SAFETY: attr points at live key and value arrays of `count` u32 each for
-        // the duration of the call; the kernel writes back only `count`.
-        let r = unsafe {
-            libc::syscall(libc::SYS_bpf, BPF_MAP_UPDATE_BATCH, &mut attr as *mut Batch, std::mem::size_of::<Batch>() as u32)
-        };
-        if r < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        if attr.count as usize != keys.len() {
-            return Err(std::io::Error::other(format!("{} of {} updated", attr.count, keys.len())));
-        }
-        Ok(())
-    }
-}
 
 /// Every forward half with its reverse half (None when the reverse half is
 /// missing or now belongs to another flow).

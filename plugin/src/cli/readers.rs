@@ -429,7 +429,7 @@ pub fn map_fill(pins: &Pins, name: &str) -> Result<Option<(u64, u64)>> {
     let max = info.max_entries() as u64;
     let limit = max * 2 + 16;
     while n < limit {
-        if !get_next_key(fd, cur.as_deref(), &mut next).map_err(|err| Error::bpf(format!("{name}: next key: {err}")))? {
+        if !crate::bpf::sys::map_get_next_key(fd, cur.as_deref(), &mut next).map_err(|err| Error::bpf(format!("{name}: next key: {err}")))? {
             return Ok(Some((n, max)));
         }
         n += 1;
@@ -438,38 +438,6 @@ pub fn map_fill(pins: &Pins, name: &str) -> Result<Option<(u64, u64)>> {
     Ok(Some((n.min(max), max)))
 }
 
-/// One BPF_MAP_GET_NEXT_KEY; Ok(false) at the end of the map.
-fn get_next_key(fd: i32, key: Option<&[u8]>, next: &mut [u8]) -> std::io::Result<bool> {
-    // union bpf_attr for BPF_MAP_*_ELEM commands: map_fd, pad, key, next_key (u64 pointers).
-    #[repr(C)]
-    struct Attr {
-        map_fd: u32,
-        pad: u32,
-        key: u64,
-        next_key: u64,
-        flags: u64,
-    }
-    const BPF_MAP_GET_NEXT_KEY: libc::c_long = 4;
-    let attr = Attr {
-        map_fd: fd as u32,
-        pad: 0,
-        key: key.map(|k| k.as_ptr() as u64).unwrap_or(0),
-        next_key: next.as_mut_ptr() as u64,
-        flags: 0,
-    };
-    // SAFETY: attr points at live buffers of the map's key size for the duration of the call.
-    let r = unsafe {
-        libc::syscall(libc::SYS_bpf, BPF_MAP_GET_NEXT_KEY, &attr as *const Attr, std::mem::size_of::<Attr>() as u32)
-    };
-    if r == 0 {
-        return Ok(true);
-    }
-    let err = std::io::Error::last_os_error();
-    if err.raw_os_error() == Some(libc::ENOENT) {
-        return Ok(false);
-    }
-    Err(err)
-}
 
 /// `ADDR:PORT`, an IPv6 address bracketed (`[ADDR]:PORT`) as SocketAddr writes it;
 /// the address typed or as text (nat list's rows).

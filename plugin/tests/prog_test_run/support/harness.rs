@@ -1,6 +1,8 @@
 //! One private copy of the data plane per test: loaded and pinned under a unique
-//! bpffs directory (removed again on drop, also on panic), maps written directly,
-//! programs run with BPF_PROG_TEST_RUN. Nothing is ever attached to an interface.
+//! bpffs directory, maps written directly, programs run with BPF_PROG_TEST_RUN.
+//! Nothing is ever attached to an interface. When a test ends, its data plane is
+//! put back as it was after its load and kept for the next test (`pool`), or
+//! removed (also on panic); whatever is kept is removed when the process exits.
 //!
 //! BPF_PROG_TEST_RUN builds the skb on the netns' loopback device unless the
 //! `__sk_buff` context names an ifindex > 1, so skb->ifindex inside the programs
@@ -20,6 +22,7 @@ use aya::{
     maps::{lpm_trie::Key, Array, HashMap, LpmTrie, MapData, PerCpuArray, PerCpuHashMap},
     programs::{SchedClassifier, TestRun, TestRunOptions},
 };
+use super::pool::{remove_pin_dir, Kept, Pool, Snapshot};
 use ebpf_masq::bpf::{
     abi::{self, *},
     loader::{self, Pins},
@@ -84,9 +87,17 @@ pub struct Dataplane {
     egress: SchedClassifier,
     ingress: SchedClassifier,
     veth: SchedClassifier,
+    /// Its size and its maps right after its load: what `Drop` puts back.
+    kept: Option<(u32, Snapshot)>,
 }
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
+
+static POOL: Pool = Pool::new();
+
+extern "C" fn remove_kept() {
+    POOL.remove_all();
+}
 
 impl Dataplane {
     /// Load and pin a fresh data plane; config: ports 20000-20099, long timeouts.
@@ -96,22 +107,45 @@ impl Dataplane {
 
     /// `new` with another natMaxEntries (the default's size, for the sweep's cost).
     pub fn with_nat_max_entries(nat_max_entries: u32) -> Self {
+        if let Some(k) = POOL.take(nat_max_entries) {
+            let mut dp = Self::open(k.pins);
+            dp.kept = Some((nat_max_entries, k.snapshot));
+            return dp;
+        }
+        let mut dp = Self::load(nat_max_entries);
+        dp.kept = Some((nat_max_entries, Snapshot::take(&dp.pins).expect("snapshot of a new data plane")));
+        dp
+    }
+
+    /// A data plane of its own, never kept for another test (a test that
+    /// replaces what a load made: pins, shards).
+    pub fn unshared() -> Self {
+        Self::load(NAT_MAX_ENTRIES_IN_TESTS)
+    }
+
+    fn load(nat_max_entries: u32) -> Self {
         let base =
             PathBuf::from(format!("/sys/fs/bpf/em-ptr-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
         let pins = Pins::new(&base);
         // The guard owns the directory from here on, so even a failed load cleans up.
         let guard = PinGuard(base);
         loader::ensure_loaded(&pins, nat_max_entries).expect("load data plane");
+        let dp = Self::open(pins);
+        std::mem::forget(guard); // Dataplane's Drop takes over
+        dp.set_config(*PORTS.start(), *PORTS.end(), 3600);
+        dp
+    }
+
+    /// The data plane pinned at `pins`, its programs opened.
+    fn open(pins: Pins) -> Self {
         let prog = |name| SchedClassifier::from_pin(pins.prog(name)).expect("open pinned program");
-        let dp = Dataplane {
+        Dataplane {
             egress: prog(loader::PROG_UPLINK_EGRESS),
             ingress: prog(loader::PROG_UPLINK_INGRESS),
             veth: prog(loader::PROG_VETH_INGRESS),
             pins,
-        };
-        std::mem::forget(guard); // Dataplane's Drop takes over
-        dp.set_config(*PORTS.start(), *PORTS.end(), 3600);
-        dp
+            kept: None,
+        }
     }
 
     fn map<T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>>(&self, name: &str) -> T {
@@ -629,7 +663,11 @@ pub fn nat_entry(addr: Ipv4Addr, port: u16, last_seen_ns: u64) -> Nat4Entry {
 
 impl Drop for Dataplane {
     fn drop(&mut self) {
-        remove_pin_dir(&self.pins.base);
+        let Some((nat_max_entries, snapshot)) = self.kept.take() else {
+            return remove_pin_dir(&self.pins.base);
+        };
+        let k = Kept { nat_max_entries, pins: self.pins.clone(), snapshot };
+        POOL.give_back(k, remove_kept);
     }
 }
 
@@ -637,14 +675,6 @@ struct PinGuard(PathBuf);
 impl Drop for PinGuard {
     fn drop(&mut self) {
         remove_pin_dir(&self.0);
-    }
-}
-
-fn remove_pin_dir(p: &std::path::Path) {
-    if let Err(e) = std::fs::remove_dir_all(p) {
-        if e.kind() != std::io::ErrorKind::NotFound {
-            eprintln!("warning: could not remove {}: {e}", p.display());
-        }
     }
 }
 

@@ -1,5 +1,6 @@
 //! Shared helpers for the BPF_PROG_TEST_RUN tests.
 pub mod harness;
+pub mod pool;
 pub mod clock;
 pub mod packet;
 pub mod packet6;
