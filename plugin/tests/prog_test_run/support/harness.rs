@@ -27,7 +27,6 @@ use ebpf_masq::bpf::{
     abi::{self, *},
     loader::{self, Pins},
     maps,
-    nat::{self as natmaps, Fwd},
 };
 
 /// skb->ifindex of every BPF_PROG_TEST_RUN packet: the loopback device.
@@ -108,6 +107,8 @@ impl Dataplane {
     /// `new` with another natMaxEntries (the default's size, for the sweep's cost).
     pub fn with_nat_max_entries(nat_max_entries: u32) -> Self {
         if let Some(k) = POOL.take(nat_max_entries) {
+            // (shown with a failing test's output)
+            eprintln!("data plane {} kept from an earlier test", k.pins.base.display());
             let mut dp = Self::open(k.pins);
             dp.kept = Some((nat_max_entries, k.snapshot));
             return dp;
@@ -148,7 +149,7 @@ impl Dataplane {
         }
     }
 
-    fn map<T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>>(&self, name: &str) -> T {
+    pub(super) fn map<T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>>(&self, name: &str) -> T {
         maps::open(&self.pins, name).unwrap_or_else(|e| panic!("open {name}: {e:?}"))
     }
 
@@ -308,7 +309,7 @@ impl Dataplane {
     /// harness may put "pods" with different facts behind one veth (ADD never does):
     /// an address goes in only with the facts the entry already has, so every address
     /// the entry holds has them; the others are left to pods4/pods6.
-    fn veth_add_addr(&self, ifindex: u32, pod: PodInfo, addr: std::net::IpAddr) {
+    pub(super) fn veth_add_addr(&self, ifindex: u32, pod: PodInfo, addr: std::net::IpAddr) {
         let mut v = self.veth_entry(ifindex).unwrap_or(VethInfo { pod, ..Default::default() });
         if v.pod == pod {
             v.add_addr(addr);
@@ -463,66 +464,6 @@ impl Dataplane {
             .fold(RuleStats::default(), |a, s| RuleStats { packets: a.packets + s.packets, bytes: a.bytes + s.bytes })
     }
 
-    // ---- egress policies ----
-
-    /// A pod address behind veth `ifindex` that the egress policies of `mask` select.
-    pub fn add_pod_with_policies(&self, addr: Ipv4Addr, ifindex: u32, mask: u32) {
-        let mut pods: HashMap<MapData, [u8; 4], PodInfo> = self.map(abi::MAP_PODS4);
-        let pod = PodInfo { ifindex, flags: abi::POD_F_NAT_OUTGOING, policies: mask, ..Default::default() };
-        pods.insert(addr.octets(), pod, 0).unwrap();
-        self.veth_add_addr(ifindex, pod, addr.into());
-    }
-
-    /// The IPv6 twin of `add_pod_with_policies`.
-    pub fn add_pod6_with_policies(&self, addr: std::net::Ipv6Addr, ifindex: u32, mask: u32) {
-        let mut pods: HashMap<MapData, [u8; 16], PodInfo> = self.map(abi::MAP_PODS6);
-        let pod = PodInfo { ifindex, flags: abi::POD_F_NAT_OUTGOING, policies: mask, ..Default::default() };
-        pods.insert(addr.octets(), pod, 0).unwrap();
-        self.veth_add_addr(ifindex, pod, addr.into());
-    }
-
-    /// Policy `index`'s addresses (its masq_pool slot, 1 + index).
-    pub fn set_policy_addrs(&self, index: u32, v4: &[Ipv4Addr], v6: &[std::net::Ipv6Addr]) {
-        let mut p = MasqPool { len4: v4.len() as u32, len6: v6.len() as u32, ..Default::default() };
-        for (slot, a) in p.v4.iter_mut().zip(v4) {
-            *slot = a.octets();
-        }
-        for (slot, a) in p.v6.iter_mut().zip(v6) {
-            *slot = a.octets();
-        }
-        let mut m: Array<MapData, MasqPool> = self.map(abi::MAP_MASQ_POOL);
-        m.set(1 + index, p, 0).unwrap();
-    }
-
-    /// policy_dst4 (mask, net/plen) -> policy `index` with POLICY_F_* `flags`.
-    pub fn add_egress(&self, mask: u32, net: Ipv4Addr, plen: u32, index: u32, flags: u32) {
-        let mut m: LpmTrie<MapData, PolicyDst4Data, PolicyHit> = self.map(abi::MAP_POLICY_DST4);
-        let k = Key::new(32 + plen, PolicyDst4Data { set: mask, daddr: net.octets() });
-        m.insert(&k, PolicyHit { policy: index, flags }, 0).unwrap();
-    }
-
-    pub fn del_egress(&self, mask: u32, net: Ipv4Addr, plen: u32) {
-        let mut m: LpmTrie<MapData, PolicyDst4Data, PolicyHit> = self.map(abi::MAP_POLICY_DST4);
-        m.remove(&Key::new(32 + plen, PolicyDst4Data { set: mask, daddr: net.octets() })).unwrap();
-    }
-
-    pub fn add_egress6(&self, mask: u32, net: std::net::Ipv6Addr, plen: u32, index: u32, flags: u32) {
-        let mut m: LpmTrie<MapData, PolicyDst6Data, PolicyHit> = self.map(abi::MAP_POLICY_DST6);
-        let k = Key::new(32 + plen, PolicyDst6Data { set: mask, daddr: net.octets() });
-        m.insert(&k, PolicyHit { policy: index, flags }, 0).unwrap();
-    }
-
-    /// Policy `index`'s counters, summed over the CPUs.
-    pub fn policy_stats(&self, index: u32) -> PolicyStats {
-        let m: PerCpuArray<MapData, PolicyStats> = self.map(abi::MAP_POLICY_STATS);
-        m.get(&index, 0).unwrap().iter().fold(PolicyStats::default(), |a, s| PolicyStats {
-            packets: a.packets + s.packets,
-            bytes: a.bytes + s.bytes,
-            flows: a.flows + s.flows,
-            unmasqueraded: a.unmasqueraded + s.unmasqueraded,
-        })
-    }
-
     pub fn pod_stats(&self, ifindex: u32) -> PodStats {
         let m: PerCpuHashMap<MapData, u32, VethInfo> = self.map(abi::MAP_VETHS);
         m.get(&ifindex, 0).unwrap().iter().map(|v| v.stats).fold(PodStats::default(), |a, s| PodStats {
@@ -532,133 +473,6 @@ impl Dataplane {
         })
     }
 
-    fn nat_map(&self, name: &str) -> HashMap<MapData, Nat4Key, Nat4Entry> {
-        self.map(name)
-    }
-    /// The IPv4 forward halves: every shard of nat4_fwd.
-    pub fn fwd_shards(&self) -> Fwd<natmaps::V4> {
-        Fwd::open(&self.pins).unwrap()
-    }
-    pub fn fwd(&self) -> Vec<(Nat4Key, Nat4Entry)> {
-        self.fwd_shards().iter().collect::<Result<_, _>>().unwrap()
-    }
-    /// nat4_rev, opened.
-    pub fn rev_map(&self) -> HashMap<MapData, Nat4Key, Nat4Entry> {
-        self.nat_map(abi::MAP_NAT4_REV)
-    }
-    pub fn rev(&self) -> Vec<(Nat4Key, Nat4Entry)> {
-        self.nat_map(abi::MAP_NAT4_REV).iter().collect::<Result<_, _>>().unwrap()
-    }
-    pub fn get_fwd(&self, k: &Nat4Key) -> Option<Nat4Entry> {
-        self.fwd_shards().get(k).ok()
-    }
-    pub fn get_rev(&self, k: &Nat4Key) -> Option<Nat4Entry> {
-        self.nat_map(abi::MAP_NAT4_REV).get(k, 0).ok()
-    }
-    pub fn put_fwd(&self, k: &Nat4Key, e: Nat4Entry) {
-        self.fwd_shards().insert(k, &e, 0).unwrap();
-    }
-    pub fn put_rev(&self, k: &Nat4Key, e: Nat4Entry) {
-        self.nat_map(abi::MAP_NAT4_REV).insert(k, e, 0).unwrap();
-    }
-    pub fn del_rev(&self, k: &Nat4Key) {
-        self.nat_map(abi::MAP_NAT4_REV).remove(k).unwrap();
-    }
-    pub fn del_fwd(&self, k: &Nat4Key) {
-        self.fwd_shards().remove(k).unwrap();
-    }
-    /// The shard of nat4_fwd a forward key belongs in (the node's seed).
-    pub fn shard_of(&self, k: &Nat4Key) -> u32 {
-        natmaps::shard_of(k, natmaps::shard_params(&self.pins).unwrap())
-    }
-    /// The forward shards this data plane uses (`node_config.nat_shards`).
-    pub fn shards(&self) -> u32 {
-        natmaps::shard_params(&self.pins).unwrap().shards
-    }
-
-    /// The pair invariant: every forward half has its reverse half (same pair:
-    /// same created_ns) and every reverse half its forward half. Returns the pair count.
-    #[track_caller]
-    pub fn assert_pairs_complete(&self) -> usize {
-        let fwd = self.fwd();
-        let rev: std::collections::HashMap<Nat4Key, Nat4Entry> = self.rev().into_iter().collect();
-        for (fk, fe) in &fwd {
-            let rk = reverse_key(fk, Ipv4Addr::from(fe.addr), u16::from_be_bytes(fe.port));
-            let re = rev.get(&rk).unwrap_or_else(|| panic!("forward half {fk:?} has no reverse half"));
-            assert_eq!((re.addr, re.port, re.created_ns), (fk.saddr, fk.sport, fe.created_ns), "pair {fk:?}");
-        }
-        assert_eq!(rev.len(), fwd.len(), "reverse halves without a forward half");
-        fwd.len()
-    }
-    pub fn nat_is_empty(&self) -> bool {
-        self.fwd().is_empty() && self.rev().is_empty()
-    }
-
-    /// Both NAT maps hold exactly one pair: `fwd_key` -> (nat, nat_port) and its
-    /// mirror {remote, nat, remote port, nat port} -> (pod, pod port).
-    #[track_caller]
-    pub fn assert_single_pair(&self, fwd_key: Nat4Key, nat: Ipv4Addr, nat_port: u16) -> (Nat4Entry, Nat4Entry) {
-        let fwd = self.fwd();
-        let rev = self.rev();
-        assert_eq!(fwd.len(), 1, "nat4_fwd: {fwd:?}");
-        assert_eq!(rev.len(), 1, "nat4_rev: {rev:?}");
-        let (fk, fe) = fwd[0];
-        let (rk, re) = rev[0];
-        assert_eq!(fk, fwd_key);
-        assert_eq!((fe.addr, fe.port), (nat.octets(), nat_port.to_be_bytes()), "forward half value");
-        assert_eq!(rk, reverse_key(&fwd_key, nat, nat_port), "reverse half key");
-        assert_eq!((re.addr, re.port), (fwd_key.saddr, fwd_key.sport), "reverse half value");
-        assert_eq!(fe.ifindex, LO);
-        assert_eq!(re.ifindex, LO);
-        (fe, re)
-    }
-
-    /// The pair of `fwd_key`, among others: both halves there, one pair, to (nat, nat_port).
-    #[track_caller]
-    pub fn assert_single_pair_of(&self, fwd_key: Nat4Key, nat: Ipv4Addr, nat_port: u16) -> (Nat4Entry, Nat4Entry) {
-        let fe = self.get_fwd(&fwd_key).unwrap_or_else(|| panic!("no forward half {fwd_key:?}: {:?}", self.fwd()));
-        assert_eq!((fe.addr, fe.port), (nat.octets(), nat_port.to_be_bytes()), "forward half value");
-        let rk = reverse_key(&fwd_key, nat, nat_port);
-        let re = self.get_rev(&rk).unwrap_or_else(|| panic!("no reverse half {rk:?}: {:?}", self.rev()));
-        assert_eq!((re.addr, re.port, re.created_ns), (fwd_key.saddr, fwd_key.sport, fe.created_ns), "reverse half");
-        (fe, re)
-    }
-}
-
-/// A nat4 key in host-order ports.
-pub fn nat_key(src: Ipv4Addr, dst: Ipv4Addr, sport: u16, dport: u16, proto: u8) -> Nat4Key {
-    Nat4Key {
-        saddr: src.octets(),
-        daddr: dst.octets(),
-        sport: sport.to_be_bytes(),
-        dport: dport.to_be_bytes(),
-        proto,
-        pad: [0; 3],
-    }
-}
-
-/// The reverse key of a forward key once NATed to (nat, nat_port).
-pub fn reverse_key(fk: &Nat4Key, nat: Ipv4Addr, nat_port: u16) -> Nat4Key {
-    Nat4Key {
-        saddr: fk.daddr,
-        daddr: nat.octets(),
-        sport: fk.dport,
-        dport: nat_port.to_be_bytes(),
-        proto: fk.proto,
-        pad: [0; 3],
-    }
-}
-
-/// A NAT entry pointing at (addr, port), last seen at `last_seen_ns`.
-pub fn nat_entry(addr: Ipv4Addr, port: u16, last_seen_ns: u64) -> Nat4Entry {
-    Nat4Entry {
-        addr: addr.octets(),
-        port: port.to_be_bytes(),
-        ifindex: LO,
-        created_ns: last_seen_ns,
-        last_seen_ns,
-        ..Default::default()
-    }
 }
 
 impl Drop for Dataplane {
@@ -678,139 +492,7 @@ impl Drop for PinGuard {
     }
 }
 
-// ---- IPv6 maps and fragment state (v6, icmp_frag) ----
-
-use std::net::Ipv6Addr;
-
-pub use ebpf_masq::bpf::abi::{Frag4Key, Frag6Key, FragPorts};
-
-impl Dataplane {
-    /// An Ethernet uplink masquerading IPv6 to `masq6`, and IPv4 to `masq4` when given.
-    pub fn add_uplink6(&self, ifindex: u32, masq4: Option<Ipv4Addr>, masq6: Ipv6Addr) {
-        let flags = abi::UPLINK_F_HAS_V6 | if masq4.is_some() { abi::UPLINK_F_HAS_V4 } else { 0 };
-        let info = UplinkInfo { masq_v4: masq4.map(|a| a.octets()).unwrap_or_default(), flags, masq_v6: masq6.octets() };
-        maps::uplink_put(&self.pins, ifindex, info).unwrap();
-    }
-
-    /// An IPv6 pod address behind veth `ifindex`, and the veth's `veths` entry (as `add_pod`).
-    pub fn add_pod6(&self, addr: Ipv6Addr, ifindex: u32, nat_outgoing: bool) {
-        let mut pods: HashMap<MapData, [u8; 16], PodInfo> = self.map(abi::MAP_PODS6);
-        let flags = if nat_outgoing { abi::POD_F_NAT_OUTGOING } else { 0 };
-        let pod = PodInfo { ifindex, flags, ..Default::default() };
-        pods.insert(addr.octets(), pod, 0).unwrap();
-        self.veth_add_addr(ifindex, pod, addr.into());
-    }
-
-    pub fn add_excl6(&self, net: Ipv6Addr, plen: u32, reason: u32) {
-        let mut m: LpmTrie<MapData, [u8; 16], ExclInfo> = self.map(abi::MAP_EXCL6);
-        m.insert(&Key::new(plen, net.octets()), ExclInfo { reason, index: 0 }, 0).unwrap();
-    }
-
-    /// pod_nets6: one of the node's pod ranges (podCIDRs).
-    pub fn add_pod_net6(&self, net: Ipv6Addr, plen: u32) {
-        let mut m: LpmTrie<MapData, [u8; 16], abi::PodNetInfo> = self.map(abi::MAP_POD_NETS6);
-        m.insert(&Key::new(plen, net.octets()), abi::PodNetInfo { origin: abi::POD_NET_CONFIGURED, index: 0 }, 0).unwrap();
-    }
-
-    /// rules6 {ifindex, source/plen} -> rule `id`, masquerading to `to` when given.
-    pub fn add_rule6(&self, ifindex: u32, src: Ipv6Addr, plen: u32, id: u32, to: Option<Ipv6Addr>) {
-        let mut m: LpmTrie<MapData, Rule6Data, Rule6Info> = self.map(abi::MAP_RULES6);
-        let data = Rule6Data { ifindex_be: ifindex.to_be_bytes(), saddr: src.octets() };
-        let info = Rule6Info {
-            id,
-            flags: if to.is_some() { abi::RULE_F_TO_ADDRESS } else { 0 },
-            to_v6: to.map(|a| a.octets()).unwrap_or_default(),
-        };
-        m.insert(&Key::new(32 + plen, data), info, 0).unwrap();
-    }
-
-    pub fn add_rule_except6(&self, id: u32, dst: Ipv6Addr, plen: u32) {
-        let mut m: LpmTrie<MapData, RuleExcept6Data, u32> = self.map(abi::MAP_RULE_EXCEPT6);
-        let data = RuleExcept6Data { rule_id_be: id.to_be_bytes(), daddr: dst.octets() };
-        m.insert(&Key::new(32 + plen, data), 1, 0).unwrap();
-    }
-
-    fn nat6_map(&self, name: &str) -> HashMap<MapData, Nat6Key, Nat6Entry> {
-        self.map(name)
-    }
-    pub fn fwd6(&self) -> Vec<(Nat6Key, Nat6Entry)> {
-        Fwd::<natmaps::V6>::open(&self.pins).unwrap().iter().collect::<Result<_, _>>().unwrap()
-    }
-    pub fn rev6(&self) -> Vec<(Nat6Key, Nat6Entry)> {
-        self.nat6_map(abi::MAP_NAT6_REV).iter().collect::<Result<_, _>>().unwrap()
-    }
-    pub fn get_fwd6(&self, k: &Nat6Key) -> Option<Nat6Entry> {
-        Fwd::<natmaps::V6>::open(&self.pins).unwrap().get(k).ok()
-    }
-    pub fn get_rev6(&self, k: &Nat6Key) -> Option<Nat6Entry> {
-        self.nat6_map(abi::MAP_NAT6_REV).get(k, 0).ok()
-    }
-    pub fn nat6_is_empty(&self) -> bool {
-        self.fwd6().is_empty() && self.rev6().is_empty()
-    }
-
-    /// Both IPv6 NAT maps hold exactly one pair: `fwd_key` -> (nat, nat_port) and its mirror.
-    #[track_caller]
-    pub fn assert_single_pair6(&self, fwd_key: Nat6Key, nat: Ipv6Addr, nat_port: u16) -> (Nat6Entry, Nat6Entry) {
-        let fwd = self.fwd6();
-        let rev = self.rev6();
-        assert_eq!(fwd.len(), 1, "nat6_fwd: {fwd:?}");
-        assert_eq!(rev.len(), 1, "nat6_rev: {rev:?}");
-        let (fk, fe) = fwd[0];
-        let (rk, re) = rev[0];
-        assert_eq!(fk, fwd_key);
-        assert_eq!((fe.addr, fe.port), (nat.octets(), nat_port.to_be_bytes()), "forward half value");
-        assert_eq!(rk, reverse_key6(&fwd_key, nat, nat_port), "reverse half key");
-        assert_eq!((re.addr, re.port), (fwd_key.saddr, fwd_key.sport), "reverse half value");
-        assert_eq!((fe.ifindex, re.ifindex), (LO, LO));
-        (fe, re)
-    }
-
-    pub fn frag4(&self) -> Vec<(Frag4Key, FragPorts)> {
-        let m: HashMap<MapData, Frag4Key, FragPorts> = self.map(abi::MAP_FRAG4);
-        m.iter().collect::<Result<_, _>>().unwrap()
-    }
-    pub fn frag6(&self) -> Vec<(Frag6Key, FragPorts)> {
-        let m: HashMap<MapData, Frag6Key, FragPorts> = self.map(abi::MAP_FRAG6);
-        m.iter().collect::<Result<_, _>>().unwrap()
-    }
-}
-
-/// A nat6 key in host-order ports.
-pub fn nat6_key(src: Ipv6Addr, dst: Ipv6Addr, sport: u16, dport: u16, proto: u8) -> Nat6Key {
-    Nat6Key {
-        saddr: src.octets(),
-        daddr: dst.octets(),
-        sport: sport.to_be_bytes(),
-        dport: dport.to_be_bytes(),
-        proto,
-        pad: [0; 3],
-    }
-}
-
-/// The reverse key of an IPv6 forward key once NATed to (nat, nat_port).
-pub fn reverse_key6(fk: &Nat6Key, nat: Ipv6Addr, nat_port: u16) -> Nat6Key {
-    Nat6Key {
-        saddr: fk.daddr,
-        daddr: nat.octets(),
-        sport: fk.dport,
-        dport: nat_port.to_be_bytes(),
-        proto: fk.proto,
-        pad: [0; 3],
-    }
-}
-
-/// frag4 key {src, dst, id, proto} and its ports, host order.
-pub fn frag4_entry(src: Ipv4Addr, dst: Ipv4Addr, id: u16, proto: u8, sport: u16, dport: u16) -> (Frag4Key, FragPorts) {
-    (
-        Frag4Key { saddr: src.octets(), daddr: dst.octets(), id: id.to_be_bytes(), proto, pad: 0 },
-        FragPorts { sport: sport.to_be_bytes(), dport: dport.to_be_bytes(), proto, pad: [0; 3] },
-    )
-}
-
-pub fn frag6_entry(src: Ipv6Addr, dst: Ipv6Addr, id: u32, proto: u8, sport: u16, dport: u16) -> (Frag6Key, FragPorts) {
-    (
-        Frag6Key { saddr: src.octets(), daddr: dst.octets(), id: id.to_be_bytes(), proto, pad: [0; 3] },
-        FragPorts { sport: sport.to_be_bytes(), dport: dport.to_be_bytes(), proto, pad: [0; 3] },
-    )
-}
+#[allow(unused_imports)] // (each test module takes what it needs)
+pub use super::pairs::{nat_entry, nat_key, reverse_key};
+#[allow(unused_imports)]
+pub use super::harness6::{frag4_entry, frag6_entry, nat6_key, reverse_key6, Frag4Key, Frag6Key, FragPorts};
