@@ -13,10 +13,11 @@ import os
 import pytest
 
 from lab import abi
+from lab.abi import LAYOUT
 from lab.duallab import RouterTopo, probe, route_get
 from lab.fastwatch import Watch
 from lab.masqcli import counters
-from lab.netlab import LAYOUT, Topo
+from lab.netlab import Topo
 
 EXT, NODE_IP = Topo.EXT, Topo.NODE_EXT
 FAST = {"fastPath": True}

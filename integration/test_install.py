@@ -22,8 +22,9 @@ import pytest
 import yaml
 
 from lab import abi, k8s_validate
+from lab.abi import LAYOUT
 from lab.agentlab import GET as AGENT_GET
-from lab.netlab import CNI_BIN_DIR, LAYOUT, PY, REPO, Pod, sh, wait_for
+from lab.netlab import CNI_BIN_DIR, PY, REPO, Pod, sh, wait_for
 
 CONF = REPO / "conf"
 DAEMONSET = CONF / "daemonset.yaml"

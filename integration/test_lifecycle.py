@@ -17,9 +17,10 @@ import time
 import pytest
 
 from lab import abi
+from lab.abi import LAYOUT
 from lab.lifelab import (bridge, detach_behind_our_back, has_masq_filter, invoke, invoke_pod, masq_conf, masq_network,
                      nat_flows, network, parallel, pin_tree, registrations, status)
-from lab.netlab import LAYOUT, Pod, Topo, cnitool_container_id, wait_for
+from lab.netlab import Pod, Topo, cnitool_container_id, wait_for
 
 EXT, NODE_IP = Topo.EXT, Topo.NODE_EXT
 ECHO = "icmp[icmptype] = icmp-echo"

@@ -507,7 +507,7 @@ def test_an_exporter_stops_loudly_when_an_upgrade_adopts_its_data_plane(topo, pl
     made before the upgrade as alive, with the node port the server saw: no hole
     in who held it. (The adoption is this binary's as layout N-1:
     EBPF_MASQ_TEST_AS_LAYOUT, as in test_lifecycle's upgrade tests.)"""
-    from lab.netlab import LAYOUT
+    from lab.abi import LAYOUT
     old_v = LAYOUT - 1
     log = tmp_path / "natlog.json"
     net = topo.masq_network(plugin, natLog={"file": str(log)})

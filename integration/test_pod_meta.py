@@ -10,7 +10,8 @@ import json
 import os
 
 from lab import masqcli
-from lab.netlab import LAYOUT, Topo, sh
+from lab.abi import LAYOUT
+from lab.netlab import Topo, sh
 
 EXT, NODE_IP = Topo.EXT, Topo.NODE_EXT
 CAP = "io.kubernetes.cri.pod-annotations"

@@ -2,10 +2,17 @@
 layout the loaded programs' own BTF gives (bpftool -j btf dump id N, N a pinned
 map's btf_id), never by byte offsets copied into the tests. Struct members are
 named by path ("l2.l3_ifindex"); the headers (bpf/include/) stay the only place
-that spells a layout out (Rust's view is generated from them).
+that spells a layout out (Rust's view is generated from them). It imports no other lab
+module: netlab and masqcli take LAYOUT from here.
 """
 
 import json
+from pathlib import Path
+
+# The pin layout version (<pinPath>/v<LAYOUT>/), read from the ABI header itself.
+LAYOUT = int(next(line.split()[2] for line in
+                  (Path(__file__).resolve().parents[2] / "bpf/include/masq_abi.h").read_text().splitlines()
+                  if line.startswith("#define MASQ_LAYOUT_VERSION ")))
 
 # Fields kept in network byte order in the maps (struct comments in masq_abi.h: __be16/__be32).
 BIG_ENDIAN = {"port", "sport", "dport"}
@@ -79,7 +86,6 @@ class Btf:
 
 def btf_of(topo, layout=None):
     """The programs' BTF, from the node's pinned node_config map (of `layout`, default the current)."""
-    from .netlab import LAYOUT
     return Btf(topo.node, f"{topo.lab.pin_path}/v{layout or LAYOUT}/maps/node_config")
 
 

@@ -5,6 +5,8 @@ the lab's pin path; any topology with .node and .lab will do (netlab.Topo and th
 """
 import json
 
+from .abi import LAYOUT
+
 
 def run(topo, binary, *args, pin_path=None, check=True, **kw):
     """`binary ARGS --pin-path PIN` in topo's node (the lab's pins unless pin_path is given);
@@ -44,7 +46,6 @@ def events_ctl(topo, layout=None):
     """The event rings' leases (the events_ctl map): {log_until, live_until} CLOCK_MONOTONIC ns
     (the programs' clock: compare with time.monotonic_ns()), {log_pid, live_pid} their holders,
     {log_records, log_ipfix_unsent} the session log's counts."""
-    from .netlab import LAYOUT
     path = f"{topo.lab.pin_path}/v{layout or LAYOUT}/maps/events_ctl"
     out = json.loads(topo.node.enter(["bpftool", "-j", "map", "dump", "pinned", path]).stdout)
     return out[0]["formatted"]["value"]

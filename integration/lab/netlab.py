@@ -34,9 +34,6 @@ CNI_VERSION = "1.0.0"
 # The capability a conflist entry declares to get the pod's annotations as runtimeConfig (CRI runtimes fill it).
 ANNOTATIONS_CAP = "io.kubernetes.cri.pod-annotations"
 POD_SUBNET = "10.244.1.0/24"
-# The pin layout version (<pinPath>/v<LAYOUT>/), read from the ABI header itself.
-LAYOUT = int(next(line.split()[2] for line in (REPO / "bpf/include/masq_abi.h").read_text().splitlines()
-                  if line.startswith("#define MASQ_LAYOUT_VERSION ")))
 
 
 def plugin_path():

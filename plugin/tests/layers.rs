@@ -7,6 +7,8 @@
 //! from the sources: `use crate::...` trees, `crate::x::y` paths and `super::`
 //! paths (resolved from the file's own module). Test modules (from the first
 //! `#[cfg(test)]` on) and test-only files (tests.rs, *_tests.rs) are not counted.
+//! The integration tests' labs (integration/lab/, the Python package `lab`) have no
+//! import circle either (`python_imports` says what is read).
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -233,10 +235,8 @@ fn layers_point_down() {
     assert!(up.is_empty(), "imports reaching a layer above: {up:?}");
 }
 
-#[test]
-fn no_import_circle() {
-    let g = graph();
-    // Depth-first search; a back edge is a circle.
+/// A circle in `g` (a module and what it imports), if there is one: depth-first search, a back edge is a circle.
+fn circle(g: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
     fn visit<'a>(
         m: &'a str,
         g: &'a BTreeMap<String, BTreeSet<String>>,
@@ -263,11 +263,99 @@ fn no_import_circle() {
         None
     }
     let mut state = BTreeMap::new();
-    for m in g.keys() {
-        if let Some(circle) = visit(m, &g, &mut state, &mut Vec::new()) {
-            panic!("import circle: {}", circle.join(" -> "));
-        }
+    g.keys().find_map(|m| visit(m, g, &mut state, &mut Vec::new()))
+}
+
+#[test]
+fn no_import_circle() {
+    if let Some(circle) = circle(&graph()) {
+        panic!("import circle: {}", circle.join(" -> "));
     }
+}
+
+/// The modules of integration/lab/ (the package `lab`) that `code` imports, wherever the
+/// import stands (one inside a function closes a circle all the same): `from .x import ...`,
+/// `from . import x, y`, `from lab.x import ...`, `from lab import x`, `import lab.x`.
+/// `modules` are the package's modules; a name that is none of them (a function) is no edge.
+fn python_imports(modules: &BTreeSet<String>, code: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let lines: Vec<&str> = code.lines().map(|l| l.split('#').next().unwrap().trim()).collect();
+    for (i, line) in lines.iter().enumerate() {
+        let mut stmt = line.to_string();
+        if stmt.starts_with("from ") && stmt.contains("import (") {
+            for l in &lines[i + 1..] {
+                if stmt.contains(')') {
+                    break;
+                }
+                stmt = format!("{stmt} {l}");
+            }
+        }
+        let names = |list: &str| -> Vec<String> {
+            let list = list.trim().trim_start_matches('(');
+            list.split([',', ')']).filter_map(|n| n.split_whitespace().next()).map(str::to_string).collect()
+        };
+        let found: Vec<String> = if let Some(rest) = stmt.strip_prefix("import ") {
+            rest.split(',').filter_map(|n| n.trim().strip_prefix("lab.")).map(|n| n.split(['.', ' ']).next().unwrap().to_string()).collect()
+        } else if let Some(rest) = stmt.strip_prefix("from ") {
+            let Some((from, list)) = rest.split_once(" import ") else { continue };
+            match from.trim() {
+                "." | "lab" => names(list),
+                f => f.strip_prefix('.').or_else(|| f.strip_prefix("lab.")).map(|m| m.split('.').next().unwrap().to_string()).into_iter().collect(),
+            }
+        } else {
+            continue;
+        };
+        out.extend(found.into_iter().filter(|m| modules.contains(m)));
+    }
+    out
+}
+
+/// integration/lab's modules and which of them each imports.
+fn lab_graph() -> BTreeMap<String, BTreeSet<String>> {
+    let lab = Path::new(env!("CARGO_MANIFEST_DIR")).join("../integration/lab");
+    let files: BTreeMap<String, String> = (fs::read_dir(&lab).unwrap())
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "py"))
+        .map(|p| (p.file_stem().unwrap().to_string_lossy().into_owned(), fs::read_to_string(&p).unwrap()))
+        .collect();
+    let modules: BTreeSet<String> = files.keys().filter(|m| *m != "__init__").cloned().collect();
+    (files.iter())
+        .map(|(m, code)| {
+            let mut deps = python_imports(&modules, code);
+            deps.remove(m);
+            (m.clone(), deps)
+        })
+        .collect()
+}
+
+#[test]
+fn integration_labs_have_no_import_circle() {
+    let g = lab_graph();
+    assert!(g.len() > 10 && g["netlab"].contains("masqcli") && g["duallab"].contains("netlab"), "{g:?}");
+    if let Some(circle) = circle(&g) {
+        panic!("import circle in integration/lab: {}", circle.join(" -> "));
+    }
+}
+
+#[test]
+fn the_python_reader_sees_a_circle() {
+    let modules = set(&["netlab", "masqcli", "abi", "hold", "peer"]);
+    let code = "from . import masqcli  # the CLI\nfrom .abi import LAYOUT\nimport json\nfrom lab.hold import (hold as tcp_hold,\n    release)\n\
+                def f():\n    from lab import peer, sh\n    import lab.netlab as n\n    from .netlab_extra import x\n";
+    assert_eq!(python_imports(&modules, code), set(&["masqcli", "abi", "hold", "peer", "netlab"]));
+    // masqcli's lazy `from .netlab import LAYOUT` of old, with netlab's `from . import masqcli`.
+    let g: BTreeMap<String, BTreeSet<String>> = [
+        ("netlab", python_imports(&modules, "from . import masqcli\n")),
+        ("masqcli", python_imports(&modules, "import json\n\ndef events_ctl(topo):\n    from .netlab import LAYOUT\n")),
+        ("abi", BTreeSet::new()),
+    ]
+    .into_iter()
+    .map(|(m, d)| (m.to_string(), d))
+    .collect();
+    assert_eq!(circle(&g), Some(vec!["masqcli".to_string(), "netlab".to_string(), "masqcli".to_string()]));
+    let fixed: BTreeMap<String, BTreeSet<String>> =
+        [("netlab", set(&["masqcli"])), ("masqcli", set(&["abi"])), ("abi", set(&[]))].into_iter().map(|(m, d)| (m.to_string(), d)).collect();
+    assert_eq!(circle(&fixed), None);
 }
 
 #[test]
