@@ -87,15 +87,16 @@ ARRAY_MAP(egress_policies, EGRESS_POLICIES_MAX, struct egress_policy);
  * A family's NAT pairs. The forward halves: up to NAT_SHARDS_MAX hash maps
  * behind an array (see masq_abi.h). The loader creates the shards
  * (natMaxEntries / nat_shards entries each) and puts them in before any program
- * is pinned; @shard is only the template they must match (type, key, value,
+ * is pinned; @shard is only the template they must match (type, key and value sizes,
  * flags). The reverse halves: one hash map, sized by the loader.
  */
 #define NAT_PAIR_MAPS(shard, fwd, rev, key_t, entry_t)				\
 	struct shard {								\
 		__uint(type, BPF_MAP_TYPE_HASH);				\
 		__uint(max_entries, 4096);					\
-		__type(key, key_t);						\
-		__type(value, entry_t);						\
+		/* sizes, not BTF types, as the shards: 6.1's meta check compares BTF's timer_off */ \
+		__uint(key_size, sizeof(key_t));				\
+		__uint(value_size, sizeof(entry_t));				\
 		__uint(map_flags, NAT_MAP_FLAGS);				\
 	};									\
 	struct {								\
