@@ -169,10 +169,9 @@ static __always_inline void nat_gc_ensure(bool v6, bool host)
 {
 	__u64 bit = (v6 ? NAT_GC_NEW6 : NAT_GC_NEW4) | (host ? NAT_GC_NEW_HOST : 0);
 	struct nat_gc *gc;
-	__u32 zero = 0;
 	long err;
 
-	gc = bpf_map_lookup_elem(&nat_gc, &zero);
+	gc = bpf_map_lookup_elem(&nat_gc, &nat_zero_key);
 	if (!gc)
 		return;
 	if ((gc->armed & bit) != bit)

@@ -327,10 +327,11 @@ static __always_inline int NAT_FN(try_port)(struct NAT_FN(probe) *p, __u32 i, co
  * One probe: the preferred ports first (want[]), then random ports from the
  * range, then (when the endpoint has no bitmap: nat_hot full) a sweep. Returns
  * 1 (stop) once claimed. Run through bpf_loop() so the verifier checks it once,
- * not once per probe.
+ * not once per probe. Inline in probe_sweep: 6.1's stack check counts each frame
+ * of a call chain as 32 bytes at least.
  */
 /* probe_port_v4, probe_port_v6 */
-static long NAT_FN(probe_port)(__u32 i, void *ctx)
+static __always_inline long NAT_FN(probe_port)(__u32 i, void *ctx)
 {
 	struct NAT_FN(probe) *p = ctx;
 	const struct node_config *cfg = bpf_map_lookup_elem(&node_config, &nat_zero_key);
