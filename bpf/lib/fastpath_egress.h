@@ -349,13 +349,13 @@ static __noinline int fp_egress_v6(struct __sk_buff *skb, const struct node_conf
 	struct fp_route r = {};
 	struct in6_addr nh;
 	struct flow6 *f;
-	__u32 zero = 0, wire_len;
+	__u32 wire_len;
 	__be16 payload_len;
 	__u64 now;
 	__u8 hl;
 
 	l2 = fp_pod_l2(pod);
-	f = bpf_map_lookup_elem(&fp_flow6, &zero);
+	f = bpf_map_lookup_elem(&fp_flow6, &nat_zero_key);
 	if (!l2 || !f)
 		goto fallback;
 	if (parse_flow6(skb, ETH_HLEN, f) || f->l4 != L4_OK || f->frag != FRAG_NONE ||

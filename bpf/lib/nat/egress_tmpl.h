@@ -62,13 +62,16 @@ static __noinline int NAT_FN(snat_fragment)(struct __sk_buff *skb, const struct 
  * the flow's forward key; the remote must see its own packet quoted back.
  * The outer source is translated only when it is the pod's.
  * NAT_NOT_OURS when it is about no masqueraded flow.
+ * A global function, checked once: 6.1's verifier walked it again in each caller state (over 1M insns).
  */
 /* icmp_err_egress_v4, icmp_err_egress_v6 */
-static __noinline int NAT_FN(icmp_err_egress)(struct __sk_buff *skb, const FLOW_T *f)
+__attribute__((noinline)) int NAT_FN(icmp_err_egress)(struct __sk_buff *skb, const FLOW_T *f)
 {
 	INNER_T in;
 	ENTRY_T *fwd;
 
+	if (!skb || !f)
+		return NAT_NOT_OURS;
 	if (PARSE_INNER(skb, f, &in))
 		return NAT_NOT_OURS;
 	KEY_T fk = {

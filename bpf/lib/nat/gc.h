@@ -43,23 +43,36 @@ static long gc_pair_v4(void *map, const struct nat4_key *key, struct nat4_entry 
 static long gc_pair_v6(void *map, const struct nat6_key *key, struct nat6_entry *fwd, struct nat_gc_walk *w);
 
 /*
- * nat_gc_walk_shard - walk one forward shard (a bpf_for_each_map_elem over a
- * hash map visits every bucket, used or not: natMaxEntries / nat_shards of them).
+ * nat_gc_walk4, nat_gc_walk6 - walk forward shard @i of one family (a
+ * bpf_for_each_map_elem over a hash map visits every bucket, used or not:
+ * natMaxEntries / nat_shards of them). Functions of their own, one call each:
+ * 6.1 refuses a bpf_for_each_map_elem callsite merged over two maps ("tail_call abusing map_ptr").
  */
+static __noinline void nat_gc_walk4(__u32 i, struct nat_gc_walk *w)
+{
+	void *m = bpf_map_lookup_elem(&nat4_fwd, &i);
+
+	if (m)
+		bpf_for_each_map_elem(m, gc_pair_v4, w, 0);
+}
+
+static __noinline void nat_gc_walk6(__u32 i, struct nat_gc_walk *w)
+{
+	void *m = bpf_map_lookup_elem(&nat6_fwd, &i);
+
+	if (m)
+		bpf_for_each_map_elem(m, gc_pair_v6, w, 0);
+}
+
+/* nat_gc_walk_shard - walk the shard at @pos of a cycle: nat4_fwd's, then nat6_fwd's. */
 static __always_inline void nat_gc_walk_shard(__u32 pos, struct nat_gc_walk *w)
 {
-	__u32 n = nat_shard_mask + 1, i = pos < n ? pos : pos - n;
-	void *m;
+	__u32 n = nat_shard_mask + 1;
 
-	if (pos < n) {
-		m = bpf_map_lookup_elem(&nat4_fwd, &i);
-		if (m)
-			bpf_for_each_map_elem(m, gc_pair_v4, w, 0);
-	} else {
-		m = bpf_map_lookup_elem(&nat6_fwd, &i);
-		if (m)
-			bpf_for_each_map_elem(m, gc_pair_v6, w, 0);
-	}
+	if (pos < n)
+		nat_gc_walk4(pos, w);
+	else
+		nat_gc_walk6(pos - n, w);
 }
 
 /*
@@ -156,10 +169,9 @@ static __always_inline void nat_gc_ensure(bool v6, bool host)
 {
 	__u64 bit = (v6 ? NAT_GC_NEW6 : NAT_GC_NEW4) | (host ? NAT_GC_NEW_HOST : 0);
 	struct nat_gc *gc;
-	__u32 zero = 0;
 	long err;
 
-	gc = bpf_map_lookup_elem(&nat_gc, &zero);
+	gc = bpf_map_lookup_elem(&nat_gc, &nat_zero_key);
 	if (!gc)
 		return;
 	if ((gc->armed & bit) != bit)

@@ -26,8 +26,7 @@
 /* nat_hot_on - has a nat_hot record been made on this node (so its bits must be kept)? */
 static __always_inline bool nat_hot_on(void)
 {
-	__u32 zero = 0;
-	struct nat_gc *gc = bpf_map_lookup_elem(&nat_gc, &zero);
+	struct nat_gc *gc = bpf_map_lookup_elem(&nat_gc, &nat_zero_key);
 
 	return gc && gc->hot;
 }
@@ -35,8 +34,7 @@ static __always_inline bool nat_hot_on(void)
 /* A record was made: from now on the bits are kept (nat_hot_on). */
 static __always_inline void nat_hot_note(void)
 {
-	__u32 zero = 0;
-	struct nat_gc *gc = bpf_map_lookup_elem(&nat_gc, &zero);
+	struct nat_gc *gc = bpf_map_lookup_elem(&nat_gc, &nat_zero_key);
 
 	if (gc && !gc->hot)
 		__sync_fetch_and_or(&gc->hot, 1);

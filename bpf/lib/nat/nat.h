@@ -25,9 +25,6 @@ static __always_inline __u32 uplink_l3_off(const struct uplink_info *up)
 	return (up->flags & UPLINK_F_L3) ? 0 : ETH_HLEN;
 }
 
-/* Key 0 of an array map, in .rodata: a lookup with it needs no stack slot. */
-static const __u32 nat_zero_key = 0;
-
 static __noinline void decide4(__u32 ifindex, const struct uplink_info *up, const struct flow4 *f,
 				    struct masq_decision4 *d)
 {

@@ -180,7 +180,7 @@ __attribute__((noinline)) int NAT_FN(event_taken)(const KEY_T *rk, const ENTRY_T
  * pair_take - judge and win the pair whose reverse half is @old for a new flow
  * whose reverse half @e is being made. @how: TAKE_EXPIRED (it expired: any pair
  * may go), else it must be a TCP pair that is over or was never answered
- * (tcp_reusable, which asks the forward half under @fk too, filled in here);
+ * (tcp_reusable, which asks its forward half @fwd too, which the caller looked up);
  * TAKE_SYN: the new flow begins with a SYN. Returns the counter to account the
  * take-over under, 0 when the pair stays.
  *
@@ -191,25 +191,19 @@ __attribute__((noinline)) int NAT_FN(event_taken)(const KEY_T *rk, const ENTRY_T
  * port meanwhile. So the pair is won: a compare-and-swap of the generation that
  * was judged to generation | NAT_GEN_TAKEN (masq_abi_nat.h), which one CPU alone
  * gets through, and only it goes on (take_over).
- * A global function that calls nothing (the shard hash inline): the verifier checks
- * it once, not in every state of the port search's loops, and the search's call
- * chain, the deepest, grows no deeper.
+ * A global function that calls nothing: the verifier checks it once, not in every
+ * state of the port search's loops, and the search's call chain, the deepest,
+ * grows no deeper.
  */
 /* pair_take_v4, pair_take_v6 */
-__attribute__((noinline)) int NAT_FN(pair_take)(ENTRY_T *old, KEY_T *fk, const ENTRY_T *e, __u32 how)
+__attribute__((noinline)) int NAT_FN(pair_take)(ENTRY_T *old, const ENTRY_T *fwd, const ENTRY_T *e, __u32 how)
 {
-	ENTRY_T *fwd = NULL;
 	__u32 cnt;
 	__u64 gen;
 
-	if (!old || !fk || !e)
+	if (!old || !e)
 		return 0;
-	fk->saddr = old->addr;
-	fk->sport = old->port;
-	if (!(how & TAKE_EXPIRED))
-		fwd = NAT_FN(fwd_get_hot)(fk);
-	/* The generation is read before the pair is judged (and after the lookup: less
-	 * to keep across it, for the IPv6 fast path's stack). */
+	/* The generation is read before the pair is judged (and after the lookup). */
 	gen = old->created_ns;
 	if (gen & NAT_GEN_TAKEN)
 		return 0; /* another CPU is taking it over, or the sweep removing it */
@@ -233,17 +227,22 @@ __attribute__((noinline)) int NAT_FN(pair_take)(ENTRY_T *old, KEY_T *fk, const E
  * with the new flow's (p->e), which is then checked as any claim is
  * (claim_checked). Returns 1 (stop) once claimed.
  *
- * p->fk doubles as the stale pair's forward key for a moment (pair_take fills it
- * in; its own source comes back from p->e, the reverse half being made, which
- * holds it).
+ * p->fk doubles as the stale pair's forward key for a moment (filled in here; its
+ * own source comes back from p->e, the reverse half being made, which holds it).
  */
 /* take_over_v4, take_over_v6 */
 static __always_inline long NAT_FN(take_over)(struct NAT_FN(probe) *p, __u32 i, ENTRY_T *old, __u32 how)
 {
-	__u32 cnt = NAT_FN(pair_take)(old, &p->fk, &p->e, how | (p->syn ? TAKE_SYN : 0));
-	ENTRY_T *fwd;
+	ENTRY_T *fwd = NULL;
 	long ret = 0;
+	__u32 cnt;
 
+	p->fk.saddr = old->addr;
+	p->fk.sport = old->port;
+	/* Looked up here, not in pair_take: 6.1 takes no map key from a global function's pointer argument. */
+	if (!(how & TAKE_EXPIRED))
+		fwd = NAT_FN(fwd_get)(&p->fk);
+	cnt = NAT_FN(pair_take)(old, fwd, &p->e, how | (p->syn ? TAKE_SYN : 0));
 	if (!cnt)
 		goto out;
 	fwd = NAT_FN(fwd_get)(&p->fk);
@@ -328,10 +327,11 @@ static __always_inline int NAT_FN(try_port)(struct NAT_FN(probe) *p, __u32 i, co
  * One probe: the preferred ports first (want[]), then random ports from the
  * range, then (when the endpoint has no bitmap: nat_hot full) a sweep. Returns
  * 1 (stop) once claimed. Run through bpf_loop() so the verifier checks it once,
- * not once per probe.
+ * not once per probe. Inline in probe_sweep: 6.1's stack check counts each frame
+ * of a call chain as 32 bytes at least.
  */
 /* probe_port_v4, probe_port_v6 */
-static long NAT_FN(probe_port)(__u32 i, void *ctx)
+static __always_inline long NAT_FN(probe_port)(__u32 i, void *ctx)
 {
 	struct NAT_FN(probe) *p = ctx;
 	const struct node_config *cfg = bpf_map_lookup_elem(&node_config, &nat_zero_key);
