@@ -93,21 +93,3 @@ fn a_kept_data_plane_sweeps_only_the_next_tests_pairs() {
     assert_eq!(dp.counter(counter::NAT_EXPIRED), 1);
 }
 
-#[test]
-#[ignore]
-fn stress_kept_sweeps() {
-    for round in 0..60 {
-        let dp = Dataplane::with_nat_max_entries(SIZE + 2);
-        dp.add_uplink(LO, MASQ);
-        dp.add_pod(POD, VETH, true);
-        dp.set_timeouts(20000, 20099, 3600, 3600, 1);
-        dp.egress(&udp(POD, REMOTE, 40000 + round, 53)).passed();
-        if round % 3 == 0 {
-            // drop at once, timer armed
-            std::thread::sleep(Duration::from_millis((round as u64 * 37) % 1100));
-            continue;
-        }
-        let ok = wait_until(6, || dp.nat_is_empty());
-        assert!(ok, "round {round}: {:?} arm_failed={} gc={:?}", dp.fwd(), dp.counter(counter::NAT_GC_ARM_FAILED), dp.nat_gc());
-    }
-}
