@@ -24,6 +24,8 @@ pkgs=(
   nfdump pmacct
   # netfilter's own connection events, the yardstick beside the NAT log (test_natlog.py)
   conntrack
+  # a second kernel in a virtual machine (scripts/kernel-vm.sh: virtme-ng needs udev, and a venv for it)
+  qemu-system-x86 udev python3-venv
 )
 
 missing=()
