@@ -20,6 +20,13 @@
       UDP: waits for one datagram, then after --wait answers it with --size
       bytes, from a socket connected to the sender with RECVERR, and prints the
       errors that came back (port unreachable, fragmentation needed...).
+  peer.py ping   --host H [--count C] [--interval I] [--wait W]
+      ICMP echo (either family) from a raw socket: C requests, one every I
+      seconds, then waits until every reply is in or W seconds have passed since
+      the last request. Prints one JSON line (sent, received, the largest round
+      trip); exits 0 if any reply came. Unlike iputils ping, which after its last
+      request waits only twice the largest round trip seen so far, a reply that is
+      late under CPU load is counted as received, not lost.
 """
 import argparse
 import hashlib
@@ -247,12 +254,72 @@ def bounce(a):
     return 0
 
 
+def checksum(data):
+    if len(data) % 2:
+        data += b"\0"
+    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+def ping(a):
+    """ICMP echo requests at a fixed interval; counts the matching replies."""
+    v6 = family_of(a.host) == socket.AF_INET6
+    if v6:  # the kernel fills in the ICMPv6 checksum of a raw ICMPv6 socket
+        s = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6)
+        request, reply = 128, 129
+    else:
+        s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+        request, reply = 8, 0
+    ident = int.from_bytes(os.urandom(2), "big")
+    host = norm(a.host)
+    sent_at, rtts = {}, {}
+    start = time.monotonic()
+    deadline = None
+    while True:
+        now = time.monotonic()
+        if len(sent_at) < a.count and now >= start + len(sent_at) * a.interval:
+            seq = len(sent_at) + 1
+            body = (struct.pack("!d", now) + b"ebpf-masq lab ping ").ljust(56, b".")  # 56: as iputils
+            hdr = struct.pack("!BBHHH", request, 0, 0, ident, seq)
+            if not v6:
+                hdr = struct.pack("!BBHHH", request, 0, checksum(hdr + body), ident, seq)
+            sent_at[seq] = now
+            try:
+                s.sendto(hdr + body, (host, 0))
+            except OSError:  # unreachable: counted as lost, as iputils counts it
+                pass
+            if len(sent_at) == a.count:
+                deadline = now + a.wait
+            continue
+        if len(rtts) == a.count or (deadline is not None and now >= deadline):
+            break
+        until = deadline if deadline is not None else start + len(sent_at) * a.interval
+        s.settimeout(max(until - now, 0.0005))
+        try:
+            data, peer = s.recvfrom(65535)
+        except socket.timeout:
+            continue
+        if norm(peer[0]) != host:
+            continue
+        icmp = data if v6 else data[(data[0] & 0x0F) * 4:]
+        if len(icmp) < 8:
+            continue
+        kind, _, _, rid, rseq = struct.unpack("!BBHHH", icmp[:8])
+        if kind == reply and rid == ident and rseq in sent_at and rseq not in rtts:
+            rtts[rseq] = time.monotonic() - sent_at[rseq]
+    print(json.dumps({"host": host, "sent": len(sent_at), "received": len(rtts),
+                      "rtt_max_ms": round(max(rtts.values(), default=0) * 1000, 3)}), flush=True)
+    return 0 if rtts else 1
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=["serve", "client", "probe", "bounce"])
+    p.add_argument("mode", choices=["serve", "client", "probe", "bounce", "ping"])
     p.add_argument("--proto", choices=["tcp", "udp"], default="udp")
     p.add_argument("--family", choices=["ipv4", "dual"], default="ipv4")
-    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--port", type=int)
     p.add_argument("--out")
     p.add_argument("--host")
     p.add_argument("--bytes", type=int, default=1000)
@@ -264,8 +331,11 @@ def main():
     p.add_argument("--size", type=int, default=100)
     p.add_argument("--df", action="store_true")
     p.add_argument("--wait", type=float, default=0.5)
+    p.add_argument("--interval", type=float, default=0.2)
     a = p.parse_args()
-    return {"serve": serve, "client": client, "probe": probe, "bounce": bounce}[a.mode](a)
+    if a.mode != "ping" and a.port is None:
+        p.error(f"{a.mode} needs --port")
+    return {"serve": serve, "client": client, "probe": probe, "bounce": bounce, "ping": ping}[a.mode](a)
 
 
 if __name__ == "__main__":
