@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The data plane on another kernel: boots Debian 12's Linux 6.1 LTS in a virtual machine
 # (virtme-ng, QEMU's software emulation: /dev/kvm here cannot boot a stock kernel) and loads
-# every BPF program there through `ebpf-masq apply` on a veth uplink (6.1 has no TCX: tc clsact).
+# every BPF program there through `ebpf-masq apply` on a veth uplink (6.1 has no TCX: tc clsact),
+# then sends traffic through it (integration/vm/e2e.sh: pods over IPv4 and IPv6, a tunnel rule,
+# the bridge plugin's iptables MASQUERADE beside it, a DEL, an upgrade from the previous layout).
 # The kernel package is downloaded and extracted under target/vm/, never installed.
-#   scripts/kernel-vm.sh            build (release), boot, load; exit 0 when all three programs load
-# Needs root (apt-get, the guest's bpf); about 2 minutes after the first download.
+#   scripts/kernel-vm.sh   build (release), boot, load, traffic; exit 0 when all three programs
+#                          load and every traffic check passes
+# Needs root (apt-get, the guest's bpf); a few minutes after the first download.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VM=$PWD/target/vm
@@ -28,6 +31,8 @@ bin=$(scripts/binpath.sh 2>/dev/null || echo "$PWD/target/x86_64-unknown-linux-g
 [ -x "$bin" ] || cargo build --release --locked
 start=$(date +%s)
 "$VM/venv/bin/vng" --run "$kernel" --disable-kvm --cpus 2 --memory 2G --rwdir "$VM/out" \
-	--exec "$PWD/integration/vm/load.sh $bin $VM/out $mods" >"$VM/out/vng.log" 2>&1 || true
-echo "kernel-vm: $(basename "$kernel") in $(( $(date +%s) - start )) s: $(cat "$VM/out/result" 2>/dev/null || echo 'no result')"
+	--exec "$PWD/integration/vm/guest.sh $bin $VM/out $mods" >"$VM/out/vng.log" 2>&1 || true
+echo "kernel-vm: $(basename "$kernel") in $(( $(date +%s) - start )) s: $(cat "$VM/out/result" 2>/dev/null || echo 'no result'); $(tail -1 "$VM/out/e2e.log" 2>/dev/null)"
 grep -q '^LOADED 3' "$VM/out/result" 2>/dev/null || { tail -50 "$VM/out/run.log" "$VM/out/vng.log" 2>/dev/null; exit 1; }
+grep -q '^E2E rc=0$' "$VM/out/e2e.result" 2>/dev/null || { cat "$VM/out/e2e.log" 2>/dev/null; tail -20 "$VM/out/vng.log"; exit 1; }
+grep -E '^(PASS|FAIL)' "$VM/out/e2e.log"
