@@ -288,9 +288,23 @@ pub fn fill_shards<F: Family>(pins: &Pins, shards: u32, nat_max_entries: u32) ->
     let fds: Vec<u32> = made.iter().map(|fd| fd.as_raw_fd() as u32).collect();
     // The array holds its own references: our fds may close after this.
     let data = outer_fd(pins, F::FWD)?;
-    super::sys::update_batch(data.fd().as_fd(), &slots, &fds)
-        .map_err(|e| Error::bpf(format!("{}: put in {} shards: {e}", F::FWD, slots.len())))
+    let put = |e: std::io::Error| Error::bpf(format!("{}: put in {} shards: {e}", F::FWD, slots.len()));
+    match super::sys::update_batch(data.fd().as_fd(), &slots, &fds) {
+        // Before Linux 6.x an array of maps has no batch update (ENOTSUPP, 524, on 5.15):
+        // one update a slot, each waiting for its own grace period.
+        Err(e) if e.raw_os_error() == Some(ENOTSUPP) => {
+            for (slot, fd) in slots.iter().zip(&fds) {
+                super::sys::map_update(data.fd().as_fd().as_raw_fd(), &slot.to_ne_bytes(), &fd.to_ne_bytes())
+                    .map_err(put)?;
+            }
+            Ok(())
+        }
+        r => r.map_err(put),
+    }
 }
+
+/// The kernel's ENOTSUPP (not in libc: it never reaches user space but from bpf(2)).
+const ENOTSUPP: i32 = 524;
 
 fn outer_fd(pins: &Pins, name: &str) -> Result<MapData> {
     MapData::from_pin(pins.map(name)).map_err(|e| Error::bpf(format!("open pinned map {name}: {e}")))
