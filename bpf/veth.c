@@ -12,6 +12,7 @@
  */
 #include "lib/common.h"
 #include "lib/maps.h"
+#include "lib/drop.h"
 /* The NAT engine comes whole; this object uses only the parts the fast path needs. */
 #pragma clang diagnostic ignored "-Wunused-function"
 #include "lib/fastpath_egress.h"

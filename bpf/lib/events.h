@@ -2,11 +2,12 @@
 /*
  * Events for a reader (masq_abi_events.h): the two rings, their leases, and the
  * gate every event point asks first (events_on). The per-family pair events are
- * filled by the NAT engine (nat/event_tmpl.h); drops here. Included by maps.h,
- * after count_add.
+ * filled by the NAT engine (nat/event_tmpl.h); drops here, sent by drop.h.
  */
 #ifndef MASQ_EVENTS_H
 #define MASQ_EVENTS_H
+
+#include "maps.h"
 
 #define EVENTS_RING(name, bytes)						\
 	struct {								\

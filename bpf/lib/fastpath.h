@@ -12,6 +12,7 @@
 #define MASQ_FASTPATH_H
 
 #include "maps.h"
+#include "drop.h"
 #include "parse.h"
 #include "csum.h"
 #include "rewrite.h"

@@ -31,6 +31,7 @@
 #ifndef MASQ_FASTPATH_EGRESS_H
 #define MASQ_FASTPATH_EGRESS_H
 
+#include "drop.h"
 #include "nat/nat.h"
 
 struct fp_route {

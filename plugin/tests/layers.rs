@@ -8,7 +8,9 @@
 //! paths (resolved from the file's own module). Test modules (from the first
 //! `#[cfg(test)]` on) and test-only files (tests.rs, *_tests.rs) are not counted.
 //! The integration tests' labs (integration/lab/, the Python package `lab`) have no
-//! import circle either (`python_imports` says what is read).
+//! import circle either (`python_imports` says what is read). Nor do the data
+//! plane's C headers, each of which (but the engine's templates, `*_tmpl.h`)
+//! compiles on its own: it includes what it uses.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -378,4 +380,90 @@ fn path(m: &str) -> Vec<String> {
 
 fn set(xs: &[&str]) -> BTreeSet<String> {
     xs.iter().map(|s| s.to_string()).collect()
+}
+
+/// The data plane's C files (bpf/*.c, bpf/lib/**, bpf/include/), relative to bpf/, with the
+/// files each `#include "..."`s (resolved from its own folder).
+fn c_include_graph() -> BTreeMap<String, BTreeSet<String>> {
+    let bpf = Path::new(env!("CARGO_MANIFEST_DIR")).join("../bpf").canonicalize().unwrap();
+    let mut files = Vec::new();
+    let mut dirs = vec![bpf.clone()];
+    while let Some(dir) = dirs.pop() {
+        for e in fs::read_dir(&dir).unwrap() {
+            let path = e.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|x| x == "c" || x == "h") {
+                files.push(path);
+            }
+        }
+    }
+    let name = |p: &Path| p.strip_prefix(&bpf).unwrap().to_string_lossy().into_owned();
+    (files.iter())
+        .map(|f| {
+            let deps = (fs::read_to_string(f).unwrap().lines())
+                .filter_map(|l| l.trim_start().strip_prefix("#include \""))
+                .filter_map(|rest| rest.split('"').next())
+                .map(|inc| {
+                    let target = f.parent().unwrap().join(inc);
+                    let target = target.canonicalize().unwrap_or_else(|e| panic!("{}: #include \"{inc}\": {e}", name(f)));
+                    name(&target)
+                })
+                .collect();
+            (name(f), deps)
+        })
+        .collect()
+}
+
+#[test]
+fn c_headers_have_no_include_circle() {
+    let g = c_include_graph();
+    assert!(g.len() > 20 && g["uplink.c"].contains("lib/nat/nat.h") && g["lib/drop.h"].contains("lib/events.h"), "{g:?}");
+    if let Some(circle) = circle(&g) {
+        panic!("include circle in bpf/: {}", circle.join(" -> "));
+    }
+    // The circle there was: maps.h included events.h at its end, for drop_pkt; events.h used maps.h.
+    let mut old = g.clone();
+    old.get_mut("lib/maps.h").unwrap().insert("lib/events.h".into());
+    assert!(circle(&old).is_some());
+}
+
+/// Every header but the engine's templates compiles alone (clang -fsyntax-only, as
+/// build.rs compiles): none leans on what an earlier include happened to bring.
+#[test]
+fn c_headers_compile_on_their_own() {
+    let g = c_include_graph();
+    let bpf = Path::new(env!("CARGO_MANIFEST_DIR")).join("../bpf");
+    let multiarch = format!("-I/usr/include/{}-linux-gnu", std::env::consts::ARCH);
+    let compile = |header: &Path| {
+        std::process::Command::new(std::env::var("CLANG").unwrap_or_else(|_| "clang".into()))
+            .args(["-fsyntax-only", "-Wall", "-Werror", "-Wno-unused-function", "-Wno-unused-const-variable", "-Wno-undefined-internal", "-target", "bpf", &multiarch, "-x", "c"])
+            .arg(header)
+            .output()
+            .expect("clang (build.rs needs it too)")
+    };
+    let headers: Vec<&String> = g.keys().filter(|f| f.ends_with(".h") && !f.ends_with("_tmpl.h")).collect();
+    assert!(headers.len() > 15, "{headers:?}");
+    let failed: Vec<String> = (headers.iter())
+        .filter_map(|h| {
+            let out = compile(&bpf.join(h));
+            (!out.status.success()).then(|| format!("{h}:\n{}", String::from_utf8_lossy(&out.stderr)))
+        })
+        .collect();
+    assert!(failed.is_empty(), "{} header(s) do not compile alone:\n{}", failed.len(), failed.join("\n"));
+    // events.h as it was (it used maps.h's count_add and maps without including it) fails.
+    let events = fs::read_to_string(bpf.join("lib/events.h")).unwrap();
+    let old = events.replacen("#include \"maps.h\"\n", "", 1);
+    assert_ne!(old, events, "events.h no longer includes maps.h: update this check");
+    let tmp = std::env::temp_dir().join(format!("em-layers-{}", std::process::id()));
+    fs::create_dir_all(tmp.join("lib")).unwrap();
+    fs::write(tmp.join("lib/events.h"), old).unwrap();
+    let out = std::process::Command::new(std::env::var("CLANG").unwrap_or_else(|_| "clang".into()))
+        .args(["-fsyntax-only", "-Wall", "-Werror", "-Wno-unused-function", "-Wno-unused-const-variable", "-Wno-undefined-internal", "-target", "bpf", &multiarch, "-x", "c"])
+        .arg(format!("-I{}", bpf.join("lib").display()))
+        .arg(tmp.join("lib/events.h"))
+        .output()
+        .unwrap();
+    fs::remove_dir_all(&tmp).unwrap();
+    assert!(!out.status.success(), "events.h without maps.h compiled alone");
 }

@@ -9,6 +9,8 @@
 #define MASQ_NAT_H
 
 #include "../maps.h"
+#include "../events.h"
+#include "../drop.h"
 #include "../parse.h"
 #include "../inner.h"
 #include "../rewrite.h"
