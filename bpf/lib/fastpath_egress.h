@@ -166,7 +166,7 @@ static __noinline int fp_egress_v4(struct __sk_buff *skb, const struct node_conf
 			.sport = f.sport, .dport = f.dport, .proto = f.proto,
 		};
 
-		fwd = fwd_get_hot_v4(&fk);
+		fwd = fwd_get_inline_v4(&fk);
 		if (fwd && !(fwd->flags & NAT_F_FAST))
 			goto fallback; /* began on the normal path: stays there */
 	}
@@ -278,7 +278,7 @@ static __noinline struct nat6_entry *fp_lookup_v6(const struct flow6 *f)
 	struct nat6_key fk = {};
 
 	fp_key_v6(f, &fk);
-	return fwd_get_hot_v6(&fk);
+	return fwd_get_inline_v6(&fk);
 }
 
 /* Drop the flow's forward half (its pair is going, or its reply slot was taken over). */

@@ -185,7 +185,7 @@ static __noinline int NAT_FN(snat_egress)(struct __sk_buff *skb, const struct up
 			.saddr = f.saddr, .daddr = f.daddr,
 			.sport = f.sport, .dport = f.dport, .proto = f.proto,
 		};
-		fwd = NAT_FN(fwd_get_hot)(&fk);
+		fwd = NAT_FN(fwd_get_inline)(&fk);
 		if (fwd) {
 			if (fwd->flags & NAT_F_INBOUND) {
 				/* A reply of a flow begun outside: it leaves as it is

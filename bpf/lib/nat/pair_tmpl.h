@@ -21,8 +21,8 @@ static __always_inline ENTRY_T *NAT_FN(fwd_get)(const KEY_T *k)
  * lookup of an established flow only (every other lookup calls the global
  * function, which the verifier checks once).
  */
-/* fwd_get_hot_v4, fwd_get_hot_v6 */
-static __always_inline ENTRY_T *NAT_FN(fwd_get_hot)(const KEY_T *k)
+/* fwd_get_inline_v4, fwd_get_inline_v6 */
+static __always_inline ENTRY_T *NAT_FN(fwd_get_inline)(const KEY_T *k)
 {
 	__u32 i = nat_shard((const __u32 *)k, sizeof(*k) / 4, nat_seed);
 	void *m = bpf_map_lookup_elem(&MAP_FWD, &i);
