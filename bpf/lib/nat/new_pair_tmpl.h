@@ -35,9 +35,9 @@ static __noinline bool NAT_FN(map_prefer)(const FLOW_T *f, const struct node_con
 	return bound;
 }
 
-/* map_bind - record @f's endpoint's mapping (nat_addr, port) for its next flows. */
-/* map_bind_v4, map_bind_v6 */
-static __noinline void NAT_FN(map_bind)(const FLOW_T *f, const ADDR_T *nat_addr, __be16 port)
+/* bind_update - update @f's endpoint's bind record: its mapping (nat_addr, port), for its next flows. */
+/* bind_update_v4, bind_update_v6 */
+static __noinline void NAT_FN(bind_update)(const FLOW_T *f, const ADDR_T *nat_addr, __be16 port)
 {
 	EP_T bk = { .addr = f->saddr, .port = f->sport, .proto = f->proto };
 	BIND_T b = { .addr = *nat_addr, .port = port };
@@ -381,7 +381,7 @@ __attribute__((noinline)) int NAT_FN(snat_make_pair)(struct __sk_buff *skb, cons
 		count_add(CNT_MAP_PRESERVED, 1);
 	}
 	if (!bound)
-		NAT_FN(map_bind)(f, &d->nat_addr, p.rk.dport);
+		NAT_FN(bind_update)(f, &d->nat_addr, p.rk.dport);
 	if (d->filter && f->proto != ICMP_PROTO) {
 		/* Only the endpoint's mapping is opened (not a port it got towards one
 		 * remote because its mapping was taken there). */
