@@ -1,7 +1,7 @@
 //! The JSON keys a plugin entry may hold: ours (`key`) and the standard CNI
 //! ones, as the tables unknown keys are checked against. The tables are public
 //! so the docs can be checked against the parser's own lists
-//! (`plugin/tests/docs.rs`), never a copy of them.
+//! (`plugin/tests/docs/`), never a copy of them.
 
 use super::{ATTACHMENTS_ALIAS_KEY, VALID_ATTACHMENTS_KEY};
 
