@@ -330,6 +330,9 @@ impl Default for MasqOptions {
 mod tests;
 
 #[cfg(test)]
+mod bad_config_tests;
+
+#[cfg(test)]
 mod pod_identity_tests;
 
 #[cfg(test)]
