@@ -115,3 +115,6 @@ pub fn run(pin_path: &Path, pkt: &Packet, out: Option<&str>, json: bool) -> Resu
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod egress_policy_tests;

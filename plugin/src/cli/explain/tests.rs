@@ -8,7 +8,7 @@ use crate::{
         abi::{self, ExclInfo, NodeConfig, PodInfo, UplinkInfo},
         nat::{self as natmaps, Entry, Tuple},
     },
-    config::{policy_dst_entries, EgressAction, EgressPolicy, Glob, GlobKind},
+    config::{policy_dst_entries, EgressAction, EgressPolicy},
     error::Result,
 };
 
@@ -21,58 +21,58 @@ type Endpoint3 = (IpAddr, u16, u8);
 /// Maps as plain vectors; LPM lookups by byte-prefix matching on the key
 /// data, as the kernel's trie compares keys.
 #[derive(Default)]
-struct Fake {
-    uplinks: Vec<(u32, UplinkInfo)>,
-    config: Option<NodeConfig>,
-    nat6: bool,
-    fwd: Vec<(Tuple, Entry)>,
-    rev: Vec<(Tuple, Entry)>,
-    frags: Vec<(FragKey, (u16, u16))>,
+pub(super) struct Fake {
+    pub(super) uplinks: Vec<(u32, UplinkInfo)>,
+    pub(super) config: Option<NodeConfig>,
+    pub(super) nat6: bool,
+    pub(super) fwd: Vec<(Tuple, Entry)>,
+    pub(super) rev: Vec<(Tuple, Entry)>,
+    pub(super) frags: Vec<(FragKey, (u16, u16))>,
     /// (prefix bits of the address, out ifindex, source network, rule)
-    rules: Vec<(u32, u32, IpAddr, RuleHit)>,
+    pub(super) rules: Vec<(u32, u32, IpAddr, RuleHit)>,
     /// (rule id, except CIDR)
-    excepts: Vec<(u32, IpAddr, u32)>,
-    pods: Vec<(IpAddr, PodInfo)>,
-    excl: Vec<(IpAddr, u32, ExclInfo)>,
-    atts: Vec<(u32, IpAddr, PodDesc)>,
-    now: u64,
-    nat_lookups: Cell<u32>,
+    pub(super) excepts: Vec<(u32, IpAddr, u32)>,
+    pub(super) pods: Vec<(IpAddr, PodInfo)>,
+    pub(super) excl: Vec<(IpAddr, u32, ExclInfo)>,
+    pub(super) atts: Vec<(u32, IpAddr, PodDesc)>,
+    pub(super) now: u64,
+    pub(super) nat_lookups: Cell<u32>,
     /// nat4_bind / nat6_bind: ((pod addr, port, proto), (node addr, port))
-    binds: Vec<(Endpoint3, (IpAddr, u16))>,
+    pub(super) binds: Vec<(Endpoint3, (IpAddr, u16))>,
     /// egressPolicies as configured: policy_dst4/6, masq_pool slots 1+i and
     /// egress_policies are derived from them as node reconcile writes them.
-    policies: Vec<EgressPolicy>,
+    pub(super) policies: Vec<EgressPolicy>,
     /// The policy byte of forward halves (the rest: 0).
-    fwd_policy: Vec<(Tuple, u8)>,
+    pub(super) fwd_policy: Vec<(Tuple, u8)>,
     /// refusals per source address.
-    refused: Vec<(IpAddr, abi::Refusals)>,
+    pub(super) refused: Vec<(IpAddr, abi::Refusals)>,
     /// pod_nets4/6: (network, prefix bits)
-    pod_nets: Vec<(IpAddr, u32)>,
+    pub(super) pod_nets: Vec<(IpAddr, u32)>,
 }
 
-fn addr_bytes(a: &IpAddr) -> Vec<u8> {
+pub(super) fn addr_bytes(a: &IpAddr) -> Vec<u8> {
     match a {
         IpAddr::V4(a) => a.octets().to_vec(),
         IpAddr::V6(a) => a.octets().to_vec(),
     }
 }
 
-fn in_net(net: &IpAddr, plen: u32, a: &IpAddr) -> bool {
+pub(super) fn in_net(net: &IpAddr, plen: u32, a: &IpAddr) -> bool {
     net.is_ipv4() == a.is_ipv4() && prefix_match(&addr_bytes(net), &addr_bytes(a), plen)
 }
 
-fn cidr(a: &IpAddr, plen: u32) -> String {
+pub(super) fn cidr(a: &IpAddr, plen: u32) -> String {
     format!("{a}/{plen}")
 }
 
 /// The spec JSON node reconcile writes in egress_policies (the policy without its name).
-fn spec_of(p: &EgressPolicy) -> serde_json::Value {
+pub(super) fn spec_of(p: &EgressPolicy) -> serde_json::Value {
     let mut v = crate::config::egress_policies_to_json(std::slice::from_ref(p))[0].clone();
     v.as_object_mut().unwrap().remove("name");
     v
 }
 
-fn info_of(p: &EgressPolicy) -> abi::EgressPolicyInfo {
+pub(super) fn info_of(p: &EgressPolicy) -> abi::EgressPolicyInfo {
     let mut info = abi::EgressPolicyInfo { used: 1, ..Default::default() };
     if p.action == EgressAction::NoNat {
         info.flags = abi::POLICY_F_NO_NAT;
@@ -185,20 +185,20 @@ impl Lookups for Fake {
     }
 }
 
-const ETH0: u32 = 2;
-const ETH1: u32 = 3;
-const TUN0: u32 = 9;
-const POD: &str = "10.244.1.2";
-const POD2: &str = "10.244.2.2";
-const POD6: &str = "fd00:244::2";
-const EXT: &str = "10.0.0.2";
-const EXT6: &str = "2001:db8::1";
+pub(super) const ETH0: u32 = 2;
+pub(super) const ETH1: u32 = 3;
+pub(super) const TUN0: u32 = 9;
+pub(super) const POD: &str = "10.244.1.2";
+pub(super) const POD2: &str = "10.244.2.2";
+pub(super) const POD6: &str = "fd00:244::2";
+pub(super) const EXT: &str = "10.0.0.2";
+pub(super) const EXT6: &str = "2001:db8::1";
 
-fn ip(s: &str) -> IpAddr {
+pub(super) fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
-fn node() -> Fake {
+pub(super) fn node() -> Fake {
     let up = |a: &str, a6: &str| UplinkInfo {
         masq_v4: a.parse::<Ipv4Addr>().unwrap().octets(),
         flags: abi::UPLINK_F_HAS_V4 | abi::UPLINK_F_HAS_V6,
@@ -248,7 +248,7 @@ fn node() -> Fake {
     }
 }
 
-fn out(ifindex: u32) -> OutIf {
+pub(super) fn out(ifindex: u32) -> OutIf {
     let name = match ifindex {
         ETH0 => "eth0",
         ETH1 => "eth1",
@@ -257,16 +257,16 @@ fn out(ifindex: u32) -> OutIf {
     OutIf { ifindex, name: Some(name.into()), chosen_by: "--out".into() }
 }
 
-fn pkt(src: &str, dst: &str, proto: Proto) -> Packet {
+pub(super) fn pkt(src: &str, dst: &str, proto: Proto) -> Packet {
     Packet::new(ip(src), ip(dst), proto)
 }
 
-fn run(f: &Fake, p: &Packet, ifindex: u32) -> Explanation {
+pub(super) fn run(f: &Fake, p: &Packet, ifindex: u32) -> Explanation {
     explain(f, p, &out(ifindex)).unwrap()
 }
 
 #[track_caller]
-fn check(x: &Explanation, verdict: Verdict, code: Why, reason: &str) {
+pub(super) fn check(x: &Explanation, verdict: Verdict, code: Why, reason: &str) {
     assert_eq!((x.verdict, x.code), (verdict, code), "{x:#?}");
     assert!(x.reason.contains(reason), "reason {:?} lacks {reason:?}\n{x:#?}", x.reason);
     assert_eq!(x.masqueraded, verdict == Verdict::Masquerade);
@@ -377,15 +377,15 @@ fn missing_config_is_untouched() {
     check(&run(&f, &pkt(POD, EXT, Proto::Tcp), ETH0), Verdict::Untouched, Why::NoConfig, "not configured");
 }
 
-fn udp_flow(sport: u16, dport: u16) -> Packet {
+pub(super) fn udp_flow(sport: u16, dport: u16) -> Packet {
     Packet { sport: Some(sport), dport: Some(dport), ..pkt(POD, EXT, Proto::Udp) }
 }
 
-fn tuple(sport: u16, dport: u16, proto: u8) -> Tuple {
+pub(super) fn tuple(sport: u16, dport: u16, proto: u8) -> Tuple {
     Tuple { saddr: ip(POD), daddr: ip(EXT), sport, dport, proto }
 }
 
-fn entry(addr: &str, port: u16, last_seen_s: u64) -> Entry {
+pub(super) fn entry(addr: &str, port: u16, last_seen_s: u64) -> Entry {
     Entry {
         addr: ip(addr),
         port,
@@ -662,208 +662,4 @@ fn prefix_matching() {
     assert!(prefix_match(&[10, 0x80, 0, 0], &[10, 0xbf, 1, 1], 10));
     assert!(!prefix_match(&[10, 0x80, 0, 0], &[10, 0x40, 1, 1], 10));
     assert!(prefix_match(&[1, 2], &[9, 9], 0));
-}
-
-// ---------------------------------------------------------------------------
-// egress policies
-
-const WEB: &str = "10.244.5.2"; // team-a/web-1
-const BATCH: &str = "10.244.5.3"; // team-a/batch-1
-const B1: &str = "10.244.6.2"; // team-b/api-1
-const B2: &str = "10.244.6.3"; // team-b/api-2
-const WEB6: &str = "fd00:244::5:2"; // team-a/web-1
-const PARTNER: &str = "203.0.113.7";
-const OPTOUT_DST: &str = "198.51.100.9";
-
-fn policy(name: &str, ns: &[&str], pods: &[&str], dests: &[&str], action: EgressAction) -> EgressPolicy {
-    EgressPolicy {
-        name: name.into(),
-        namespaces: ns.iter().map(|g| Glob::parse("t", g, GlobKind::Namespace).unwrap()).collect(),
-        pods: pods.iter().map(|g| Glob::parse("t", g, GlobKind::Pod).unwrap()).collect(),
-        destinations: dests.iter().map(|d| d.parse().unwrap()).collect(),
-        action,
-    }
-}
-
-fn masq(addrs: &[&str]) -> EgressAction {
-    let (mut v4, mut v6) = (vec![], vec![]);
-    for a in addrs {
-        match ip(a) {
-            IpAddr::V4(a) => v4.push(a),
-            IpAddr::V6(a) => v6.push(a),
-        }
-    }
-    EgressAction::Masquerade { v4, v6 }
-}
-
-/// node() with egressPolicies and pods they select (masks as select_policies gives them).
-fn policy_node() -> Fake {
-    let mut f = node();
-    f.policies = vec![
-        policy("partner", &["team-a"], &[], &["203.0.113.0/24"], masq(&["192.0.2.50"])),
-        policy("pool", &["team-b"], &[], &[], masq(&["192.0.2.60", "192.0.2.61"])),
-        policy("optout", &["team-a"], &["team-a/batch-*"], &["198.51.100.0/24"], EgressAction::NoNat),
-        policy("v6only", &["team-a"], &[], &[], masq(&["2001:db8:50::1"])),
-    ];
-    let pods = [(WEB, 30, "team-a", "web-1"), (BATCH, 31, "team-a", "batch-1"), (B1, 32, "team-b", "api-1"), (B2, 33, "team-b", "api-2"), (WEB6, 30, "team-a", "web-1")];
-    for (addr, ifindex, ns, name) in pods {
-        let policies = crate::config::select_policies(&f.policies, Some(ns), Some(name), None).unwrap();
-        f.pods.push((ip(addr), PodInfo { ifindex, flags: abi::POD_F_NAT_OUTGOING, policies, ..Default::default() }));
-        let desc = PodDesc {
-            container_id: format!("c{ifindex}"),
-            ifname: "eth0".into(),
-            veth: "veth".into(),
-            k8s_namespace: Some(ns.into()),
-            k8s_name: Some(name.into()),
-        };
-        f.atts.push((ifindex, ip(addr), desc));
-    }
-    f
-}
-
-fn reason_of<'a>(x: &'a Explanation, policy: &str) -> &'a PolicyReason {
-    x.policies.iter().find(|p| p.policy == policy).unwrap_or_else(|| panic!("no reason for {policy}: {x:#?}"))
-}
-
-#[test]
-fn egress_policy_address() {
-    let f = policy_node();
-    let x = run(&f, &pkt(WEB, PARTNER, Proto::Tcp), ETH0);
-    check(&x, Verdict::Masquerade, Why::EgressPolicy, "masqueraded to 192.0.2.50 by egress policy \"partner\"");
-    assert_eq!(x.address.as_deref(), Some("192.0.2.50"));
-    let p = x.policy.as_ref().unwrap();
-    assert_eq!((p.name.as_str(), p.index, p.action, p.address.as_deref()), ("partner", 0, "masquerade", Some("192.0.2.50")));
-    assert!(x.trace.iter().any(|t| t.contains("policy_dst4") && t.contains("egress policy \"partner\": its address 192.0.2.50")), "{x:#?}");
-    // Every policy has its reason.
-    assert_eq!(x.policies.len(), 4);
-    assert!(reason_of(&x, "partner").matched);
-    let r = reason_of(&x, "pool");
-    assert_eq!(r.code, "not_selected");
-    assert!(r.reason.contains("does not select this pod (pod team-a/web-1; its namespaces: team-b)"), "{r:?}");
-    let r = reason_of(&x, "optout");
-    assert!(r.code == "not_selected" && r.reason.contains("its pods: team-a/batch-*"), "{r:?}");
-    // v6only selects web-1 and holds every destination, but partner comes first.
-    let r = reason_of(&x, "v6only");
-    assert_eq!(r.code, "earlier_policy", "{r:?}");
-    assert!(r.reason.contains("\"partner\" comes first"), "{r:?}");
-    // JSON carries the policy and the reasons.
-    let v = serde_json::to_value(&x).unwrap();
-    assert_eq!((v["code"].as_str(), v["policy"]["name"].as_str()), (Some("egress_policy"), Some("partner")));
-    assert_eq!(v["policies"][1]["code"], "not_selected");
-}
-
-#[test]
-fn egress_policy_pool_pairs_by_source() {
-    let f = policy_node();
-    // low 32 bits % 2: 10.244.6.2 is even, 10.244.6.3 odd (abi::MasqPool::pick_any).
-    let x = run(&f, &pkt(B1, EXT, Proto::Udp), ETH0);
-    check(&x, Verdict::Masquerade, Why::EgressPolicy, "masqueraded to 192.0.2.60 by egress policy \"pool\"");
-    assert!(x.trace.iter().any(|t| t.contains("a pool of 2, source 10.244.6.2 is paired with 192.0.2.60")), "{x:#?}");
-    check(&run(&f, &pkt(B2, EXT, Proto::Udp), ETH0), Verdict::Masquerade, Why::EgressPolicy, "to 192.0.2.61 by egress policy \"pool\"");
-    // The same source always the same address, whatever the destination.
-    check(&run(&f, &pkt(B1, PARTNER, Proto::Udp), ETH0), Verdict::Masquerade, Why::EgressPolicy, "to 192.0.2.60");
-}
-
-#[test]
-fn egress_policy_nat_outgoing_false() {
-    let f = policy_node();
-    let x = run(&f, &pkt(BATCH, OPTOUT_DST, Proto::Tcp), ETH0);
-    check(&x, Verdict::Untouched, Why::EgressPolicyNoNat, "not masqueraded: egress policy \"optout\" (natOutgoing: false)");
-    assert_eq!(x.source_seen.as_deref(), Some(BATCH));
-    let p = x.policy.as_ref().unwrap();
-    assert_eq!((p.name.as_str(), p.action, p.address.as_deref()), ("optout", "no_nat", None));
-    assert_eq!(reason_of(&x, "partner").code, "not_this_destination");
-    assert!(reason_of(&x, "partner").reason.contains("selects the pod but not this destination (its destinations: 203.0.113.0/24)"));
-    assert_eq!(serde_json::to_value(&x).unwrap()["code"], "egress_policy_no_nat");
-    // The same pod to the partner network takes partner's address (first match wins per destination).
-    check(&run(&f, &pkt(BATCH, PARTNER, Proto::Tcp), ETH0), Verdict::Masquerade, Why::EgressPolicy, "\"partner\"");
-    // Untouched packets are never dropped: an echo reply the policy opts out leaves as it is.
-    let p = Packet { icmp_type: Some(ICMP_ECHOREPLY), ..pkt(BATCH, OPTOUT_DST, Proto::Icmp) };
-    check(&run(&f, &p, ETH0), Verdict::Untouched, Why::EgressPolicyNoNat, "optout");
-}
-
-#[test]
-fn egress_policy_exclusions_win() {
-    let f = policy_node();
-    let x = run(&f, &pkt(WEB, "10.20.0.5", Proto::Tcp), ETH0);
-    check(&x, Verdict::Untouched, Why::NonMasquerade, "nonMasqueradeCIDRs 10.20.0.0/24");
-    assert!(x.policy.is_none() && x.policies.is_empty(), "{x:#?}");
-    assert!(x.trace.iter().any(|t| t.contains("egress policies not consulted: exclusions win")), "{x:#?}");
-    // natOutgoing false of the network, and a rule, win too.
-    let mut f = policy_node();
-    f.pods.iter_mut().filter(|(a, _)| *a == ip(WEB)).for_each(|(_, p)| p.flags = 0);
-    check(&run(&f, &pkt(WEB, PARTNER, Proto::Tcp), ETH0), Verdict::Untouched, Why::NatOutgoingFalse, "natOutgoing is false");
-    let mut f = policy_node();
-    f.rules.push((24, ETH0, ip("10.244.5.0"), RuleHit { id: 7, to_address: Some(ip("10.0.0.77")) }));
-    check(&run(&f, &pkt(WEB, PARTNER, Proto::Tcp), ETH0), Verdict::Masquerade, Why::Rule, "masqueraded to 10.0.0.77 by rule 7");
-}
-
-#[test]
-fn egress_policy_not_selected() {
-    // POD (c1/eth0) has no Kubernetes namespace: no policy selects it.
-    let f = policy_node();
-    let x = run(&f, &pkt(POD, PARTNER, Proto::Tcp), ETH0);
-    check(&x, Verdict::Masquerade, Why::Pod, "masqueraded to 10.0.0.5 (pod registration of c1/eth0)");
-    assert!(x.policy.is_none());
-    assert!(x.trace.iter().any(|t| t.contains("no egress policy selects this pod")), "{x:#?}");
-    assert!(x.policies.iter().all(|r| r.code == "not_selected" && r.reason.contains("the pod has no Kubernetes namespace")), "{x:#?}");
-}
-
-#[test]
-fn egress_policy_selects_the_pod_not_this_destination() {
-    let mut f = policy_node();
-    f.policies.truncate(3); // no v6only: web-1's policies are partner only
-    for (_, p) in f.pods.iter_mut().filter(|(a, _)| *a == ip(WEB)) {
-        p.policies = crate::config::select_policies(&f.policies, Some("team-a"), Some("web-1"), None).unwrap();
-    }
-    let x = run(&f, &pkt(WEB, EXT, Proto::Tcp), ETH0);
-    check(&x, Verdict::Masquerade, Why::Pod, "masqueraded to 10.0.0.5 (pod registration of c30/eth0)");
-    assert!(x.policy.is_none());
-    assert!(x.trace.iter().any(|t| t.contains("policy_dst4 (mask 0x1 = policies \"partner\"") && t.contains("no entry")), "{x:#?}");
-    let r = reason_of(&x, "partner");
-    assert_eq!(r.code, "not_this_destination");
-    assert!(r.reason.contains("selects the pod but not this destination"), "{r:?}");
-}
-
-#[test]
-fn egress_policy_without_an_address_of_the_family_keeps_the_network_s() {
-    // web-1 to EXT: partner does not hold it, v6only does but has no IPv4 address.
-    let f = policy_node();
-    let x = run(&f, &pkt(WEB, EXT, Proto::Tcp), ETH0);
-    check(&x, Verdict::Masquerade, Why::Pod, "masqueraded to 10.0.0.5 (pod registration of c30/eth0); egress policy \"v6only\" has no IPv4 address");
-    assert_eq!(x.policy.as_ref().map(|p| (p.name.as_str(), p.address.clone())), Some(("v6only", None)));
-    // Over IPv6 it has one.
-    let x = run(&f, &pkt(WEB6, EXT6, Proto::Tcp), ETH0);
-    check(&x, Verdict::Masquerade, Why::EgressPolicy, "masqueraded to 2001:db8:50::1 by egress policy \"v6only\"");
-    assert!(x.trace.iter().any(|t| t.contains("policy_dst6")), "{x:#?}");
-}
-
-#[test]
-fn no_egress_policies_leaves_the_explanation_as_before() {
-    let f = node();
-    for p in [pkt(POD, EXT, Proto::Tcp), pkt(POD6, EXT6, Proto::Udp), pkt(POD, "10.20.0.5", Proto::Tcp), pkt(POD2, EXT, Proto::Tcp)] {
-        let x = run(&f, &p, ETH0);
-        assert!(x.policy.is_none() && x.policies.is_empty(), "{x:#?}");
-        assert!(x.trace.iter().all(|t| !t.contains("egress")), "{x:#?}");
-        let v = serde_json::to_value(&x).unwrap();
-        assert!(v.get("policy").is_none() && v.get("policies").is_none(), "{v}");
-    }
-    check(&run(&f, &pkt(POD, EXT, Proto::Tcp), ETH0), Verdict::Masquerade, Why::Pod, "masqueraded to 10.0.0.5 (pod registration of c1/eth0)");
-}
-
-#[test]
-fn existing_flow_names_its_egress_policy() {
-    let mut f = policy_node();
-    let t = Tuple { saddr: ip(WEB), daddr: ip(PARTNER), sport: 40000, dport: 5001, proto: IPPROTO_UDP };
-    f.fwd.push((t, entry("192.0.2.50", 40000, 99)));
-    f.fwd_policy.push((t, 1));
-    let p = Packet { sport: Some(40000), dport: Some(5001), ..pkt(WEB, PARTNER, Proto::Udp) };
-    let x = run(&f, &p, ETH0);
-    check(&x, Verdict::Masquerade, Why::ExistingFlow, "existing flow to 192.0.2.50:40000, with the address of egress policy \"partner\"");
-    assert_eq!(x.flow.as_ref().and_then(|fl| fl.policy.as_deref()), Some("partner"));
-    // Without a policy byte the flow reads as before.
-    f.fwd_policy.clear();
-    let x = run(&f, &p, ETH0);
-    check(&x, Verdict::Masquerade, Why::ExistingFlow, "existing flow to 192.0.2.50:40000");
-    assert!(!x.reason.contains("egress") && serde_json::to_value(&x).unwrap()["flow"].get("policy").is_none(), "{x:#?}");
 }
