@@ -587,3 +587,6 @@ pub fn run(pins: &Pins, listen: Option<&str>) -> Result<()> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod dashboard_tests;
