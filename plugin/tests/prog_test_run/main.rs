@@ -16,6 +16,7 @@ mod core;
 mod direction;
 mod egress_policy;
 mod events;
+mod expiry;
 mod fastpath;
 mod host;
 mod icmp_frag;
