@@ -1,161 +1,9 @@
-//! Property tests (proptest) for everything the plugin parses from untrusted input:
-//! the network config (`parse_netconf`, `parse_conf_file`), the prevResult
-//! (`parse_prev_result`) and, end to end, the real binary's stdin on a CNI ADD.
-//!
-//! Properties:
-//! * no input panics;
-//! * every error is a CNI error with code 1 (version), 6 (decode) or 7 (config),
-//!   and its `to_cni_json` is a JSON object with that code and a non-empty msg;
-//! * every config that parses round-trips through `masq_to_json` (also as a
-//!   conflist entry through `parse_conf_file`);
-//! * `CNI_COMMAND=ADD` with garbage on stdin prints exactly one JSON error object
-//!   on stdout and exits 1.
-//!
-//! Case counts are bounded so the whole file runs in a few seconds with
-//! `cargo test --release`; EBPF_MASQ_FUZZ_CASES_MULT multiplies them for a soak.
-//! Needs no privileges: nothing here touches bpffs or the network (binary runs
-//! only get inputs the parser rejects, so they stop before any side effect).
+//! The generators of the property tests: interesting strings and numbers, JSON of our
+//! keys, valid configs and their mutations, byte edits, prevResult-like values.
 
-use std::io::Write;
-use std::net::{Ipv4Addr, Ipv6Addr};
-use std::process::{Command, Stdio};
+use super::*;
 
-use ebpf_masq::config::{self, masq_to_json, parse_conf_file, parse_netconf, NetConf};
-use ebpf_masq::error::Error;
-use ebpf_masq::prevresult::parse_prev_result;
-use ipnetwork::IpNetwork;
-use proptest::prelude::*;
-use proptest::test_runner::Config as PtConfig;
-use serde_json::{json, Map, Value};
-
-/// Codes a parse error may carry: incompatible version, decode failure, invalid config.
-const PARSE_CODES: [u32; 3] = [1, 6, 7];
-
-fn cases(base: u32) -> PtConfig {
-    let mult: u32 = std::env::var("EBPF_MASQ_FUZZ_CASES_MULT")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1)
-        .max(1);
-    PtConfig {
-        cases: base.saturating_mul(mult),
-        // Never write proptest-regressions/ files into the source tree; a failure
-        // prints its minimal input, which belongs in a unit test.
-        failure_persistence: None,
-        max_shrink_iters: 2048,
-        ..PtConfig::default()
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Checks shared by every property.
-
-/// The error is one a parser may return, and its CNI JSON is well formed.
-fn check_error(e: &Error, what: &str) -> Result<(), TestCaseError> {
-    prop_assert!(
-        PARSE_CODES.contains(&e.code),
-        "{what}: unexpected code {} ({})",
-        e.code,
-        e.msg
-    );
-    prop_assert!(!e.msg.is_empty(), "{what}: empty message");
-    for version in config::SUPPORTED_CNI_VERSIONS {
-        let text = serde_json::to_string(&e.to_cni_json(version))
-            .map_err(|x| TestCaseError::fail(format!("{what}: to_cni_json not serializable: {x}")))?;
-        let back: Value = serde_json::from_str(&text)
-            .map_err(|x| TestCaseError::fail(format!("{what}: to_cni_json not JSON: {x}: {text}")))?;
-        prop_assert_eq!(back["code"].as_u64(), Some(u64::from(e.code)), "{}: {}", what, text);
-        prop_assert_eq!(back["msg"].as_str(), Some(e.msg.as_str()), "{}: {}", what, text);
-        prop_assert_eq!(back["cniVersion"].as_str(), Some(*version), "{}: {}", what, text);
-    }
-    Ok(())
-}
-
-/// A parsed config survives masq_to_json -> parse, alone and as a conflist entry.
-fn check_round_trip(c: &NetConf, what: &str) -> Result<(), TestCaseError> {
-    prop_assert_eq!(c.plugin_type.as_str(), config::PLUGIN_TYPE);
-    let mut entry = masq_to_json(&c.masq);
-    prop_assert_eq!(&entry["type"], "ebpf-masq");
-
-    let mut single = entry.clone();
-    single["cniVersion"] = json!(c.cni_version);
-    single["name"] = json!(c.name);
-    let bytes = serde_json::to_vec(&single).expect("serialize");
-    match parse_netconf(&bytes) {
-        Ok(back) => {
-            prop_assert_eq!(&back.masq, &c.masq, "{}: {}", what, single);
-            prop_assert_eq!(&back.name, &c.name);
-            prop_assert_eq!(&back.cni_version, &c.cni_version);
-        }
-        Err(e) => return Err(TestCaseError::fail(format!("{what}: round trip rejected: {e}: {single}"))),
-    }
-
-    // The same entry inside a conflist, after another plugin (libcni's layout).
-    if let Some(o) = entry.as_object_mut() {
-        o.insert("cniVersion".into(), json!("0.4.0")); // overridden by the list's
-    }
-    let list = json!({
-        "cniVersion": c.cni_version, "name": c.name,
-        "plugins": [{"type": "bridge", "bridge": "cni0"}, entry],
-    });
-    match parse_conf_file(&serde_json::to_vec(&list).expect("serialize")) {
-        Ok(back) => {
-            prop_assert_eq!(&back.masq, &c.masq, "{}: {}", what, list);
-            prop_assert_eq!(&back.name, &c.name);
-            prop_assert_eq!(&back.cni_version, &c.cni_version);
-        }
-        Err(e) => return Err(TestCaseError::fail(format!("{what}: conflist round trip rejected: {e}: {list}"))),
-    }
-    Ok(())
-}
-
-/// Run both config parsers on bytes and check whatever they return.
-fn check_config_bytes(bytes: &[u8]) -> Result<(), TestCaseError> {
-    let shown = String::from_utf8_lossy(bytes);
-    match parse_netconf(bytes) {
-        Ok(c) => check_round_trip(&c, &format!("parse_netconf({shown})"))?,
-        Err(e) => check_error(&e, &format!("parse_netconf({shown})"))?,
-    }
-    match parse_conf_file(bytes) {
-        Ok(c) => check_round_trip(&c, &format!("parse_conf_file({shown})"))?,
-        Err(e) => check_error(&e, &format!("parse_conf_file({shown})"))?,
-    }
-    Ok(())
-}
-
-fn check_prev_result(v: &Value) -> Result<(), TestCaseError> {
-    match parse_prev_result(v) {
-        Ok(r) => {
-            // Accessors never panic and stay within what was parsed.
-            for ifname in ["eth0", "net1", ""] {
-                let ips = r.container_ips(ifname);
-                for a in &ips {
-                    prop_assert!(r.ips.iter().any(|i| i.address.ip() == *a));
-                }
-                let mut dedup = ips.clone();
-                dedup.dedup();
-                prop_assert_eq!(dedup.len(), ips.len());
-            }
-            for h in r.host_interfaces() {
-                prop_assert!(r.interfaces.iter().any(|i| i.name == h && i.sandbox.is_none()));
-            }
-            for ip in &r.ips {
-                if let Some(i) = ip.interface {
-                    prop_assert!(i < r.interfaces.len(), "interface index {} out of range", i);
-                }
-            }
-        }
-        Err(e) => check_error(&e, &format!("parse_prev_result({v})"))?,
-    }
-    // Embedded in an otherwise valid plugin config: the config parser must not choke either.
-    let conf = json!({"cniVersion": "1.0.0", "name": "n", "type": "ebpf-masq", "prevResult": v});
-    check_config_bytes(&serde_json::to_vec(&conf).expect("serialize"))
-}
-
-// ---------------------------------------------------------------------------
-// Strategies.
-
-const CONFIG_KEYS: &[&str] = &[
+pub(crate) const CONFIG_KEYS: &[&str] = &[
     "cniVersion", "cniVersions", "name", "type", "prevResult", "runtimeConfig", "capabilities", "args",
     "dns", "ipam", "cni.dev/valid-attachments", "cni.dev/attachments", "disableCheck", "disableGC",
     "natOutgoing", "nativeRoutingCIDR", "nonMasqueradeCIDRs", "masqLinkLocal", "masqLinkLocalIPv6",
@@ -165,13 +13,13 @@ const CONFIG_KEYS: &[&str] = &[
     "egressPolicies", "namespaces", "pods", "destinations", "ipMasqAgent", "file", "fileAbsent", "podPortLimit",
 ];
 
-const PREV_KEYS: &[&str] = &[
+pub(crate) const PREV_KEYS: &[&str] = &[
     "cniVersion", "interfaces", "ips", "routes", "dns", "name", "mac", "sandbox", "address", "gateway",
     "interface", "version", "dst", "gw",
 ];
 
 /// Strings near what the parsers look for, plus anything at all.
-fn interesting_string() -> BoxedStrategy<String> {
+pub(crate) fn interesting_string() -> BoxedStrategy<String> {
     let samples: Vec<&'static str> = vec![
         "", "1.0.0", "0.4.0", "1.1.0", "0.3.1", "2.0.0", "ebpf-masq", "bridge", "eth0", "cni0", "lo",
         "123456789012345", "1234567890123456", ".", "..", "a/b", "a:b", "a b", "10.0.0.0/8",
@@ -191,7 +39,7 @@ fn interesting_string() -> BoxedStrategy<String> {
     .boxed()
 }
 
-fn key_string(keys: &'static [&'static str]) -> BoxedStrategy<String> {
+pub(crate) fn key_string(keys: &'static [&'static str]) -> BoxedStrategy<String> {
     prop_oneof![
         4 => proptest::sample::select(keys).prop_map(str::to_owned),
         1 => interesting_string(),
@@ -199,7 +47,7 @@ fn key_string(keys: &'static [&'static str]) -> BoxedStrategy<String> {
     .boxed()
 }
 
-fn arb_number() -> BoxedStrategy<Value> {
+pub(crate) fn arb_number() -> BoxedStrategy<Value> {
     prop_oneof![
         any::<i64>().prop_map(Value::from),
         any::<u64>().prop_map(Value::from),
@@ -214,7 +62,7 @@ fn arb_number() -> BoxedStrategy<Value> {
 }
 
 /// Any JSON value, with object keys drawn mostly from `keys`.
-fn arb_json(keys: &'static [&'static str]) -> BoxedStrategy<Value> {
+pub(crate) fn arb_json(keys: &'static [&'static str]) -> BoxedStrategy<Value> {
     let leaf = prop_oneof![
         Just(Value::Null),
         any::<bool>().prop_map(Value::Bool),
@@ -231,43 +79,43 @@ fn arb_json(keys: &'static [&'static str]) -> BoxedStrategy<Value> {
     .boxed()
 }
 
-fn v4_net() -> impl Strategy<Value = IpNetwork> {
+pub(crate) fn v4_net() -> impl Strategy<Value = IpNetwork> {
     (any::<u32>(), 0u8..=32).prop_map(|(a, p)| {
         let n = IpNetwork::new(Ipv4Addr::from(a).into(), p).expect("prefix <= 32");
         IpNetwork::new(n.network(), p).expect("prefix <= 32")
     })
 }
 
-fn v6_net() -> impl Strategy<Value = IpNetwork> {
+pub(crate) fn v6_net() -> impl Strategy<Value = IpNetwork> {
     (any::<u128>(), 0u8..=128).prop_map(|(a, p)| {
         let n = IpNetwork::new(Ipv6Addr::from(a).into(), p).expect("prefix <= 128");
         IpNetwork::new(n.network(), p).expect("prefix <= 128")
     })
 }
 
-fn any_net() -> impl Strategy<Value = IpNetwork> {
+pub(crate) fn any_net() -> impl Strategy<Value = IpNetwork> {
     prop_oneof![v4_net(), v6_net()]
 }
 
-fn unicast_v4() -> impl Strategy<Value = Ipv4Addr> {
+pub(crate) fn unicast_v4() -> impl Strategy<Value = Ipv4Addr> {
     (1u8..=223, any::<[u8; 3]>())
         .prop_filter("not loopback", |(a, _)| *a != 127)
         .prop_map(|(a, r)| Ipv4Addr::new(a, r[0], r[1], r[2]))
 }
 
-fn unicast_v6() -> impl Strategy<Value = Ipv6Addr> {
+pub(crate) fn unicast_v6() -> impl Strategy<Value = Ipv6Addr> {
     any::<u64>().prop_map(|x| Ipv6Addr::from((0x2001_0db8u128 << 96) | u128::from(x) | 1))
 }
 
-fn ifname() -> impl Strategy<Value = String> {
+pub(crate) fn ifname() -> impl Strategy<Value = String> {
     "[a-z][a-z0-9_.-]{0,14}".prop_filter("not . or ..", |s| s != "." && s != "..")
 }
 
-fn cidr_list(s: impl Strategy<Value = IpNetwork>) -> impl Strategy<Value = Value> {
+pub(crate) fn cidr_list(s: impl Strategy<Value = IpNetwork>) -> impl Strategy<Value = Value> {
     proptest::collection::vec(s, 0..4).prop_map(|v| json!(v.iter().map(|n| n.to_string()).collect::<Vec<_>>()))
 }
 
-fn rule() -> impl Strategy<Value = Value> {
+pub(crate) fn rule() -> impl Strategy<Value = Value> {
     any::<bool>().prop_flat_map(|v6| {
         let (src, exc, to) = if v6 {
             (
@@ -298,7 +146,7 @@ fn rule() -> impl Strategy<Value = Value> {
 }
 
 /// A valid `egressPolicies` list: unique names, globs, CIDRs, one action each.
-fn egress_policies() -> impl Strategy<Value = Value> {
+pub(crate) fn egress_policies() -> impl Strategy<Value = Value> {
     let policy = (
         proptest::collection::vec("[a-z0-9*?-]{1,12}", 1..3),
         proptest::option::of(proptest::collection::vec("[a-z0-9*?-]{1,8}/[a-z0-9.*?-]{1,12}", 1..3)),
@@ -327,7 +175,7 @@ fn egress_policies() -> impl Strategy<Value = Value> {
 }
 
 /// A plugin config the parser must accept.
-fn valid_config() -> BoxedStrategy<Value> {
+pub(crate) fn valid_config() -> BoxedStrategy<Value> {
     let opt = |s: BoxedStrategy<Value>| proptest::option::weighted(0.4, s);
     let nat_max = (config::NAT_MAX_ENTRIES_MIN..=config::NAT_MAX_ENTRIES_MAX).prop_map(Value::from).boxed();
     let port_range = (1u16..=u16::MAX)
@@ -424,7 +272,7 @@ fn valid_config() -> BoxedStrategy<Value> {
 
 /// One change to a JSON value: drop, replace or add a key, anywhere in the tree.
 #[derive(Debug, Clone)]
-enum Mutation {
+pub(crate) enum Mutation {
     Remove(usize),
     Replace(usize, Value),
     Insert(String, Value),
@@ -432,7 +280,7 @@ enum Mutation {
     Descend(usize, Box<Mutation>),
 }
 
-fn mutation() -> impl Strategy<Value = Mutation> {
+pub(crate) fn mutation() -> impl Strategy<Value = Mutation> {
     let base = prop_oneof![
         any::<usize>().prop_map(Mutation::Remove),
         (any::<usize>(), arb_json(CONFIG_KEYS)).prop_map(|(i, v)| Mutation::Replace(i, v)),
@@ -443,7 +291,7 @@ fn mutation() -> impl Strategy<Value = Mutation> {
     })
 }
 
-fn apply(v: &mut Value, m: &Mutation) {
+pub(crate) fn apply(v: &mut Value, m: &Mutation) {
     match (v, m) {
         (Value::Object(o), Mutation::Remove(i)) if !o.is_empty() => {
             let k = o.keys().nth(i % o.len()).cloned().expect("in range");
@@ -488,7 +336,7 @@ fn apply(v: &mut Value, m: &Mutation) {
 
 /// Byte-level damage to serialized JSON.
 #[derive(Debug, Clone)]
-enum ByteEdit {
+pub(crate) enum ByteEdit {
     Truncate(usize),
     Set(usize, u8),
     InsertBytes(usize, Vec<u8>),
@@ -497,7 +345,7 @@ enum ByteEdit {
     DuplicateKey(String, String),
 }
 
-fn byte_edit() -> impl Strategy<Value = ByteEdit> {
+pub(crate) fn byte_edit() -> impl Strategy<Value = ByteEdit> {
     let tokens: Vec<&'static [u8]> = vec![
         b"{", b"}", b"[", b"]", b"\"", b",", b":", b"null", b"true", b"-", b"0", b"1e999", b"\\u0000",
         b"\\ud800", b"\xff", b"\xc3\x28", b"\x00", b" ", b"/",
@@ -516,7 +364,7 @@ fn byte_edit() -> impl Strategy<Value = ByteEdit> {
     ]
 }
 
-fn edit_bytes(b: &mut Vec<u8>, e: &ByteEdit) {
+pub(crate) fn edit_bytes(b: &mut Vec<u8>, e: &ByteEdit) {
     let at = |i: usize, len: usize| if len == 0 { 0 } else { i % (len + 1) };
     match e {
         ByteEdit::Truncate(i) => {
@@ -547,7 +395,7 @@ fn edit_bytes(b: &mut Vec<u8>, e: &ByteEdit) {
     }
 }
 
-fn prev_result_like() -> impl Strategy<Value = Value> {
+pub(crate) fn prev_result_like() -> impl Strategy<Value = Value> {
     let iface = (
         proptest::option::of(prop_oneof![ifname().prop_map(Value::String), arb_json(PREV_KEYS)]),
         proptest::option::of(prop_oneof![Just(json!("0a:58:0a:f4:01:05")), Just(json!("")), arb_json(PREV_KEYS)]),
@@ -601,228 +449,4 @@ fn prev_result_like() -> impl Strategy<Value = Value> {
             }
             Value::Object(o)
         })
-}
-
-// ---------------------------------------------------------------------------
-// Properties.
-
-proptest! {
-    #![proptest_config(cases(1024))]
-
-    #[test]
-    fn arbitrary_json_config(v in arb_json(CONFIG_KEYS)) {
-        check_config_bytes(&serde_json::to_vec(&v).expect("serialize"))?;
-    }
-
-    /// Objects that already carry the required keys get past the first checks.
-    #[test]
-    fn arbitrary_object_with_required_keys(
-        mut v in proptest::collection::vec((key_string(CONFIG_KEYS), arb_json(CONFIG_KEYS)), 0..8)
-            .prop_map(|kv| Value::Object(kv.into_iter().collect())),
-        ver in proptest::sample::select(vec!["1.0.0", "0.4.0", "1.1.0", "9.9.9"]),
-    ) {
-        if let Some(o) = v.as_object_mut() {
-            o.entry("cniVersion").or_insert(json!(ver));
-            o.entry("name").or_insert(json!("net"));
-            o.entry("type").or_insert(json!("ebpf-masq"));
-        }
-        check_config_bytes(&serde_json::to_vec(&v).expect("serialize"))?;
-        // The same keys as the ebpf-masq entry of a conflist.
-        let list = json!({"cniVersion": ver, "name": "net", "plugins": [v]});
-        check_config_bytes(&serde_json::to_vec(&list).expect("serialize"))?;
-    }
-
-    #[test]
-    fn arbitrary_bytes_config(b in proptest::collection::vec(any::<u8>(), 0..512)) {
-        check_config_bytes(&b)?;
-    }
-
-    #[test]
-    fn valid_configs_parse_and_round_trip(v in valid_config()) {
-        let bytes = serde_json::to_vec(&v).expect("serialize");
-        match parse_netconf(&bytes) {
-            Ok(c) => check_round_trip(&c, &v.to_string())?,
-            Err(e) => return Err(TestCaseError::fail(format!("valid config rejected: {e}: {v}"))),
-        }
-        // Pretty-printed is the same config.
-        let pretty = serde_json::to_vec_pretty(&v).expect("serialize");
-        prop_assert_eq!(
-            parse_netconf(&pretty).map(|c| c.masq).ok(),
-            parse_netconf(&bytes).map(|c| c.masq).ok()
-        );
-    }
-
-    #[test]
-    fn mutated_valid_configs(v in valid_config(), ms in proptest::collection::vec(mutation(), 1..4)) {
-        let mut v = v;
-        for m in &ms {
-            apply(&mut v, m);
-        }
-        check_config_bytes(&serde_json::to_vec(&v).expect("serialize"))?;
-    }
-
-    #[test]
-    fn byte_damaged_valid_configs(v in valid_config(), es in proptest::collection::vec(byte_edit(), 1..4)) {
-        let mut b = serde_json::to_vec(&v).expect("serialize");
-        for e in &es {
-            edit_bytes(&mut b, e);
-        }
-        check_config_bytes(&b)?;
-        if let Some(ByteEdit::DuplicateKey(k, _)) = es.last() {
-            // A repeated top-level key never parses: it must not silently win or lose.
-            if b.first() == Some(&b'{') && es.len() == 1 && v.get(k.as_str()).is_some() {
-                let r = parse_netconf(&b);
-                prop_assert!(r.is_err(), "duplicate {:?} accepted: {}", k, String::from_utf8_lossy(&b));
-            }
-        }
-    }
-
-    #[test]
-    fn arbitrary_prev_result(v in arb_json(PREV_KEYS)) {
-        check_prev_result(&v)?;
-    }
-
-    #[test]
-    fn structured_prev_result(v in prev_result_like(), ms in proptest::collection::vec(mutation(), 0..2)) {
-        let mut v = v;
-        for m in &ms {
-            apply(&mut v, m);
-        }
-        check_prev_result(&v)?;
-    }
-}
-
-// ---------------------------------------------------------------------------
-// The real binary on garbage stdin.
-
-/// Run `ebpf-masq` as a runtime would for ADD, with `stdin`; (exit code, stdout, stderr).
-fn run_add(stdin: &[u8]) -> (Option<i32>, String, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ebpf-masq"))
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("CNI_COMMAND", "ADD")
-        .env("CNI_CONTAINERID", "fuzz-config-0")
-        .env("CNI_NETNS", "/nonexistent/ebpf-masq-fuzz")
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_PATH", "/nonexistent")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn ebpf-masq");
-    {
-        let mut w = child.stdin.take().expect("stdin");
-        // The plugin may exit before reading everything; a broken pipe is fine.
-        let _ = w.write_all(stdin);
-    }
-    let out = child.wait_with_output().expect("wait ebpf-masq");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn check_binary_rejects(stdin: &[u8]) -> Result<(), TestCaseError> {
-    // Only inputs the parser rejects: a valid config would make ADD act on the node.
-    let want = match parse_netconf(stdin) {
-        Ok(_) => return Err(TestCaseError::reject("input is a valid config")),
-        Err(e) => e,
-    };
-    let (rc, out, err) = run_add(stdin);
-    let shown = String::from_utf8_lossy(stdin);
-    prop_assert_eq!(rc, Some(1), "exit code for {:?}; stdout {:?} stderr {:?}", shown, out, err);
-    // Exactly one JSON value on stdout, an object, and nothing else.
-    let mut values = serde_json::Deserializer::from_str(&out).into_iter::<Value>();
-    let first = match values.next() {
-        Some(Ok(v)) => v,
-        other => return Err(TestCaseError::fail(format!("stdout is not JSON ({other:?}): {out:?}"))),
-    };
-    prop_assert!(values.next().is_none(), "more than one JSON value on stdout: {:?}", out);
-    prop_assert_eq!(out.trim_end().lines().count(), 1, "stdout is not one line: {:?}", out);
-    let o = first.as_object().ok_or_else(|| TestCaseError::fail(format!("not an object: {out}")))?;
-    let code = o.get("code").and_then(Value::as_u64);
-    prop_assert!(code.is_some_and(|c| PARSE_CODES.contains(&(c as u32))), "code: {}", out);
-    prop_assert_eq!(code, Some(u64::from(want.code)), "binary and library disagree: {}", out);
-    prop_assert!(o.get("msg").and_then(Value::as_str).is_some_and(|m| !m.is_empty()), "msg: {}", out);
-    prop_assert!(o.get("cniVersion").and_then(Value::as_str).is_some(), "cniVersion: {}", out);
-    Ok(())
-}
-
-proptest! {
-    #![proptest_config(cases(12))]
-
-    #[test]
-    fn binary_add_random_stdin(b in proptest::collection::vec(any::<u8>(), 0..300)) {
-        check_binary_rejects(&b)?;
-    }
-
-    #[test]
-    fn binary_add_damaged_config(v in valid_config(), es in proptest::collection::vec(byte_edit(), 1..3)) {
-        let mut b = serde_json::to_vec(&v).expect("serialize");
-        for e in &es {
-            edit_bytes(&mut b, e);
-        }
-        check_binary_rejects(&b)?;
-    }
-}
-
-#[test]
-fn binary_add_fixed_garbage() {
-    let cases: &[&[u8]] = &[
-        b"",
-        b"\0",
-        b"null",
-        b"[]",
-        b"{}",
-        b"{\"cniVersion\":\"1.0.0\"}",
-        b"{\"cniVersion\":\"9.9.9\",\"name\":\"n\",\"type\":\"ebpf-masq\"}",
-        b"{\"cniVersion\":\"1.0.0\",\"name\":\"n\",\"type\":\"ebpf-masq\",\"portRange\":\"0-1\"}",
-        b"{\"cniVersion\":\"1.0.0\",\"name\":\"n\",\"type\":\"ebpf-masq\",\"bogus\":1}",
-        b"\xef\xbb\xbf{}",
-        b"\xff\xfe\xfd",
-    ];
-    for c in cases {
-        if let Err(e) = check_binary_rejects(c) {
-            panic!("{:?}: {e}", String::from_utf8_lossy(c));
-        }
-    }
-    // Deep nesting and a large body: still one error object, no crash.
-    let deep = format!("{}{}", "[".repeat(50_000), "]".repeat(50_000));
-    check_binary_rejects(deep.as_bytes()).expect("deep nesting");
-    let big = format!("{{\"cniVersion\":\"1.0.0\",\"name\":\"{}\"", "x".repeat(4 << 20));
-    check_binary_rejects(big.as_bytes()).expect("4 MiB truncated config");
-}
-
-/// The generators are worth their time: mutated configs reach every outcome (accepted,
-/// and each error code), so the properties above are not only checking early exits.
-#[test]
-fn generators_reach_every_outcome() {
-    use proptest::strategy::ValueTree;
-    use proptest::test_runner::TestRunner;
-    let mut runner = TestRunner::deterministic();
-    let json_mut = (valid_config(), proptest::collection::vec(mutation(), 1..3));
-    let byte_mut = (valid_config(), proptest::collection::vec(byte_edit(), 1..3));
-    let mut seen = std::collections::BTreeMap::<String, usize>::new();
-    for _ in 0..400 {
-        let (mut v, ms) = json_mut.new_tree(&mut runner).expect("tree").current();
-        for m in &ms {
-            apply(&mut v, m);
-        }
-        let (v2, es) = byte_mut.new_tree(&mut runner).expect("tree").current();
-        let mut b = serde_json::to_vec(&v2).expect("serialize");
-        for e in &es {
-            edit_bytes(&mut b, e);
-        }
-        for bytes in [serde_json::to_vec(&v).expect("serialize"), b] {
-            let k = match parse_netconf(&bytes) {
-                Ok(_) => "ok".to_string(),
-                Err(e) => format!("code {}", e.code),
-            };
-            *seen.entry(k).or_default() += 1;
-        }
-    }
-    for (want, min) in [("ok", 20), ("code 1", 1), ("code 6", 20), ("code 7", 20)] {
-        assert!(seen.get(want).copied().unwrap_or(0) >= min, "{want} reached too rarely: {seen:?}");
-    }
 }
