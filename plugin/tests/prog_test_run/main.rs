@@ -18,6 +18,7 @@ mod egress_policy;
 mod events;
 mod expiry;
 mod fastpath;
+mod filtering;
 mod host;
 mod icmp_frag;
 mod kept;
