@@ -117,4 +117,7 @@ pub fn run(pin_path: &Path, pkt: &Packet, out: Option<&str>, json: bool) -> Resu
 mod tests;
 
 #[cfg(test)]
+mod fake_tests;
+
+#[cfg(test)]
 mod egress_policy_tests;
