@@ -10,7 +10,7 @@ from collections import namedtuple
 from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 
-from .netlab import CNI_BIN_DIR, POD_SUBNET, cnitool_container_id
+from .netlab import CNI_BIN_DIR, POD_SUBNET, Topo, cnitool_container_id
 
 Reply = namedtuple("Reply", "rc out stdout log")
 
@@ -128,3 +128,22 @@ def parallel(fn, items, workers=24, timeout=120):
     with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = [pool.submit(fn, i) for i in items]
         return [f.result(timeout=timeout) for f in futures]
+
+
+ECHO = "icmp[icmptype] = icmp-echo"
+
+
+def cid(pod_ns):
+    """cnitool's container ID for a pod's netns."""
+    return cnitool_container_id(pod_ns.path)
+
+
+def assert_masqueraded(topo, pod, port):
+    """ping and a UDP exchange from the pod: ext sees only the node's address."""
+    udp = topo.ext.server("udp", port)
+    with topo.ext.capture("eth0", ECHO) as cap:
+        assert pod.ns.ping(Topo.EXT, count=2) == (0, 0.0)
+    assert cap.sources() == {Topo.NODE_EXT: 2}
+    rc, res = pod.ns.client("udp", Topo.EXT, port)
+    assert rc == 0, res
+    assert udp.addrs() == {Topo.NODE_EXT}
