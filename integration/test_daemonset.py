@@ -15,19 +15,15 @@ from lab import abi
 from lab.abi import LAYOUT
 from lab.agentlab import GET as AGENT_GET
 from lab.installlab import (
-    add_through, agent_command, CONF, contents, example, manifests, one, run, scratch, without_masq,
+    add_through, agent_command, CONF, contents, example, manifests, node_ns, one, run, scratch,
+    without_masq,
 )
 from lab.netlab import PY, Pod, sh, wait_for
 
 
 @pytest.fixture
 def node(lab):
-    """A node network namespace with eth0 (10.0.0.5/24, a veth to an "ext" namespace
-    at 10.0.0.1) and a default route via 10.0.0.1."""
-    ns, ext = lab.netns("node"), lab.netns("ext")
-    lab.veth(ns, "eth0", "10.0.0.5/24", ext, "eth0", "10.0.0.1/24")
-    ns.ip("route", "add", "default", "via", "10.0.0.1", "dev", "eth0")
-    return ns
+    return node_ns(lab)
 
 
 # ---------------------------------------------------------------- (d) the DaemonSet's commands

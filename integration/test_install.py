@@ -18,19 +18,14 @@ import pytest
 
 from lab.installlab import (
     agent_command, BAK, CAPS, CONF, contents, DAEMONSET, example, EXAMPLES, keys_in_order,
-    manifests, masq_entry, one, run, scratch, snapshot, VALIDATOR, without_masq,
+    manifests, masq_entry, node_ns, one, run, scratch, snapshot, VALIDATOR, without_masq,
 )
 from lab.netlab import PY, REPO, sh
 
 
 @pytest.fixture
 def node(lab):
-    """A node network namespace with eth0 (10.0.0.5/24, a veth to an "ext" namespace
-    at 10.0.0.1) and a default route via 10.0.0.1."""
-    ns, ext = lab.netns("node"), lab.netns("ext")
-    lab.veth(ns, "eth0", "10.0.0.5/24", ext, "eth0", "10.0.0.1/24")
-    ns.ip("route", "add", "default", "via", "10.0.0.1", "dev", "eth0")
-    return ns
+    return node_ns(lab)
 
 
 # ---------------------------------------------------------------- (a) manifests

@@ -12,6 +12,7 @@ import struct
 from scapy.all import ICMP, IP, UDP, Ether, Raw, raw
 
 from .netlab import PY, Topo, wait_for
+from .peer import inet_csum
 
 EXT, NODE_IP = Topo.EXT, Topo.NODE_EXT
 EXT2 = "10.0.0.3"  # a second address on ext: a remote that is not the flow's peer
@@ -80,15 +81,6 @@ def in_pod_net(a):
         return any(ipaddress.ip_address(a) in n for n in POD_NETS)
     except ValueError:
         return False
-
-
-def inet_csum(b):
-    if len(b) % 2:
-        b += b"\0"
-    s = sum(struct.unpack(f"!{len(b) // 2}H", b))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return s
 
 
 def checksum_problems(ipb):

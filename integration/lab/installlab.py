@@ -105,3 +105,12 @@ def agent_command(main):
     argv = main["command"] + main.get("args", [])
     assert argv[:2] == ["ebpf-masq", "agent"], argv
     return argv
+
+
+def node_ns(lab):
+    """A node network namespace with eth0 (10.0.0.5/24, a veth to an "ext" namespace
+    at 10.0.0.1) and a default route via 10.0.0.1."""
+    ns, ext = lab.netns("node"), lab.netns("ext")
+    lab.veth(ns, "eth0", "10.0.0.5/24", ext, "eth0", "10.0.0.1/24")
+    ns.ip("route", "add", "default", "via", "10.0.0.1", "dev", "eth0")
+    return ns

@@ -254,13 +254,15 @@ def bounce(a):
     return 0
 
 
-def checksum(data):
-    if len(data) % 2:
-        data += b"\0"
-    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while total >> 16:
-        total = (total & 0xFFFF) + (total >> 16)
-    return ~total & 0xFFFF
+def inet_csum(b):
+    """The Internet checksum's folded one's-complement sum of b (RFC 1071): 0xFFFF
+    over bytes whose checksum field is right; a checksum to write is its complement."""
+    if len(b) % 2:
+        b += b"\0"
+    s = sum(struct.unpack(f"!{len(b) // 2}H", b))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return s
 
 
 def ping(a):
@@ -284,7 +286,7 @@ def ping(a):
             body = (struct.pack("!d", now) + b"ebpf-masq lab ping ").ljust(56, b".")  # 56: as iputils
             hdr = struct.pack("!BBHHH", request, 0, 0, ident, seq)
             if not v6:
-                hdr = struct.pack("!BBHHH", request, 0, checksum(hdr + body), ident, seq)
+                hdr = struct.pack("!BBHHH", request, 0, ~inet_csum(hdr + body) & 0xFFFF, ident, seq)
             sent_at[seq] = now
             try:
                 s.sendto(hdr + body, (host, 0))
