@@ -1,7 +1,9 @@
 //! The real pinned programs (uplink egress/ingress, veth ingress) run on crafted
-//! packets with BPF_PROG_TEST_RUN. Every test loads its own data plane under a
-//! unique /sys/fs/bpf directory, writes the maps directly and checks the verdict,
-//! the output bytes (checksums re-verified from scratch) and the map state.
+//! packets with BPF_PROG_TEST_RUN: SNAT, reverse NAT, pass-through cases, drops,
+//! rules, port allocation, the veth source check. Each test has a data plane of
+//! its own (fresh, or one kept from an earlier test and put back as it was after
+//! its load: main.rs), writes the maps directly and checks the verdict, the output
+//! bytes (checksums re-verified from scratch) and the map state.
 //! Needs root and a bpffs at /sys/fs/bpf; attaches nothing anywhere.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
