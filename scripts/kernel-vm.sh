@@ -29,6 +29,8 @@ kernel=$(ls "$VM"/k61/boot/vmlinuz-6.1.0-* | head -1)
 mods=$(ls -d "$VM"/k61/lib/modules/6.1.0-* | head -1)
 bin=$(scripts/binpath.sh 2>/dev/null || echo "$PWD/target/x86_64-unknown-linux-gnu/release/ebpf-masq")
 [ -x "$bin" ] || cargo build --release --locked
+# What the guest writes, never a previous run's: a guest that does not boot leaves no result.
+rm -f "$VM"/out/result "$VM"/out/run.log "$VM"/out/e2e.result "$VM"/out/e2e.log
 start=$(date +%s)
 "$VM/venv/bin/vng" --run "$kernel" --disable-kvm --cpus 2 --memory 2G --rwdir "$VM/out" \
 	--exec "$PWD/integration/vm/guest.sh $bin $VM/out $mods" >"$VM/out/vng.log" 2>&1 || true

@@ -290,7 +290,7 @@ pub fn fill_shards<F: Family>(pins: &Pins, shards: u32, nat_max_entries: u32) ->
     let data = outer_fd(pins, F::FWD)?;
     let put = |e: std::io::Error| Error::bpf(format!("{}: put in {} shards: {e}", F::FWD, slots.len()));
     match super::sys::update_batch(data.fd().as_fd(), &slots, &fds) {
-        // Before Linux 6.x an array of maps has no batch update (ENOTSUPP, 524, on 5.15):
+        // 5.15 has no batch update for an array of maps (ENOTSUPP, 524; 6.1 has one):
         // one update a slot, each waiting for its own grace period.
         Err(e) if e.raw_os_error() == Some(ENOTSUPP) => {
             for (slot, fd) in slots.iter().zip(&fds) {
