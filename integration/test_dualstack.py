@@ -55,7 +55,7 @@ def test_ext_sees_node_ipv6_address(dual, dual_pod):
     with dual.ext.capture("eth0", "ip6 and not src host " + EXT6) as everything, \
             dual.ext.capture("eth0", ECHO6) as echo:
         p = ping(pod.ns, EXT6, count=3)
-        assert ping_ok(p, 3), p.stdout + p.stderr
+        assert ping_ok(p, 3), p
         rc, res = pod.ns.client("tcp", EXT6, 5000, bytes=2 * 2**20, timeout=30)
         assert rc == 0, res
         rc, res_udp = pod.ns.client("udp", EXT6, 5001, bytes=1000)
@@ -76,7 +76,7 @@ def test_native_sees_pod_ipv6_address(dual, dual_pod):
     ext_udp = dual.ext.server("udp", 5001, family="dual")
     with dual.native.capture("eth0", ECHO6) as cap:
         p = ping(pod.ns, NATIVE6, count=3)
-        assert ping_ok(p, 3), p.stdout + p.stderr
+        assert ping_ok(p, 3), p
     assert sources(cap) == {v6: 3}
     for srv in (tcp, udp):
         rc, res = pod.ns.client(srv.proto, NATIVE6, srv.port)
@@ -97,7 +97,7 @@ def test_ipv4_and_ipv6_at_the_same_time(dual, plugin, dual_pod):
     procs = {fam: pod.ns.client_bg("tcp", dst, 5000, bytes=mb, timeout=60) for fam, dst in (("v4", EXT), ("v6", EXT6))}
     p4, p6 = ping(pod.ns, EXT, count=5, interval=0.05), ping(pod.ns, EXT6, count=5, interval=0.05)
     results = {fam: pod.ns.client_result(p, timeout=120) for fam, p in procs.items()}
-    assert ping_ok(p4, 5) and ping_ok(p6, 5), p4.stdout + p6.stdout
+    assert ping_ok(p4, 5) and ping_ok(p6, 5), (p4, p6)
     for fam, (rc, res) in results.items():
         assert rc == 0 and res["ok"], (fam, res)
     done = {d["addr"]: d for d in tcp.records("done")}
@@ -168,11 +168,11 @@ def test_link_local_sources_still_work(dual, plugin, dual_pod):
     gw_ll, pod_ll = link_local(dual.node, "cni0"), link_local(pod.ns, "eth0")
     pod.ns.ip("-6", "neigh", "flush", "dev", "eth0")
     p = ping(pod.ns, f"{gw_ll}%eth0", count=3)  # link-local source, NS/NA first
-    assert ping_ok(p, 3), p.stdout + p.stderr
+    assert ping_ok(p, 3), p
     p = ping(dual.node, f"{pod_ll}%cni0", count=3)  # the pod answers from its link-local address
-    assert ping_ok(p, 3), p.stdout + p.stderr
+    assert ping_ok(p, 3), p
     p = ping(pod.ns, EXT6, count=2)  # and its global traffic resolves the gateway as usual
-    assert ping_ok(p, 2), p.stdout + p.stderr
+    assert ping_ok(p, 2), p
     neigh = pod.ns.ip("-6", "neigh", "show", "dev", "eth0").stdout
     assert gw_ll in neigh and "lladdr" in neigh, neigh
     s = dual.status(plugin)
@@ -196,7 +196,7 @@ def test_ipv6_fast_path(dual, plugin):
     c0, f0 = counters(dual, plugin)[0], forwarded6(dual.node)
     with dual.ext.capture("eth0", ECHO6) as echo:
         p = ping(pod.ns, EXT6, count=5)
-        assert ping_ok(p, 5), p.stdout + p.stderr
+        assert ping_ok(p, 5), p
         rc, res = pod.ns.client("tcp", EXT6, 5000, bytes=2 * 2**20, timeout=30)
         assert rc == 0 and res["ok"], res
         rc, res_udp = pod.ns.client("udp", EXT6, 5001, bytes=1000)

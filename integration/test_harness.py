@@ -1,4 +1,8 @@
 """Checks of the test topology itself, with the reference bridge plugin only (no ebpf-masq)."""
+import os
+import signal
+import threading
+
 from lab.netlab import Topo
 
 
@@ -38,3 +42,22 @@ def test_harness_bridge_no_masq(topo):
     assert rc == 0, res
     assert tcp_native.addrs("done") == {pod.ip}
     assert net.delete(pod.ns).returncode == 0
+
+
+def test_capture_keeps_packets_tcpdump_had_not_written_yet(topo):
+    """A capture holds every packet the device carried even when tcpdump lags behind
+    (held here with SIGSTOP, as a busy machine can hold it): leaving the capture waits
+    until tcpdump has written all its socket took, instead of stopping it at once."""
+    net = topo.network([topo.bridge_plugin(ip_masq=True)])
+    pod = net.add(topo.pod_ns())
+    with topo.ext.capture("eth0", "icmp[icmptype] = icmp-echo") as cap:
+        os.kill(cap.proc.pid, signal.SIGSTOP)
+        resume = threading.Timer(1.0, os.kill, (cap.proc.pid, signal.SIGCONT))
+        try:
+            assert pod.ns.ping(Topo.EXT, count=20, interval=0.01) == (0, 0.0)
+            resume.start()  # tcpdump is still held when the capture is left
+        except BaseException:
+            os.kill(cap.proc.pid, signal.SIGCONT)
+            raise
+    resume.join()
+    assert cap.sources() == {Topo.NODE_EXT: 20}

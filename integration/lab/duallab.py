@@ -76,18 +76,37 @@ class Bounce:
         return json.loads(out)
 
 
-def ping(ns, dst, count=3, size=None, ttl=None, interval=0.2):
-    """iputils ping (either family); returns the CompletedProcess (never raises)."""
-    cmd = ["ping", "-n", "-c", count, "-i", interval, "-W", 2]
+class Ping:
+    """What peer.py ping saw: rc, sent, received, reply_bytes (each reply's ICMP length),
+    errors (the ICMP errors quoting a request: from, type, code, seq)."""
+
+    def __init__(self, proc):
+        got = json.loads(proc.stdout or "{}")
+        self.rc, self.text = proc.returncode, (proc.stdout + proc.stderr).strip()
+        self.sent, self.received = got.get("sent", 0), got.get("received", 0)
+        self.reply_bytes, self.errors = got.get("reply_bytes", []), got.get("errors", [])
+
+    def __repr__(self):
+        return f"ping rc {self.rc}: {self.text}"
+
+
+def ping(ns, dst, count=3, size=None, ttl=None, interval=0.2, df=True):
+    """ICMP echo with peer.py ping (either family; dst may carry a scope, fe80::1%eth0):
+    every reply within 2 s of the last request counts, however late under load (iputils
+    waits twice the largest round trip). df=False: IPv4 without Don't Fragment."""
+    cmd = [PY, PEER, "ping", "--host", dst, "--count", count, "--interval", interval, "--wait", 2]
     if size is not None:
-        cmd += ["-s", size]
+        cmd += ["--size", size]
     if ttl is not None:
-        cmd += ["-t", ttl]
-    return ns.exec([*cmd, dst], check=False, timeout=count * interval + 60)
+        cmd += ["--ttl", ttl]
+    if not df:
+        cmd += ["--no-df"]
+    return Ping(ns.exec(cmd, check=False, timeout=count * interval + 60))
 
 
 def ping_ok(p, count):
-    return p.returncode == 0 and f"{count} received" in p.stdout
+    """Every one of count requests answered, by a reply, and none more."""
+    return p.rc == 0 and p.sent == count and p.received == count
 
 
 def sources(cap):

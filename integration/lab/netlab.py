@@ -184,10 +184,15 @@ class Capture:
     def __init__(self, ns, dev, bpf_filter):
         self.ns, self.dev, self.filter = ns, dev, bpf_filter
         self.pcap = ns.lab.tmp / f"cap-{ns.name}-{dev}-{secrets.token_hex(2)}.pcap"
-        self.proc = None
+        self.proc, self.dropped = None, 0
 
     def __enter__(self):
-        self.proc = self.ns.spawn(["tcpdump", "-n", "-U", "--immediate-mode", "-i", self.dev, "-w", self.pcap, self.filter])
+        # The ring must hold what a busy machine keeps tcpdump from reading: its default
+        # (2 MiB, in slots as large as the snapshot length, 64 KiB+ for a veth's GRO
+        # aggregates) held 32 packets. -s 1600 keeps every packet of a 1500-byte MTU
+        # whole (an aggregate's headers only) and -B 16 MiB makes that ~10,000 slots.
+        self.proc = self.ns.spawn(["tcpdump", "-n", "-U", "--immediate-mode", "-s", 1600, "-B", 16384,
+                                   "-i", self.dev, "-w", self.pcap, self.filter])
         deadline, err = time.monotonic() + 10, ""
         while "listening on" not in err:  # tcpdump says so once the capture is live
             assert time.monotonic() < deadline and self.proc.poll() is None, f"tcpdump did not start: {err}"
@@ -195,11 +200,40 @@ class Capture:
                 err += os.read(self.proc.stderr.fileno(), 4096).decode(errors="replace")
         return self
 
+    STATS = re.compile(r"(\d+) packets? captured, (\d+) packets? received by filter, (\d+) packets? dropped by kernel")
+
     def __exit__(self, *exc):
-        time.sleep(0.3)  # let in-flight packets land
-        self.ns.lab.stop(self.proc, signal.SIGINT)
+        time.sleep(0.3)  # let packets still on their way reach the device
+        try:
+            if exc[0] is None:
+                self.drain()
+        finally:
+            self.ns.lab.stop(self.proc, signal.SIGINT)
+
+    def drain(self):
+        """Wait until tcpdump has written every packet its socket took. On SIGINT tcpdump
+        stops at once and loses what is still in its ring, which a busy machine can leave
+        there; SIGUSR1 makes it print its counts without stopping. (The devices captured
+        here are veths and TUNs, where the kernel counts each packet once, as tcpdump does.)"""
+        deadline, err = time.monotonic() + 20, ""
+        while True:
+            self.proc.send_signal(signal.SIGUSR1)
+            counts = None
+            while counts is None:
+                assert time.monotonic() < deadline and self.proc.poll() is None, f"tcpdump gave no counts: {err}"
+                if select.select([self.proc.stderr], [], [], 0.1)[0]:
+                    err += os.read(self.proc.stderr.fileno(), 4096).decode(errors="replace")
+                    found = self.STATS.findall(err)
+                    if found:
+                        counts, err = [int(n) for n in found[-1]], ""
+            captured, received, self.dropped = counts
+            if captured + self.dropped >= received:  # the kernel counts what it dropped as received
+                return
+            assert time.monotonic() < deadline, f"tcpdump wrote {captured} of {received} packets"
+            time.sleep(0.05)
 
     def packets(self):
+        assert not self.dropped, f"the capture on {self.dev} is incomplete: its ring was full {self.dropped} times"
         from scapy.all import rdpcap  # slow import; only where needed
         return list(rdpcap(str(self.pcap)))
 

@@ -20,13 +20,17 @@
       UDP: waits for one datagram, then after --wait answers it with --size
       bytes, from a socket connected to the sender with RECVERR, and prints the
       errors that came back (port unreachable, fragmentation needed...).
-  peer.py ping   --host H [--count C] [--interval I] [--wait W]
-      ICMP echo (either family) from a raw socket: C requests, one every I
-      seconds, then waits until every reply is in or W seconds have passed since
-      the last request. Prints one JSON line (sent, received, the largest round
-      trip); exits 0 if any reply came. Unlike iputils ping, which after its last
-      request waits only twice the largest round trip seen so far, a reply that is
-      late under CPU load is counted as received, not lost.
+  peer.py ping   --host H [--count C] [--interval I] [--wait W] [--size N] [--ttl N] [--no-df]
+      ICMP echo (either family; H may carry a scope, fe80::1%eth0) from a raw
+      socket: C requests with N bytes of payload (56 unless told, as iputils),
+      one every I seconds, then waits until every request is answered (by a
+      reply or an ICMP error quoting it) or W seconds have passed since the last
+      request. Prints one JSON line: sent, received, the largest round trip, the
+      ICMP length of each reply, and the ICMP errors that quote a request (from,
+      type, code, seq); exits 0 if any reply came. Unlike iputils ping, which
+      after its last request waits only twice the largest round trip seen so far,
+      a reply that is late under CPU load is counted as received, not lost.
+      --no-df: IPv4 without Don't Fragment (iputils -M dont).
 """
 import argparse
 import hashlib
@@ -266,36 +270,43 @@ def inet_csum(b):
 
 
 def ping(a):
-    """ICMP echo requests at a fixed interval; counts the matching replies."""
+    """ICMP echo requests at a fixed interval; counts the matching replies and the
+    ICMP errors that quote a request."""
     v6 = family_of(a.host) == socket.AF_INET6
     if v6:  # the kernel fills in the ICMPv6 checksum of a raw ICMPv6 socket
         s = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6)
-        request, reply = 128, 129
+        request, reply, errors = 128, 129, (1, 2, 3, 4)
+        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_UNICAST_HOPS, a.ttl)
+        dest = socket.getaddrinfo(a.host, None, socket.AF_INET6, socket.SOCK_RAW)[0][4]  # with its scope
     else:
         s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
-        request, reply = 8, 0
+        request, reply, errors = 8, 0, (3, 11, 12)
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, a.ttl)
+        if a.no_df:
+            s.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DONT)
+        dest = (a.host, 0)
     ident = int.from_bytes(os.urandom(2), "big")
     host = norm(a.host)
-    sent_at, rtts = {}, {}
+    sent_at, rtts, sizes, errs = {}, {}, [], []
     start = time.monotonic()
     deadline = None
     while True:
         now = time.monotonic()
         if len(sent_at) < a.count and now >= start + len(sent_at) * a.interval:
             seq = len(sent_at) + 1
-            body = (struct.pack("!d", now) + b"ebpf-masq lab ping ").ljust(56, b".")  # 56: as iputils
+            body = (struct.pack("!d", now) + b"ebpf-masq lab ping ").ljust(a.size, b".")[:a.size]
             hdr = struct.pack("!BBHHH", request, 0, 0, ident, seq)
             if not v6:
                 hdr = struct.pack("!BBHHH", request, 0, ~inet_csum(hdr + body) & 0xFFFF, ident, seq)
             sent_at[seq] = now
             try:
-                s.sendto(hdr + body, (host, 0))
+                s.sendto(hdr + body, dest)
             except OSError:  # unreachable: counted as lost, as iputils counts it
                 pass
             if len(sent_at) == a.count:
                 deadline = now + a.wait
             continue
-        if len(rtts) == a.count or (deadline is not None and now >= deadline):
+        if len(rtts) + len(errs) >= a.count or (deadline is not None and now >= deadline):
             break
         until = deadline if deadline is not None else start + len(sent_at) * a.interval
         s.settimeout(max(until - now, 0.0005))
@@ -303,17 +314,39 @@ def ping(a):
             data, peer = s.recvfrom(65535)
         except socket.timeout:
             continue
-        if norm(peer[0]) != host:
-            continue
         icmp = data if v6 else data[(data[0] & 0x0F) * 4:]
         if len(icmp) < 8:
             continue
-        kind, _, _, rid, rseq = struct.unpack("!BBHHH", icmp[:8])
-        if kind == reply and rid == ident and rseq in sent_at and rseq not in rtts:
+        kind, code, _, rid, rseq = struct.unpack("!BBHHH", icmp[:8])
+        if kind == reply and norm(peer[0]) == host and rid == ident and rseq in sent_at and rseq not in rtts:
             rtts[rseq] = time.monotonic() - sent_at[rseq]
+            sizes.append(len(icmp))
+        elif kind in errors:
+            quoted = quoted_echo(icmp[8:], v6)
+            if quoted is not None and quoted[0] == host and quoted[1:3] == (request, ident):
+                errs.append({"from": norm(peer[0]), "type": kind, "code": code, "seq": quoted[3]})
     print(json.dumps({"host": host, "sent": len(sent_at), "received": len(rtts),
-                      "rtt_max_ms": round(max(rtts.values(), default=0) * 1000, 3)}), flush=True)
+                      "rtt_max_ms": round(max(rtts.values(), default=0) * 1000, 3),
+                      "reply_bytes": sizes, "errors": errs}), flush=True)
     return 0 if rtts else 1
+
+
+IP_MTU_DISCOVER, IP_PMTUDISC_DONT = 10, 0  # linux/in.h (Python's socket module lacks them)
+
+
+def quoted_echo(q, v6):
+    """(destination, ICMP type, id, seq) of the echo request an ICMP error quotes, or None."""
+    if v6:
+        if len(q) < 48 or q[6] != socket.IPPROTO_ICMPV6:
+            return None
+        dst, inner = socket.inet_ntop(socket.AF_INET6, q[24:40]), q[40:48]
+    else:
+        ihl = (q[0] & 0x0F) * 4 if q else 0
+        if len(q) < ihl + 8 or ihl < 20 or q[9] != socket.IPPROTO_ICMP:
+            return None
+        dst, inner = socket.inet_ntop(socket.AF_INET, q[16:20]), q[ihl:ihl + 8]
+    kind, _, _, rid, rseq = struct.unpack("!BBHHH", inner)
+    return norm(dst), kind, rid, rseq
 
 
 def main():
@@ -330,13 +363,16 @@ def main():
     p.add_argument("--timeout", type=float, default=10.0)
     p.add_argument("--ttl", type=int, default=64)
     p.add_argument("--count", type=int, default=3)
-    p.add_argument("--size", type=int, default=100)
+    p.add_argument("--size", type=int)  # probe, bounce: 100 unless told; ping: 56
     p.add_argument("--df", action="store_true")
+    p.add_argument("--no-df", action="store_true")
     p.add_argument("--wait", type=float, default=0.5)
     p.add_argument("--interval", type=float, default=0.2)
     a = p.parse_args()
     if a.mode != "ping" and a.port is None:
         p.error(f"{a.mode} needs --port")
+    if a.size is None:
+        a.size = 56 if a.mode == "ping" else 100
     return {"serve": serve, "client": client, "probe": probe, "bounce": bounce, "ping": ping}[a.mode](a)
 
 
