@@ -39,6 +39,7 @@
 #define NEXTHDR_FRAGMENT 44
 #define NEXTHDR_AUTH 51
 #define NEXTHDR_DEST 60
+#define NEXTHDR_NONE 59
 struct icmphdr {
 	__u8 type;
 	__u8 code;

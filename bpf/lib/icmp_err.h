@@ -23,6 +23,8 @@ static __always_inline int inner_port_rewrite(struct __sk_buff *skb, __u8 proto,
 	struct l4_offsets o;
 	__be16 c_old, c_new;
 
+	if (!l4_has_ports(proto))
+		return 0; /* GRE, ESP...: no port, and nothing of theirs covers the addresses */
 	l4_offsets(proto, l4_off, src, &o);
 	if (csum_ok) {
 		if (load_csum(skb, o.csum, &c_old))

@@ -67,8 +67,29 @@ static __always_inline int parse_inner_l4(struct __sk_buff *skb, __u8 proto, boo
 	return 0;
 }
 
-/* parse_inner4 - the IPv4 packet quoted by the ICMP error of @f. */
-static __always_inline int parse_inner4(struct __sk_buff *skb, const struct flow4 *f, struct inner4 *in)
+/*
+ * inner_by_address - @ret, parse_inner_l4's answer, for a quoted packet of a
+ * protocol translated by address alone (GRE, ESP...): parsed, ports 0 (parse_l4
+ * left them so), when @by_address.
+ */
+static __always_inline int inner_by_address(int ret, bool by_address, __u8 proto, __u8 *echo, __u8 *csum_ok)
+{
+	if (ret && by_address && l4_by_address(proto)) {
+		*echo = 0;
+		*csum_ok = 0;
+		return 0;
+	}
+	return ret;
+}
+
+/*
+ * parse_inner4 - the IPv4 packet quoted by the ICMP error of @f. @by_address: a
+ * quoted packet of a protocol translated by address alone (GRE, ESP...) is parsed
+ * too (uplink ingress: the errors about a pod's packets; a pod's own errors about
+ * such packets are not translated).
+ */
+static __always_inline int parse_inner4(struct __sk_buff *skb, const struct flow4 *f, struct inner4 *in,
+					bool by_address)
 {
 	struct iphdr ip;
 
@@ -81,8 +102,9 @@ static __always_inline int parse_inner4(struct __sk_buff *skb, const struct flow
 	in->saddr = ip.saddr;
 	in->daddr = ip.daddr;
 	in->proto = ip.protocol;
-	return parse_inner_l4(skb, ip.protocol, false, in->l4_off, &in->sport, &in->dport, &in->echo,
-			      &in->l4_csum_ok);
+	return inner_by_address(parse_inner_l4(skb, ip.protocol, false, in->l4_off, &in->sport, &in->dport,
+					       &in->echo, &in->l4_csum_ok),
+				by_address, ip.protocol, &in->echo, &in->l4_csum_ok);
 }
 
 /*
@@ -91,7 +113,8 @@ static __always_inline int parse_inner4(struct __sk_buff *skb, const struct flow
  * first fragment, Fragment header and all. A quoted later fragment carries no
  * ports and is not translated.
  */
-static __always_inline int parse_inner6(struct __sk_buff *skb, const struct flow6 *f, struct inner6 *in)
+static __always_inline int parse_inner6(struct __sk_buff *skb, const struct flow6 *f, struct inner6 *in,
+					bool by_address)
 {
 	struct ipv6hdr ip6;
 	struct ipv6_walk w = {};
@@ -110,8 +133,9 @@ static __always_inline int parse_inner6(struct __sk_buff *skb, const struct flow
 	in->saddr = ip6.saddr;
 	in->daddr = ip6.daddr;
 	in->proto = w.nexthdr;
-	return parse_inner_l4(skb, w.nexthdr, true, in->l4_off, &in->sport, &in->dport, &in->echo,
-			      &in->l4_csum_ok);
+	return inner_by_address(parse_inner_l4(skb, w.nexthdr, true, in->l4_off, &in->sport, &in->dport,
+					       &in->echo, &in->l4_csum_ok),
+				by_address, w.nexthdr, &in->echo, &in->l4_csum_ok);
 }
 
 /*

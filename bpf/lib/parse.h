@@ -93,6 +93,41 @@ static __always_inline int load_hdr(struct __sk_buff *skb, __u32 off, void *buf,
 	return 0;
 }
 
+/*
+ * l4_has_ports - a protocol whose pairs are keyed and translated by port (or echo
+ * id): TCP, UDP, ICMP(v6). Any other protocol parsed as L4_OK (l4_by_address) is
+ * keyed with ports 0 and translated by address alone.
+ */
+static __always_inline bool l4_has_ports(__u8 proto)
+{
+	return proto == IPPROTO_TCP || proto == IPPROTO_UDP || proto == IPPROTO_ICMP || proto == IPPROTO_ICMPV6;
+}
+
+/*
+ * l4_by_address - a protocol masqueraded by address alone, as netfilter's generic
+ * handling does (GRE, ESP, AH, IPIP, ...: nf_nat_core can change nothing else
+ * of theirs). Not SCTP, DCCP and UDP-Lite: netfilter translates their ports,
+ * and DCCP's and UDP-Lite's checksums cover the addresses; they stay refused
+ * (DROP_UNSUPPORTED_PROTO). Nor IPv6 extension headers past those walked.
+ */
+static __always_inline bool l4_by_address(__u8 proto)
+{
+	return proto != IPPROTO_SCTP && proto != IPPROTO_DCCP && proto != IPPROTO_UDPLITE &&
+	       proto != IPPROTO_ICMP && proto != IPPROTO_ICMPV6 && proto != NEXTHDR_HOP &&
+	       proto != NEXTHDR_ROUTING && proto != NEXTHDR_DEST && proto != NEXTHDR_FRAGMENT &&
+	       proto != NEXTHDR_NONE;
+}
+
+/*
+ * l4_generic - a packet of a protocol masqueraded by address alone is L4_OK with
+ * ports 0 (parse_l4 leaves every protocol it does not know L4_UNSUPPORTED).
+ */
+static __always_inline void l4_generic(__u8 proto, __u8 *l4)
+{
+	if (*l4 == L4_UNSUPPORTED && l4_by_address(proto))
+		*l4 = L4_OK;
+}
+
 /* ICMP echo request/reply ids, errors, and the rest, for either family. */
 static __always_inline void classify_icmp(__u8 type, __be16 id, bool v6, __be16 *sport, __be16 *dport, __u8 *l4)
 {
@@ -163,7 +198,7 @@ static __always_inline void parse_l4(struct __sk_buff *skb, __u32 l4_off, __u8 p
 		classify_icmp(hdr[0], *(__be16 *)&hdr[4], v6, sport, dport, l4);
 		return;
 	default:
-		*l4 = L4_UNSUPPORTED;
+		*l4 = L4_UNSUPPORTED; /* parse_flow4, parse_flow6: perhaps by address (l4_generic) */
 	}
 }
 
@@ -248,6 +283,7 @@ static __always_inline int parse_flow4(struct __sk_buff *skb, __u32 l3_off, stru
 					   &f->sport, &f->dport, &f->tcp_flags, &f->l4))
 		return 0;
 	parse_l4(skb, f->l4_off, f->proto, false, &f->sport, &f->dport, &f->tcp_flags, &f->icmp_type, &f->l4);
+	l4_generic(f->proto, &f->l4);
 	return 0;
 }
 
@@ -356,6 +392,7 @@ static __noinline int parse_flow6(struct __sk_buff *skb, __u32 l3_off, struct fl
 			    &f->sport, &f->dport, &f->tcp_flags, &f->l4))
 		return 0;
 	parse_l4(skb, w.off, w.nexthdr, true, &f->sport, &f->dport, &f->tcp_flags, &f->icmp_type, &f->l4);
+	l4_generic(f->proto, &f->l4);
 	return 0;
 }
 

@@ -43,6 +43,33 @@ static __always_inline void *rewrite_window(struct __sk_buff *skb, __u32 l3_off,
 }
 
 /*
+ * Address only: a later fragment carries no L4 header (the first one's checksum
+ * covers it), and a protocol without ports (l4_by_address) has no checksum over
+ * the addresses: GRE's and ESP's cover their own header and payload alone.
+ */
+static __always_inline int nat4_rewrite_addr(struct __sk_buff *skb, const struct flow4 *f, bool src,
+					     const __be32 *new_addr_p)
+{
+	__be32 new_addr = *new_addr_p;
+	__be32 old_addr = src ? f->saddr : f->daddr;
+	__u32 addr_off = f->l3_off + (src ? offsetof(struct iphdr, saddr) : offsetof(struct iphdr, daddr));
+
+	if (bpf_l3_csum_replace(skb, f->l3_off + offsetof(struct iphdr, check), old_addr, new_addr,
+				sizeof(new_addr)))
+		return -1;
+	return bpf_skb_store_bytes(skb, addr_off, &new_addr, sizeof(new_addr), 0);
+}
+
+static __always_inline int nat6_rewrite_addr(struct __sk_buff *skb, const struct flow6 *f, bool src,
+					     const struct in6_addr *new_addr)
+{
+	__u32 addr_off = f->l3_off + (src ? offsetof(struct ipv6hdr, saddr) : offsetof(struct ipv6hdr, daddr));
+	struct in6_addr a = *new_addr;
+
+	return bpf_skb_store_bytes(skb, addr_off, &a, sizeof(a), 0);
+}
+
+/*
  * nat4_rewrite - replace the source (@src) or destination address and port.
  * The L4 checksum goes through bpf_l4_csum_replace (it alone knows whether the
  * skb is CHECKSUM_PARTIAL or COMPLETE); the IPv4 header checksum is folded here,
@@ -62,6 +89,8 @@ static __always_inline int nat4_rewrite(struct __sk_buff *skb, const struct flow
 	struct iphdr *ip;
 	__be16 *port;
 
+	if (!l4_has_ports(f->proto))
+		return nat4_rewrite_addr(skb, f, src, new_addr_p);
 	l4_offsets(f->proto, f->l4_off, src, &o);
 	if (f->proto != IPPROTO_ICMP &&
 	    bpf_l4_csum_replace(skb, o.csum, old_addr, new_addr, BPF_F_PSEUDO_HDR | o.flags | sizeof(new_addr)))
@@ -90,29 +119,6 @@ static __always_inline int nat4_rewrite(struct __sk_buff *skb, const struct flow
 				   &new_addr, sizeof(new_addr), 0);
 }
 
-/* Address only: a later fragment carries no L4 header (the first one's checksum covers it). */
-static __always_inline int nat4_rewrite_addr(struct __sk_buff *skb, const struct flow4 *f, bool src,
-					     const __be32 *new_addr_p)
-{
-	__be32 new_addr = *new_addr_p;
-	__be32 old_addr = src ? f->saddr : f->daddr;
-	__u32 addr_off = f->l3_off + (src ? offsetof(struct iphdr, saddr) : offsetof(struct iphdr, daddr));
-
-	if (bpf_l3_csum_replace(skb, f->l3_off + offsetof(struct iphdr, check), old_addr, new_addr,
-				sizeof(new_addr)))
-		return -1;
-	return bpf_skb_store_bytes(skb, addr_off, &new_addr, sizeof(new_addr), 0);
-}
-
-static __always_inline int nat6_rewrite_addr(struct __sk_buff *skb, const struct flow6 *f, bool src,
-					     const struct in6_addr *new_addr)
-{
-	__u32 addr_off = f->l3_off + (src ? offsetof(struct ipv6hdr, saddr) : offsetof(struct ipv6hdr, daddr));
-	struct in6_addr a = *new_addr;
-
-	return bpf_skb_store_bytes(skb, addr_off, &a, sizeof(a), 0);
-}
-
 /*
  * nat6_rewrite - the IPv6 counterpart of nat4_rewrite: the L4 checksum through
  * bpf_l4_csum_replace (pseudo-header address change, then the port), the new
@@ -129,6 +135,8 @@ static __noinline int nat6_rewrite(struct __sk_buff *skb, const struct flow6 *f,
 	struct ipv6hdr *ip6;
 	__be16 *port;
 
+	if (!l4_has_ports(f->proto))
+		return nat6_rewrite_addr(skb, f, src, new_addr);
 	l4_offsets(f->proto, f->l4_off, src, &o);
 	/* Every IPv6 L4 checksum, ICMPv6's included, covers the pseudo-header. */
 	if (bpf_l4_csum_replace(skb, o.csum, 0, csum_diff6_inline(old_addr, new_addr), BPF_F_PSEUDO_HDR | o.flags))

@@ -72,7 +72,7 @@ __attribute__((noinline)) int NAT_FN(icmp_err_egress)(struct __sk_buff *skb, con
 
 	if (!skb || !f)
 		return NAT_NOT_OURS;
-	if (PARSE_INNER(skb, f, &in))
+	if (PARSE_INNER(skb, f, &in, false))
 		return NAT_NOT_OURS;
 	KEY_T fk = {
 		.saddr = in.daddr, .daddr = in.saddr,
@@ -135,6 +135,9 @@ static __noinline int NAT_FN(host_egress)(struct __sk_buff *skb, const FLOW_T *f
 	}
 	if (f->proto == ICMP_PROTO)
 		return f->icmp_type == ECHO_REQUEST ? NAT_HOST_NEW : MASQ_PASS;
+	/* GRE, ESP...: a host flow has no other tuple to take, so it is never tracked. */
+	if (!l4_has_ports(f->proto))
+		return MASQ_PASS;
 	/* A host TCP connection can only meet a pod's tuple with its first segment:
 	 * from connect() on, its socket is hashed, and a pod's claim sees it. */
 	if (f->proto == IPPROTO_TCP && (f->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) != TCP_FLAG_SYN)

@@ -408,6 +408,81 @@ over_limit:
 }
 
 /*
+ * claim_by_address - the claim of a pair translated by address alone: its one
+ * reverse key {remote, nat address, protocol}, ports 0, claimed as try_port claims
+ * a port (free, or its pair expired: the stale pair goes).
+ */
+/* claim_by_address_v4, claim_by_address_v6 */
+static __noinline void NAT_FN(claim_by_address)(struct NAT_FN(probe) *p)
+{
+	const struct node_config *cfg = bpf_map_lookup_elem(&node_config, &nat_zero_key);
+
+	if (cfg)
+		NAT_FN(try_port)(p, 0, cfg);
+}
+
+/*
+ * addr_make_pair - snat_make_pair for a protocol without ports (GRE, ESP...),
+ * masqueraded by address alone as netfilter's generic handling does: the pair is
+ * the one reverse key {remote, nat address, protocol}, or there is none. Another
+ * source's live pair there refuses the flow (DROP_NO_PORT, counted as a refusal
+ * for want of a port) until it expires, as netfilter drops the clash at conntrack
+ * confirm. No port search, binding, port limit, share or open mapping: none of
+ * them means anything without ports. A global function of its own, so
+ * snat_make_pair's frame, on the deepest call chains, stays as it is.
+ */
+/* addr_make_pair_v4, addr_make_pair_v6 */
+__attribute__((noinline)) int NAT_FN(addr_make_pair)(struct __sk_buff *skb, const FLOW_T *f, const DEC_T *d,
+					       __u64 now)
+{
+	struct NAT_FN(probe) p = {};
+	void *shard;
+	long err;
+
+	if (!skb || !f || !d)
+		return DROP_NAT_INSERT;
+	p.fk.saddr = f->saddr;
+	p.fk.daddr = f->daddr;
+	p.fk.proto = f->proto;
+	p.rk.saddr = f->daddr;
+	p.rk.daddr = d->nat_addr;
+	p.rk.proto = f->proto;
+	p.e.addr = f->saddr;
+	p.e.flags = (d->verdict == VERDICT_RULE ? NAT_F_BY_RULE : 0) | d->nat_flags;
+	p.e.ifindex = d->ifindex;
+	p.e.rule_id = d->rule_id;
+	p.e.policy = d->policy;
+	p.e.created_ns = bpf_ktime_get_ns();
+	p.e.last_seen_ns = now;
+	p.skb = skb;
+	NAT_FN(claim_by_address)(&p);
+	if (p.full)
+		return DROP_NAT_FULL;
+	if (!p.claimed) {
+		count_add(CNT_ALLOC_FAIL, 1);
+		NAT_FN(refused)(&f->saddr, REFUSED_NO_PORT);
+		NAT_FN(event_pair)(EV_WHAT(EV_REFUSED_NO_PORT, 0, d->policy), &p.fk, NULL, NULL, &p.rk);
+		return DROP_NO_PORT;
+	}
+	p.e.addr = d->nat_addr;
+	p.e.port = 0;
+	shard = NAT_FWD_SHARD(&MAP_FWD, &p.fk, SHARD_FN);
+	err = shard ? bpf_map_update_elem(shard, &p.fk, &p.e, BPF_NOEXIST) : -ENOENT;
+	if (err) {
+		/* As snat_make_pair: made meanwhile by another CPU, or no room. */
+		bpf_map_delete_elem(&MAP_REV, &p.rk);
+		if (err == -EEXIST)
+			return NAT_PAIR_MADE;
+		return err == -E2BIG ? DROP_NAT_FULL : DROP_NAT_INSERT;
+	}
+	count_add(CNT_NAT_CREATED, 1);
+	NAT_FN(event_made)(&p.fk, &p.e, &p.rk, d->policy);
+	policy_count_flow(d->policy);
+	nat_gc_ensure(NAT_IS_V6, false);
+	return NAT_PAIR_MADE;
+}
+
+/*
  * The forward half of @f's flow. A call of its own: the key lives in a frame
  * that is gone before snat_make_pair's port search, the deepest chain, runs.
  */
@@ -430,7 +505,7 @@ static __noinline ENTRY_T *NAT_FN(fwd_of)(const FLOW_T *f)
 static __always_inline ENTRY_T *NAT_FN(snat_flow_entry)(struct __sk_buff *skb, const FLOW_T *f, const DEC_T *d,
 						    __u64 now, __u32 *reason)
 {
-	int r = NAT_FN(snat_make_pair)(skb, f, d, now);
+	int r = l4_has_ports(f->proto) ? NAT_FN(snat_make_pair)(skb, f, d, now) : NAT_FN(addr_make_pair)(skb, f, d, now);
 	ENTRY_T *fwd;
 
 	if (r != NAT_PAIR_MADE) {

@@ -9,12 +9,19 @@
 #define MASQ_NAT_PAIR_H
 
 #include "../maps.h"
+#include "../parse.h"
 
 /*
  * A UDP pair with a packet this long after its first is a stream (natTimeouts.udp);
  * before, a one-shot flow (natTimeouts.udpOneShot), as netfilter tells them apart.
  */
 #define NAT_UDP_STREAM_NS (2 * NSEC_PER_SEC)
+
+/*
+ * The idle timeout of a protocol translated by address alone (GRE, ESP...):
+ * netfilter's generic one (nf_conntrack_generic_timeout, 600 s).
+ */
+#define NAT_GENERIC_TIMEOUT_S 600
 
 static __always_inline __u64 nat_timeout_ns(const struct node_config *cfg, __u8 proto, __u8 flags)
 {
@@ -28,7 +35,7 @@ static __always_inline __u64 nat_timeout_ns(const struct node_config *cfg, __u8 
 		s = cfg->udp_timeout_s;
 		break;
 	default:
-		s = cfg->icmp_timeout_s;
+		s = l4_has_ports(proto) ? cfg->icmp_timeout_s : NAT_GENERIC_TIMEOUT_S;
 		break;
 	}
 	return (__u64)s * NSEC_PER_SEC;

@@ -333,14 +333,6 @@ fn truncated_tcp_header_is_dropped() {
 }
 
 #[test]
-fn unsupported_protocol_is_dropped() {
-    let dp = node();
-    dp.egress(&gre(POD, REMOTE)).dropped();
-    assert_eq!(dp.drops(drop::UNSUPPORTED_PROTO), 1);
-    assert!(dp.nat_is_empty());
-}
-
-#[test]
 fn exhausted_port_range_drops() {
     let dp = node();
     dp.set_config(20000, 20000, 3600);

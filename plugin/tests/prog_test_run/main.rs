@@ -24,4 +24,5 @@ mod icmp_frag;
 mod kept;
 mod mapping;
 mod ports;
+mod protocols;
 mod v6;

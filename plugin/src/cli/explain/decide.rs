@@ -7,7 +7,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use super::egress_policy::{self, Outcome, PolicyReason, PolicyRef};
 use super::explanation::{ExclRef, Explanation, FlowRef, PodRef, RuleRef, Verdict, Why};
 use super::lookups::Lookups;
-use super::packet::{parse, OutIf, Packet, Proto, L4};
+use super::packet::{by_address, parse, OutIf, Packet, Proto, L4};
 use crate::{
     bpf::{
         abi::{self, PodInfo, UplinkInfo},
@@ -378,6 +378,25 @@ pub fn explain<L: Lookups>(l: &L, pkt: &Packet, out: &OutIf) -> Result<Explanati
             Why::UnsupportedProtocol,
             format!("dropped (drops.unsupported_protocol): {what} cannot be masqueraded; the policy says {reason}"),
         ));
+    }
+    if l4 == L4::Ok && by_address(proto) {
+        // No ports (GRE, ESP...): one pair per {source, remote, protocol}, its reverse
+        // key {remote, nat address, protocol} (new_pair_tmpl.h claim_by_address).
+        let what = crate::cli::nat_list::proto_name(proto);
+        c.step(format!("protocol {what} has no ports: masqueraded by address alone, as netfilter's generic handling"));
+        let rk = Tuple { saddr: pkt.dst, daddr: nat, sport: 0, dport: 0, proto };
+        match l.nat_rev(&rk)? {
+            Some(held) if held.addr != src => c.notes.push(format!(
+                "{held_by} holds the pair towards {dst} (protocol {what}) on {nat}: this packet is refused                  (drops.no_port) until that pair has been idle for 600 s, as netfilter drops such a clash",
+                held_by = held.addr,
+                dst = pkt.dst
+            )),
+            _ => c.notes.push(format!(
+                "a new NAT pair is made, {nat} towards {dst} for protocol {what}; while it lives, another source's                  packets of that protocol to {dst} are refused (drops.no_port); it ends after 600 s idle",
+                dst = pkt.dst
+            )),
+        }
+        return Ok(c.finish(Verdict::Masquerade, code, reason, Some((nat, None))));
     }
     if cfg.port_min == 0 || cfg.port_max < cfg.port_min {
         c.step(format!("no usable port range ({}-{})", cfg.port_min, cfg.port_max));

@@ -10,6 +10,9 @@ pub const IPPROTO_ICMP: u8 = 1;
 pub const IPPROTO_TCP: u8 = 6;
 pub const IPPROTO_UDP: u8 = 17;
 pub const IPPROTO_ICMPV6: u8 = 58;
+pub const IPPROTO_DCCP: u8 = 33;
+pub const IPPROTO_SCTP: u8 = 132;
+pub const IPPROTO_UDPLITE: u8 = 136;
 pub const ICMP_ECHOREPLY: u8 = 0;
 pub const ICMP_ECHO: u8 = 8;
 pub const ICMPV6_ECHO_REQUEST: u8 = 128;
@@ -123,6 +126,17 @@ pub(super) enum L4 {
     IcmpError,
 }
 
+/// A protocol the data plane masquerades by address alone, as netfilter's generic
+/// handling does (bpf/lib/parse.h l4_by_address): GRE, ESP, AH, IPIP... Not TCP, UDP
+/// and ICMP(v6) (translated by port or echo id), nor SCTP, DCCP and UDP-Lite (refused:
+/// netfilter translates their ports), nor what an IPv6 packet cannot end with.
+pub fn by_address(proto: u8) -> bool {
+    !matches!(
+        proto,
+        IPPROTO_TCP | IPPROTO_UDP | IPPROTO_ICMP | IPPROTO_ICMPV6 | IPPROTO_SCTP | IPPROTO_DCCP | IPPROTO_UDPLITE
+    ) && !matches!(proto, 0 | 43 | 44 | 59 | 60) // hop-by-hop, routing, fragment, no next header, destination options
+}
+
 /// The flow as parse_flow{4,6} fills it: (l4 state, sport, dport). A port is
 /// None when the caller did not give it (the tuple is then incomplete).
 pub(super) fn parse(pkt: &Packet) -> (L4, Option<u16>, Option<u16>) {
@@ -146,6 +160,8 @@ pub(super) fn parse(pkt: &Packet) -> (L4, Option<u16>, Option<u16>) {
                 (L4::Unsupported, Some(0), Some(0))
             }
         }
+        // Ports 0: the data plane keys a protocol without ports by its addresses alone.
+        Proto::Other(p) if by_address(p) => (L4::Ok, Some(0), Some(0)),
         Proto::Other(_) => (L4::Unsupported, Some(0), Some(0)),
     }
 }

@@ -393,7 +393,10 @@ fn exclusions() {
 #[test]
 fn packets_that_cannot_be_translated_are_dropped() {
     let f = node();
-    check(&run(&f, &pkt(POD, EXT, Proto::Other(47)), ETH0), Verdict::Drop, Why::UnsupportedProtocol, "drops.unsupported_protocol");
+    for sctp_dccp_udplite in [132, 33, 136] {
+        let x = run(&f, &pkt(POD, EXT, Proto::Other(sctp_dccp_udplite)), ETH0);
+        check(&x, Verdict::Drop, Why::UnsupportedProtocol, "drops.unsupported_protocol");
+    }
     check(&run(&f, &Packet { icmp_type: Some(13), ..pkt(POD, EXT, Proto::Icmp) }, ETH0), Verdict::Drop, Why::UnsupportedProtocol, "ICMP type 13");
     // An ICMP error quoting nothing of ours is a packet to masquerade that cannot be.
     let x = run(&f, &Packet { icmp_type: Some(3), ..pkt(POD, EXT, Proto::Icmp) }, ETH0);
@@ -404,6 +407,24 @@ fn packets_that_cannot_be_translated_are_dropped() {
     let mut f = node();
     f.config = Some(NodeConfig::default());
     check(&run(&f, &pkt(POD, EXT, Proto::Udp), ETH0), Verdict::Drop, Why::NoPortRange, "drops.no_port");
+}
+
+#[test]
+fn protocols_without_ports_are_masqueraded_by_address() {
+    // GRE, ESP...: one pair per {source, remote, protocol}, keyed with ports 0.
+    let mut f = node();
+    let x = run(&f, &pkt(POD, EXT, Proto::Other(47)), ETH0);
+    check(&x, Verdict::Masquerade, Why::Pod, "masqueraded to 10.0.0.5");
+    assert_eq!((x.address.as_deref(), x.port), (Some("10.0.0.5"), None), "{x:#?}");
+    assert!(x.notes.iter().any(|n| n.contains("a new NAT pair is made, 10.0.0.5 towards 10.0.0.2 for protocol 47")), "{x:#?}");
+    // Its pair, when it has one, is used as it is.
+    f.fwd.push((tuple(0, 0, 50), entry("10.0.0.5", 0, 100)));
+    check(&run(&f, &pkt(POD, EXT, Proto::Other(50)), ETH0), Verdict::Masquerade, Why::ExistingFlow, "10.0.0.5");
+    // Another source holds the remote for the protocol: refused while that pair lives.
+    let held = Tuple { saddr: ip(EXT), daddr: ip("10.0.0.5"), sport: 0, dport: 0, proto: 47 };
+    f.rev.push((held, entry(POD2, 0, 100)));
+    let x = run(&f, &pkt(POD, EXT, Proto::Other(47)), ETH0);
+    assert!(x.notes.iter().any(|n| n.contains("10.244.2.2 holds the pair towards 10.0.0.2 (protocol 47)")), "{x:#?}");
 }
 
 #[test]

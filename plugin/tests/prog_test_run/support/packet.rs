@@ -9,6 +9,7 @@ pub const TCP: u8 = 6;
 pub const UDP: u8 = 17;
 pub const ICMP: u8 = 1;
 pub const GRE: u8 = 47;
+pub const ESP: u8 = 50;
 
 pub const FIN: u8 = 0x01;
 pub const SYN: u8 = 0x02;
