@@ -121,7 +121,9 @@ CASES = [
     # because it is excluded (explained after the ping, with its identifier)
     ("echo-reply", "pod-reply", NATIVE_OTHER, ["icmp", "--icmp-type", "0"], "pinged", "native", "inbound_flow"),
     ("echo-reply-excluded", "pod-reply", NATIVE, ["icmp", "--icmp-type", "0"], "pinged", "native", "native_routing"),
-    ("unsupported-protocol", "pod", EXT, ["47"], "raw47", "ext", "unsupported_protocol"),
+    # GRE: masqueraded by address alone; SCTP: still refused
+    ("pod-ext-gre", "pod", EXT, ["47"], "raw", "ext", "pod"),
+    ("unsupported-protocol", "pod", EXT, ["132"], "raw", "ext", "unsupported_protocol"),
 ]
 
 
@@ -157,8 +159,8 @@ def test_explain_matches_real_packets(world, case):
         flt = f"udp and dst port {extra[extra.index('--dport') + 1]} and dst host {dst}"
     elif how == "pinged":
         flt = f"icmp[icmptype] = icmp-echoreply and dst host {dst}"
-    elif how == "raw47":
-        flt = f"ip proto 47 and dst host {dst}"
+    elif how == "raw":
+        flt = f"ip proto {proto} and dst host {dst}"
     else:
         flt = f"icmp[icmptype] = icmp-echo and dst host {dst}"
     with rx.capture("eth0", flt) as cap:
@@ -166,8 +168,8 @@ def test_explain_matches_real_packets(world, case):
             ping(sender(w, who), dst, src=NODE_NATIVE if who == "node-from-eth1" else None)
         elif how == "udp":
             sender(w, who).exec([PY, "-c", UDP_SEND, dst, extra[extra.index("--dport") + 1], sport])
-        elif how == "raw47":
-            sender(w, who).exec([PY, "-c", RAW_SEND, dst, 47])
+        elif how == "raw":
+            sender(w, who).exec([PY, "-c", RAW_SEND, dst, proto])
         elif how == "pinged":  # the destination pings the pod: the pod's echo replies leave by eth1
             with w.pod.ns.capture("eth0", f"icmp[icmptype] = icmp-echoreply and dst host {dst}") as at_pod:
                 ping(w.topo.native, w.pod.ip, src=dst, ident=ident)
