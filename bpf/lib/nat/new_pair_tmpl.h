@@ -219,6 +219,72 @@ static __noinline void NAT_FN(limit_count)(struct NAT_FN(probe) *p)
 }
 
 /*
+ * fwd_insert - the forward half of the pair whose reverse half @p has just claimed,
+ * to (@nat_addr, the claimed port): 0, or what the new flow gets instead, the port
+ * given back: NAT_PAIR_MADE (another CPU created this flow meanwhile: its pair is
+ * used), DROP_NAT_FULL, DROP_NAT_INSERT (the insert failed for real).
+ */
+/* fwd_insert_v4, fwd_insert_v6 */
+static __always_inline long NAT_FN(fwd_insert)(struct NAT_FN(probe) *p, const ADDR_T *nat_addr)
+{
+	void *shard;
+	long err;
+
+	p->e.addr = *nat_addr;
+	p->e.port = p->rk.dport;
+	p->e.fin_end = 0;
+	shard = NAT_FWD_SHARD(&MAP_FWD, &p->fk, SHARD_FN);
+	err = shard ? bpf_map_update_elem(shard, &p->fk, &p->e, BPF_NOEXIST) : -ENOENT;
+	if (!err)
+		return 0;
+	bpf_map_delete_elem(&MAP_REV, &p->rk);
+	if (err == -EEXIST)
+		return NAT_PAIR_MADE;
+	return err == -E2BIG ? DROP_NAT_FULL : DROP_NAT_INSERT;
+}
+
+/* no_port - a new flow refused for want of a port (or of its one pair): counted, told. */
+/* no_port_v4, no_port_v6 */
+static __always_inline int NAT_FN(no_port)(const struct NAT_FN(probe) *p, const DEC_T *d)
+{
+	count_add(CNT_ALLOC_FAIL, 1);
+	NAT_FN(refused)(&p->fk.saddr, REFUSED_NO_PORT);
+	NAT_FN(event_pair)(EV_WHAT(EV_REFUSED_NO_PORT, 0, d->policy), &p->fk, NULL, NULL, &p->rk);
+	return DROP_NO_PORT;
+}
+
+/*
+ * probe_init - a new pair's search state from @f's flow and decision @d: the
+ * forward key, the first candidate reverse key (the flow's own port), the entry
+ * both halves get. Field by field: a compound literal would be a second copy on
+ * the stack. @open: the pair's mapping may be opened (natFiltering).
+ */
+/* probe_init_v4, probe_init_v6 */
+static __always_inline void NAT_FN(probe_init)(struct NAT_FN(probe) *p, struct __sk_buff *skb, const FLOW_T *f,
+					       const DEC_T *d, __u64 now, bool open)
+{
+	p->fk.saddr = f->saddr;
+	p->fk.daddr = f->daddr;
+	p->fk.sport = f->sport;
+	p->fk.dport = f->dport;
+	p->fk.proto = f->proto;
+	p->rk.saddr = f->daddr;
+	p->rk.daddr = d->nat_addr;
+	p->rk.sport = f->dport;
+	p->rk.proto = f->proto;
+	p->e.addr = f->saddr;
+	p->e.port = f->sport;
+	p->e.flags = (d->verdict == VERDICT_RULE ? NAT_F_BY_RULE : 0) | d->nat_flags | (open ? NAT_F_OPEN : 0);
+	p->e.ifindex = d->ifindex;
+	p->e.rule_id = d->rule_id;
+	p->e.policy = d->policy;
+	p->e.created_ns = bpf_ktime_get_ns(); /* the fine clock: created_ns tells a pair from a later one */
+	/* Read back from there, not kept in @now: one spill slot less (6.1 rounds each frame up to 32 bytes). */
+	p->e.last_seen_ns = now;
+	p->skb = skb;
+}
+
+/*
  * snat_make_pair - claim a port for a new flow from @f with decision @d and insert
  * both halves. Returns NAT_PAIR_MADE (the pair exists: made now, or by another CPU
  * meanwhile) or a drop reason: DROP_NO_PORT when no port was free within the
@@ -239,32 +305,12 @@ __attribute__((noinline)) int NAT_FN(snat_make_pair)(struct __sk_buff *skb, cons
 	/* Looked up here (an array lookup the verifier inlines): a BPF call has five arguments. */
 	const struct node_config *cfg = bpf_map_lookup_elem(&node_config, &nat_zero_key);
 	struct NAT_FN(probe) p = {};
-	void *shard;
 	long err;
 	bool bound;
 
 	if (!skb || !f || !d)
 		return DROP_NAT_INSERT;
-	/* Field by field: a compound literal would be a second copy on the stack. */
-	p.fk.saddr = f->saddr;
-	p.fk.daddr = f->daddr;
-	p.fk.sport = f->sport;
-	p.fk.dport = f->dport;
-	p.fk.proto = f->proto;
-	p.rk.saddr = f->daddr;
-	p.rk.daddr = d->nat_addr;
-	p.rk.sport = f->dport;
-	p.rk.proto = f->proto;
-	p.e.addr = f->saddr;
-	p.e.port = f->sport;
-	p.e.flags = (d->verdict == VERDICT_RULE ? NAT_F_BY_RULE : 0) | d->nat_flags | (d->filter ? NAT_F_OPEN : 0);
-	p.e.ifindex = d->ifindex;
-	p.e.rule_id = d->rule_id;
-	p.e.policy = d->policy;
-	p.e.created_ns = bpf_ktime_get_ns(); /* the fine clock: created_ns tells a pair from a later one */
-	/* Read back from here below, not kept in @now: one spill slot less (6.1 rounds each frame up to 32 bytes). */
-	p.e.last_seen_ns = now;
-	p.skb = skb;
+	NAT_FN(probe_init)(&p, skb, f, d, now, d->filter);
 	if (!cfg || cfg->port_min == 0 || cfg->port_max < cfg->port_min)
 		return DROP_NO_PORT;
 	p.range = cfg->port_max - cfg->port_min + 1; /* port_min >= 1: at most 65535 */
@@ -351,26 +397,12 @@ __attribute__((noinline)) int NAT_FN(snat_make_pair)(struct __sk_buff *skb, cons
 		count_add(CNT_PORT_PROBES, p.tried); /* per new flow: ~1/(1 - share of the range in use) */
 	if (p.full)
 		return DROP_NAT_FULL;
-	if (!p.claimed) {
-		count_add(CNT_ALLOC_FAIL, 1);
-		NAT_FN(refused)(&f->saddr, REFUSED_NO_PORT);
-		NAT_FN(event_pair)(EV_WHAT(EV_REFUSED_NO_PORT, 0, d->policy), &p.fk, NULL, NULL, &p.rk);
-		return DROP_NO_PORT;
-	}
+	if (!p.claimed)
+		return NAT_FN(no_port)(&p, d);
 
-	p.e.addr = d->nat_addr;
-	p.e.port = p.rk.dport;
-	p.e.fin_end = 0;
-	shard = NAT_FWD_SHARD(&MAP_FWD, &p.fk, SHARD_FN);
-	err = shard ? bpf_map_update_elem(shard, &p.fk, &p.e, BPF_NOEXIST) : -ENOENT;
-	if (err) {
-		/* Give the port back. If another CPU created this flow meanwhile
-		 * (EEXIST), use its pair; otherwise the insert failed for real. */
-		bpf_map_delete_elem(&MAP_REV, &p.rk);
-		if (err == -EEXIST)
-			return NAT_PAIR_MADE;
-		return err == -E2BIG ? DROP_NAT_FULL : DROP_NAT_INSERT;
-	}
+	err = NAT_FN(fwd_insert)(&p, &d->nat_addr);
+	if (err)
+		return err;
 	if (d->nat_flags & NAT_F_HOST) {
 		count_add(CNT_HOST_TRACKED, 1);
 		if (p.claimed != 2)
@@ -436,45 +468,19 @@ __attribute__((noinline)) int NAT_FN(addr_make_pair)(struct __sk_buff *skb, cons
 					       __u64 now)
 {
 	struct NAT_FN(probe) p = {};
-	void *shard;
 	long err;
 
 	if (!skb || !f || !d)
 		return DROP_NAT_INSERT;
-	p.fk.saddr = f->saddr;
-	p.fk.daddr = f->daddr;
-	p.fk.proto = f->proto;
-	p.rk.saddr = f->daddr;
-	p.rk.daddr = d->nat_addr;
-	p.rk.proto = f->proto;
-	p.e.addr = f->saddr;
-	p.e.flags = (d->verdict == VERDICT_RULE ? NAT_F_BY_RULE : 0) | d->nat_flags;
-	p.e.ifindex = d->ifindex;
-	p.e.rule_id = d->rule_id;
-	p.e.policy = d->policy;
-	p.e.created_ns = bpf_ktime_get_ns();
-	p.e.last_seen_ns = now;
-	p.skb = skb;
+	NAT_FN(probe_init)(&p, skb, f, d, now, false); /* ports 0: the parser's for these protocols */
 	NAT_FN(claim_by_address)(&p);
 	if (p.full)
 		return DROP_NAT_FULL;
-	if (!p.claimed) {
-		count_add(CNT_ALLOC_FAIL, 1);
-		NAT_FN(refused)(&f->saddr, REFUSED_NO_PORT);
-		NAT_FN(event_pair)(EV_WHAT(EV_REFUSED_NO_PORT, 0, d->policy), &p.fk, NULL, NULL, &p.rk);
-		return DROP_NO_PORT;
-	}
-	p.e.addr = d->nat_addr;
-	p.e.port = 0;
-	shard = NAT_FWD_SHARD(&MAP_FWD, &p.fk, SHARD_FN);
-	err = shard ? bpf_map_update_elem(shard, &p.fk, &p.e, BPF_NOEXIST) : -ENOENT;
-	if (err) {
-		/* As snat_make_pair: made meanwhile by another CPU, or no room. */
-		bpf_map_delete_elem(&MAP_REV, &p.rk);
-		if (err == -EEXIST)
-			return NAT_PAIR_MADE;
-		return err == -E2BIG ? DROP_NAT_FULL : DROP_NAT_INSERT;
-	}
+	if (!p.claimed)
+		return NAT_FN(no_port)(&p, d);
+	err = NAT_FN(fwd_insert)(&p, &d->nat_addr);
+	if (err)
+		return err;
 	count_add(CNT_NAT_CREATED, 1);
 	NAT_FN(event_made)(&p.fk, &p.e, &p.rk, d->policy);
 	policy_count_flow(d->policy);
