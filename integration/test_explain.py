@@ -121,9 +121,9 @@ CASES = [
     # because it is excluded (explained after the ping, with its identifier)
     ("echo-reply", "pod-reply", NATIVE_OTHER, ["icmp", "--icmp-type", "0"], "pinged", "native", "inbound_flow"),
     ("echo-reply-excluded", "pod-reply", NATIVE, ["icmp", "--icmp-type", "0"], "pinged", "native", "native_routing"),
-    # GRE: masqueraded by address alone; SCTP: still refused
+    # GRE: masqueraded by address alone; DCCP: still refused
     ("pod-ext-gre", "pod", EXT, ["47"], "raw", "ext", "pod"),
-    ("unsupported-protocol", "pod", EXT, ["132"], "raw", "ext", "unsupported_protocol"),
+    ("unsupported-protocol", "pod", EXT, ["33"], "raw", "ext", "unsupported_protocol"),
 ]
 
 

@@ -70,16 +70,25 @@ static __always_inline int parse_inner_l4(struct __sk_buff *skb, __u8 proto, boo
 /*
  * inner_by_address - @ret, parse_inner_l4's answer, for a quoted packet of a
  * protocol translated by address alone (GRE, ESP...): parsed, ports 0 (parse_l4
- * left them so), when @by_address.
+ * left them so), or SCTP's own, when @by_address.
  */
-static __always_inline int inner_by_address(int ret, bool by_address, __u8 proto, __u8 *echo, __u8 *csum_ok)
+static __always_inline int inner_by_address(struct __sk_buff *skb, int ret, bool by_address, __u8 proto,
+					    __u32 l4_off, __be16 *sport, __be16 *dport, __u8 *echo, __u8 *csum_ok)
 {
-	if (ret && by_address && l4_by_address(proto)) {
-		*echo = 0;
-		*csum_ok = 0;
-		return 0;
+	if (!ret || !by_address || !l4_by_address(proto))
+		return ret;
+	/* An error quotes at least 8 bytes of L4: SCTP's ports are there, its checksum not always. */
+	if (proto == IPPROTO_SCTP) {
+		__be16 ports[2];
+
+		if (bpf_skb_load_bytes(skb, l4_off, ports, sizeof(ports)))
+			return -1;
+		*sport = ports[0];
+		*dport = ports[1];
 	}
-	return ret;
+	*echo = 0;
+	*csum_ok = 0;
+	return 0;
 }
 
 /*
@@ -102,9 +111,9 @@ static __always_inline int parse_inner4(struct __sk_buff *skb, const struct flow
 	in->saddr = ip.saddr;
 	in->daddr = ip.daddr;
 	in->proto = ip.protocol;
-	return inner_by_address(parse_inner_l4(skb, ip.protocol, false, in->l4_off, &in->sport, &in->dport,
-					       &in->echo, &in->l4_csum_ok),
-				by_address, ip.protocol, &in->echo, &in->l4_csum_ok);
+	return inner_by_address(skb, parse_inner_l4(skb, ip.protocol, false, in->l4_off, &in->sport, &in->dport,
+						    &in->echo, &in->l4_csum_ok),
+				by_address, ip.protocol, in->l4_off, &in->sport, &in->dport, &in->echo, &in->l4_csum_ok);
 }
 
 /*
@@ -133,9 +142,9 @@ static __always_inline int parse_inner6(struct __sk_buff *skb, const struct flow
 	in->saddr = ip6.saddr;
 	in->daddr = ip6.daddr;
 	in->proto = w.nexthdr;
-	return inner_by_address(parse_inner_l4(skb, w.nexthdr, true, in->l4_off, &in->sport, &in->dport,
-					       &in->echo, &in->l4_csum_ok),
-				by_address, w.nexthdr, &in->echo, &in->l4_csum_ok);
+	return inner_by_address(skb, parse_inner_l4(skb, w.nexthdr, true, in->l4_off, &in->sport, &in->dport,
+						    &in->echo, &in->l4_csum_ok),
+				by_address, w.nexthdr, in->l4_off, &in->sport, &in->dport, &in->echo, &in->l4_csum_ok);
 }
 
 /*

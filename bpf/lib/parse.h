@@ -106,26 +106,42 @@ static __always_inline bool l4_has_ports(__u8 proto)
 /*
  * l4_by_address - a protocol masqueraded by address alone, as netfilter's generic
  * handling does (GRE, ESP, AH, IPIP, ...: nf_nat_core can change nothing else
- * of theirs). Not SCTP, DCCP and UDP-Lite: netfilter translates their ports,
- * and DCCP's and UDP-Lite's checksums cover the addresses; they stay refused
- * (DROP_UNSUPPORTED_PROTO). Nor IPv6 extension headers past those walked.
+ * of theirs), and SCTP with its ports kept (its CRC32c covers no IP header, so
+ * an address change needs no checksum work; netfilter keeps them too while they
+ * are free). Not DCCP and UDP-Lite: their checksums cover the addresses; they
+ * stay refused (DROP_UNSUPPORTED_PROTO). Nor IPv6 extension headers past those
+ * walked.
  */
 static __always_inline bool l4_by_address(__u8 proto)
 {
-	return proto != IPPROTO_SCTP && proto != IPPROTO_DCCP && proto != IPPROTO_UDPLITE &&
+	return proto != IPPROTO_DCCP && proto != IPPROTO_UDPLITE &&
 	       proto != IPPROTO_ICMP && proto != IPPROTO_ICMPV6 && proto != NEXTHDR_HOP &&
 	       proto != NEXTHDR_ROUTING && proto != NEXTHDR_DEST && proto != NEXTHDR_FRAGMENT &&
 	       proto != NEXTHDR_NONE;
 }
 
 /*
- * l4_generic - a packet of a protocol masqueraded by address alone is L4_OK with
- * ports 0 (parse_l4 leaves every protocol it does not know L4_UNSUPPORTED).
+ * l4_generic - a packet of a protocol masqueraded by address alone is L4_OK, with
+ * ports 0, or SCTP's own (parse_l4 leaves every protocol it does not know
+ * L4_UNSUPPORTED).
  */
-static __always_inline void l4_generic(__u8 proto, __u8 *l4)
+static __always_inline void l4_generic(struct __sk_buff *skb, __u32 l4_off, __u8 proto, __be16 *sport,
+				       __be16 *dport, __u8 *l4)
 {
-	if (*l4 == L4_UNSUPPORTED && l4_by_address(proto))
-		*l4 = L4_OK;
+	__be16 ports[2];
+
+	if (*l4 != L4_UNSUPPORTED || !l4_by_address(proto))
+		return;
+	*l4 = L4_OK;
+	if (proto != IPPROTO_SCTP)
+		return;
+	/* SCTP: its common header's ports, kept (12 bytes: ports, verification tag, checksum). */
+	if (skb->len < l4_off + 12 || bpf_skb_load_bytes(skb, l4_off, ports, sizeof(ports))) {
+		*l4 = L4_TRUNCATED;
+		return;
+	}
+	*sport = ports[0];
+	*dport = ports[1];
 }
 
 /* ICMP echo request/reply ids, errors, and the rest, for either family. */
@@ -283,7 +299,7 @@ static __always_inline int parse_flow4(struct __sk_buff *skb, __u32 l3_off, stru
 					   &f->sport, &f->dport, &f->tcp_flags, &f->l4))
 		return 0;
 	parse_l4(skb, f->l4_off, f->proto, false, &f->sport, &f->dport, &f->tcp_flags, &f->icmp_type, &f->l4);
-	l4_generic(f->proto, &f->l4);
+	l4_generic(skb, f->l4_off, f->proto, &f->sport, &f->dport, &f->l4);
 	return 0;
 }
 
@@ -392,7 +408,7 @@ static __noinline int parse_flow6(struct __sk_buff *skb, __u32 l3_off, struct fl
 			    &f->sport, &f->dport, &f->tcp_flags, &f->l4))
 		return 0;
 	parse_l4(skb, w.off, w.nexthdr, true, &f->sport, &f->dport, &f->tcp_flags, &f->icmp_type, &f->l4);
-	l4_generic(f->proto, &f->l4);
+	l4_generic(skb, f->l4_off, f->proto, &f->sport, &f->dport, &f->l4);
 	return 0;
 }
 

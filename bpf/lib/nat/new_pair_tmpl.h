@@ -472,7 +472,8 @@ __attribute__((noinline)) int NAT_FN(addr_make_pair)(struct __sk_buff *skb, cons
 
 	if (!skb || !f || !d)
 		return DROP_NAT_INSERT;
-	NAT_FN(probe_init)(&p, skb, f, d, now, false); /* ports 0: the parser's for these protocols */
+	NAT_FN(probe_init)(&p, skb, f, d, now, false); /* ports 0 but SCTP's: the parser's */
+	p.rk.dport = f->sport; /* kept */
 	NAT_FN(claim_by_address)(&p);
 	if (p.full)
 		return DROP_NAT_FULL;

@@ -4,7 +4,8 @@
 //! {source, remote, protocol}, keyed with ports 0; a second source towards the same
 //! remote and protocol is refused while the first holds the pair (netfilter drops
 //! the clash at conntrack confirm); replies and ICMP errors about them go back to
-//! the source (RFC 5508 REQ-3, REQ-4). SCTP, DCCP and UDP-Lite stay refused.
+//! the source (RFC 5508 REQ-3, REQ-4). SCTP likewise, its ports kept (its CRC32c covers
+//! no IP header). DCCP and UDP-Lite stay refused.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -116,12 +117,65 @@ fn the_hosts_own_gre_is_never_tracked() {
     assert_eq!(dp.assert_pairs_complete(), 1);
 }
 
+/// An SCTP packet: common header (ports, verification tag, CRC32c as sent: nothing
+/// here recomputes it, so it must arrive as it left) and an INIT-like chunk.
+fn sctp4(src: Ipv4Addr, dst: Ipv4Addr, sport: u16, dport: u16) -> Vec<u8> {
+    ipv4_frame(src, dst, SCTP, 0, &sctp_body(sport, dport))
+}
+
+fn sctp_body(sport: u16, dport: u16) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend_from_slice(&sport.to_be_bytes());
+    b.extend_from_slice(&dport.to_be_bytes());
+    b.extend_from_slice(&[0, 0, 0, 0, 0xde, 0xad, 0xbe, 0xef]);
+    b.extend_from_slice(&[1, 0, 0, 20, 0, 0, 0, 9, 0, 1, 0, 0, 0, 4, 0, 4, 0, 0, 0, 1]);
+    b
+}
+
 #[test]
-fn sctp_dccp_and_udp_lite_stay_refused() {
-    // netfilter translates their ports, and DCCP's and UDP-Lite's checksums cover the
-    // addresses: by address alone would be wrong. Dropped and counted, never leaked.
+fn sctp_keeps_its_ports_and_its_checksum() {
+    // Ports kept (netfilter keeps them too while they are free), the CRC32c untouched:
+    // it covers no IP header. Either family; the reply comes back.
+    let dp = node6();
+    assert_eq!(dp.egress(&sctp4(POD, REMOTE, 38412, 38412)).passed(), sctp4(MASQ, REMOTE, 38412, 38412));
+    dp.assert_single_pair(nat_key(POD, REMOTE, 38412, 38412, SCTP), MASQ, 38412);
+    assert_eq!(dp.ingress(&sctp4(REMOTE, MASQ, 38412, 38412)).passed(), sctp4(REMOTE, POD, 38412, 38412));
+    let (out, back) = (ipv6_frame(pod6(), remote6(), SCTP, &sctp_body(5000, 3868)), ipv6_frame(remote6(), masq6(), SCTP, &sctp_body(3868, 5000)));
+    assert_eq!(dp.egress(&out).passed(), ipv6_frame(masq6(), remote6(), SCTP, &sctp_body(5000, 3868)));
+    assert_eq!(dp.ingress(&back).passed(), ipv6_frame(remote6(), pod6(), SCTP, &sctp_body(3868, 5000)));
+    // An ICMP error about it goes back to the pod, its ports found in the quote.
+    let err = icmp4_error(REMOTE, MASQ, 3, 3, 0, &quote(&sctp4(MASQ, REMOTE, 38412, 38412), Some(8)));
+    assert_eq!(dp.ingress(&err).passed(), icmp4_error(REMOTE, POD, 3, 3, 0, &quote(&sctp4(POD, REMOTE, 38412, 38412), Some(8))));
+    assert_eq!(dp.total_drops(), 0);
+}
+
+#[test]
+fn a_second_sctp_source_on_the_same_ports_is_refused() {
+    // netfilter would give it another port (and recompute the CRC32c); the data plane
+    // cannot, and refuses it while the first holds {remote, ports}: another pod port is another pair.
     let dp = node();
-    for (i, proto) in [SCTP, DCCP, UDPLITE].into_iter().enumerate() {
+    dp.egress(&sctp4(POD, REMOTE, 38412, 38412)).passed();
+    dp.egress(&sctp4(POD2, REMOTE, 38412, 38412)).dropped();
+    assert_eq!(dp.drops(drop::NO_PORT), 1);
+    assert_eq!(dp.egress(&sctp4(POD2, REMOTE, 38413, 38412)).passed(), sctp4(MASQ, REMOTE, 38413, 38412));
+    assert_eq!(dp.ingress(&sctp4(REMOTE, MASQ, 38412, 38412)).passed(), sctp4(REMOTE, POD, 38412, 38412));
+    assert_eq!(dp.ingress(&sctp4(REMOTE, MASQ, 38412, 38413)).passed(), sctp4(REMOTE, POD2, 38412, 38413));
+}
+
+#[test]
+fn a_truncated_sctp_header_is_dropped() {
+    let dp = node();
+    dp.egress(&ipv4_frame(POD, REMOTE, SCTP, 0, &[0x96, 0x0c, 0x96])).dropped();
+    assert_eq!(dp.drops(drop::MALFORMED), 1);
+    assert!(dp.nat_is_empty());
+}
+
+#[test]
+fn dccp_and_udp_lite_stay_refused() {
+    // Their checksums cover the addresses, and netfilter translates their ports: by
+    // address alone would be wrong. Dropped and counted, never leaked.
+    let dp = node();
+    for (i, proto) in [DCCP, UDPLITE].into_iter().enumerate() {
         let body = [0x9c, 0x40, 0x01, 0xbb, 0, 0, 0, 1, 0, 0, 0, 0];
         dp.egress(&ipv4_frame(POD, REMOTE, proto, 0, &body)).dropped();
         assert_eq!(dp.drops(drop::UNSUPPORTED_PROTO), i as u64 + 1);

@@ -380,19 +380,30 @@ pub fn explain<L: Lookups>(l: &L, pkt: &Packet, out: &OutIf) -> Result<Explanati
         ));
     }
     if l4 == L4::Ok && by_address(proto) {
-        // No ports (GRE, ESP...): one pair per {source, remote, protocol}, its reverse
-        // key {remote, nat address, protocol} (new_pair_tmpl.h claim_by_address).
+        // No ports (GRE, ESP...): one pair per {source, remote, protocol}, its reverse key
+        // {remote, nat address, protocol}; SCTP's keeps its ports (new_pair_tmpl.h addr_make_pair).
         let what = crate::cli::nat_list::proto_name(proto);
-        c.step(format!("protocol {what} has no ports: masqueraded by address alone, as netfilter's generic handling"));
-        let rk = Tuple { saddr: pkt.dst, daddr: nat, sport: 0, dport: 0, proto };
+        let (Some(sport), Some(dport)) = (sport, dport) else {
+            c.step(format!("protocol {what}: its pair not checked (give --sport and --dport)"));
+            return Ok(c.finish(Verdict::Masquerade, code, reason, Some((nat, None))));
+        };
+        c.step(if sport == 0 && dport == 0 {
+            format!("protocol {what} has no ports: masqueraded by address alone, as netfilter's generic handling")
+        } else {
+            format!("protocol {what}: masqueraded by address, its ports kept ({sport} -> {dport})")
+        });
+        let rk = Tuple { saddr: pkt.dst, daddr: nat, sport: dport, dport: sport, proto };
         match l.nat_rev(&rk)? {
             Some(held) if held.addr != src => c.notes.push(format!(
-                "{held_by} holds the pair towards {dst} (protocol {what}) on {nat}: this packet is refused                  (drops.no_port) until that pair has been idle for 600 s, as netfilter drops such a clash",
+                "{held_by} holds the pair towards {dst} (protocol {what}) on {nat}: this packet is refused \
+                 (drops.no_port) until that pair has been idle for 600 s (netfilter drops such a clash of a \
+                 protocol without ports; an SCTP one it gives another port)",
                 held_by = held.addr,
                 dst = pkt.dst
             )),
             _ => c.notes.push(format!(
-                "a new NAT pair is made, {nat} towards {dst} for protocol {what}; while it lives, another source's                  packets of that protocol to {dst} are refused (drops.no_port); it ends after 600 s idle",
+                "a new NAT pair is made, {nat} towards {dst} for protocol {what}; while it lives, another source's \
+                 packets of that protocol to {dst} are refused (drops.no_port); it ends after 600 s idle",
                 dst = pkt.dst
             )),
         }

@@ -126,15 +126,14 @@ pub(super) enum L4 {
     IcmpError,
 }
 
-/// A protocol the data plane masquerades by address alone, as netfilter's generic
-/// handling does (bpf/lib/parse.h l4_by_address): GRE, ESP, AH, IPIP... Not TCP, UDP
-/// and ICMP(v6) (translated by port or echo id), nor SCTP, DCCP and UDP-Lite (refused:
-/// netfilter translates their ports), nor what an IPv6 packet cannot end with.
+/// A protocol the data plane masquerades by address alone (bpf/lib/parse.h
+/// l4_by_address): GRE, ESP, AH, IPIP... as netfilter's generic handling does, and
+/// SCTP with its ports kept. Not TCP, UDP and ICMP(v6) (translated by port or echo
+/// id), nor DCCP and UDP-Lite (refused: their checksums cover the addresses), nor
+/// what an IPv6 packet cannot end with.
 pub fn by_address(proto: u8) -> bool {
-    !matches!(
-        proto,
-        IPPROTO_TCP | IPPROTO_UDP | IPPROTO_ICMP | IPPROTO_ICMPV6 | IPPROTO_SCTP | IPPROTO_DCCP | IPPROTO_UDPLITE
-    ) && !matches!(proto, 0 | 43 | 44 | 59 | 60) // hop-by-hop, routing, fragment, no next header, destination options
+    !matches!(proto, IPPROTO_TCP | IPPROTO_UDP | IPPROTO_ICMP | IPPROTO_ICMPV6 | IPPROTO_DCCP | IPPROTO_UDPLITE)
+        && !matches!(proto, 0 | 43 | 44 | 59 | 60) // hop-by-hop, routing, fragment, no next header, destination options
 }
 
 /// The flow as parse_flow{4,6} fills it: (l4 state, sport, dport). A port is
@@ -160,7 +159,8 @@ pub(super) fn parse(pkt: &Packet) -> (L4, Option<u16>, Option<u16>) {
                 (L4::Unsupported, Some(0), Some(0))
             }
         }
-        // Ports 0: the data plane keys a protocol without ports by its addresses alone.
+        // SCTP keeps its ports; any other protocol the data plane keys by its addresses alone (ports 0).
+        Proto::Other(IPPROTO_SCTP) => (L4::Ok, pkt.sport, pkt.dport),
         Proto::Other(p) if by_address(p) => (L4::Ok, Some(0), Some(0)),
         Proto::Other(_) => (L4::Unsupported, Some(0), Some(0)),
     }

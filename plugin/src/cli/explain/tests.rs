@@ -393,8 +393,8 @@ fn exclusions() {
 #[test]
 fn packets_that_cannot_be_translated_are_dropped() {
     let f = node();
-    for sctp_dccp_udplite in [132, 33, 136] {
-        let x = run(&f, &pkt(POD, EXT, Proto::Other(sctp_dccp_udplite)), ETH0);
+    for dccp_udplite in [33, 136] {
+        let x = run(&f, &pkt(POD, EXT, Proto::Other(dccp_udplite)), ETH0);
         check(&x, Verdict::Drop, Why::UnsupportedProtocol, "drops.unsupported_protocol");
     }
     check(&run(&f, &Packet { icmp_type: Some(13), ..pkt(POD, EXT, Proto::Icmp) }, ETH0), Verdict::Drop, Why::UnsupportedProtocol, "ICMP type 13");
@@ -424,7 +424,15 @@ fn protocols_without_ports_are_masqueraded_by_address() {
     let held = Tuple { saddr: ip(EXT), daddr: ip("10.0.0.5"), sport: 0, dport: 0, proto: 47 };
     f.rev.push((held, entry(POD2, 0, 100)));
     let x = run(&f, &pkt(POD, EXT, Proto::Other(47)), ETH0);
-    assert!(x.notes.iter().any(|n| n.contains("10.244.2.2 holds the pair towards 10.0.0.2 (protocol 47)")), "{x:#?}");
+    assert!(x.notes.iter().any(|n| n.contains("10.244.2.2 holds the pair towards 10.0.0.2 (protocol 47) on 10.0.0.5: this packet is refused (drops.no_port)")), "{x:#?}");
+    // SCTP keeps its ports: its pair is {remote port, pod port}'s.
+    let sctp = Packet { sport: Some(38412), dport: Some(38412), ..pkt(POD, EXT, Proto::Other(132)) };
+    let x = run(&f, &sctp, ETH0);
+    check(&x, Verdict::Masquerade, Why::Pod, "masqueraded to 10.0.0.5");
+    assert!(x.trace.iter().any(|s| s.contains("its ports kept (38412 -> 38412)")), "{x:#?}");
+    let held = Tuple { saddr: ip(EXT), daddr: ip("10.0.0.5"), sport: 38412, dport: 38412, proto: 132 };
+    f.rev.push((held, entry(POD2, 38412, 100)));
+    assert!(run(&f, &sctp, ETH0).notes.iter().any(|n| n.contains("10.244.2.2 holds the pair")));
 }
 
 #[test]
