@@ -64,12 +64,17 @@ pub fn lock(pins: &Pins) -> Result<NodeLock> {
         .map_err(|e| Error::bpf(format!("create {}: {e}", pins.root.display())))?;
     let dir = File::open(&pins.root).map_err(|e| Error::bpf(format!("open {}: {e}", pins.root.display())))?;
     let start = Instant::now();
+    let mut waited = false;
     loop {
         // SAFETY: plain flock(2) on an fd we own.
         let rc = unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
         if rc == 0 {
+            if waited {
+                log::info!("node lock on {}: waited {} ms for another call", pins.root.display(), start.elapsed().as_millis());
+            }
             return Ok(NodeLock { _dir: dir });
         }
+        waited = true;
         let err = std::io::Error::last_os_error();
         if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
             return Err(Error::bpf(format!("lock {}: {err}", pins.root.display())));
