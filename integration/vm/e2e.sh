@@ -119,20 +119,27 @@ sources() {
 	return $rc
 }
 
-# tcp_peer NS_CLIENT ADDR: the peer address ext's TCP server saw for one connection (socat
-# writes an IPv6 address in full: 2001:0db8:...).
+# tcp_peer NS_CLIENT ADDR [sctp [SPORT]]: the peer address ext's TCP (or SCTP) server saw for one
+# connection (socat writes an IPv6 address in full: 2001:0db8:...); with SPORT the client binds that
+# source port, and the peer's port follows the address (ADDR:PORT).
 tcp_peer() {
-	local out=$WORK/peer-$RANDOM listen=TCP4-LISTEN
-	[ "${2#*:}" = "$2" ] || listen=TCP6-LISTEN
+	local out=$WORK/peer-$RANDOM listen=TCP4-LISTEN connect=TCP ssflag=-ltn opts=""
+	[ "${3:-tcp}" = tcp ] || { listen=SCTP4-LISTEN connect=SCTP-CONNECT ssflag=-lnS; }
+	[ "${2#*:}" = "$2" ] || listen=${listen%4-LISTEN}6-LISTEN
+	[ -z "${4:-}" ] || opts=",sourceport=$4"
+	# (no ':' in the command: socat would take it for a parameter separator)
 	nsenter --net=/run/netns/"${P}ext" -- socat -u $listen:5000,reuseaddr \
-		SYSTEM:"echo \$SOCAT_PEERADDR >$out" >/dev/null 2>&1 &
+		SYSTEM:"echo \$SOCAT_PEERADDR \$SOCAT_PEERPORT >$out" >"$WORK/socat-$RANDOM.log" 2>&1 &
 	echo $! >>"$WORK/pids"
-	for _ in $(seq 100); do in_ns ext ss -ltn | grep -q ':5000 ' && break; sleep 0.1; done
+	for _ in $(seq 100); do in_ns ext ss $ssflag | grep -q ':5000 ' && break; sleep 0.1; done
 	local addr=$2
 	[ "${addr#*:}" = "$addr" ] || addr="[$addr]"
-	echo hello | in_ns "$1" socat -u - TCP:"$addr":5000,connect-timeout=10 || return 1
+	echo hello | in_ns "$1" socat -u - $connect:"$addr":5000,connect-timeout=10$opts || return 1
 	for _ in $(seq 100); do [ -s "$out" ] && break; sleep 0.1; done
-	sed 's/^\[//; s/\]$//' "$out"
+	[ -s "$out" ] || { cat "$WORK"/socat-*.log >&2; return 1; }
+	# "ADDR PORT", an IPv6 address in brackets: ADDR, or ADDR:PORT when SPORT was given
+	sed 's/^\[//; s/\] / /' "$out" | awk -v p="${4:-}" '{ print (p == "" ? $1 : $1 ":" $2) }'
+
 }
 
 mkdir -p "$WORK/bin"
@@ -171,6 +178,17 @@ s=$(sources ext eth0 in_ns a ping -6 -c 3 -i 0.2 -W 5 $EXT6)
 check "pod IPv6 ping answered, ext sees only the node's IPv6 address (got: $s)" [ $? = 0 -a "$s" = "$(seen $EXT6 $NODE6)" ]
 peer=$(tcp_peer a $EXT6)
 check "pod IPv6 TCP: ext's server saw the node's address (got: $peer)" [ "$peer" = 2001:0db8:0001:0000:0000:0000:0000:0001 ]
+# SCTP with real sockets (this kernel has the sctp module): the node's address, the pod's port kept;
+# the bridge's ipMasq gives the same.
+modprobe sctp 2>/dev/null  # load.sh loaded it where modprobe cannot find it
+lsmod | grep -q '^sctp' || echo "no sctp module"
+peer=$(tcp_peer a $EXT4 sctp 38412)
+check "pod SCTP: ext's server saw the node's address, the pod's port kept (got: $peer)" [ "$peer" = $NODE4:38412 ]
+peer=$(tcp_peer a $EXT6 sctp 38413)
+check "pod IPv6 SCTP: the node's address, the pod's port kept (got: $peer)" \
+	[ "$peer" = 2001:0db8:0001:0000:0000:0000:0000:0001:38413 ]
+peer=$(tcp_peer b $EXT4 sctp 38414)
+check "beside it, the bridge's ipMasq gives SCTP the same (got: $peer)" [ "$peer" = $NODE4:38414 ]
 s=$(sources ext eth0 in_ns tun ping -c 3 -i 0.2 -W 5 $EXT4)
 check "tunnel source masqueraded by its rule (got: $s)" [ $? = 0 -a "$s" = "$(seen $EXT4 $NODE4)" ]
 s=$(sources ext eth0 in_ns b ping -c 3 -i 0.2 -W 5 $EXT4)

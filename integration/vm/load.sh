@@ -14,7 +14,9 @@ set -x
 uname -a
 "$BIN" --version
 # The extracted kernel's modules are not where the guest looks: load the few needed by path.
-for m in drivers/net/veth.ko net/sched/sch_ingress.ko net/sched/cls_bpf.ko; do
+# sctp (and what it needs) for e2e.sh's SCTP sockets.
+for m in drivers/net/veth.ko net/sched/sch_ingress.ko net/sched/cls_bpf.ko crypto/crc32c_generic.ko \
+	lib/libcrc32c.ko net/ipv4/udp_tunnel.ko net/ipv6/ip6_udp_tunnel.ko net/sctp/sctp.ko; do
 	insmod "$MODS/kernel/$m" || true
 done
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
