@@ -42,8 +42,12 @@ def _lab(tmp_path, name, plugin, mode):
     keys = MODES[mode]
     (tmp_path / name).mkdir()
     lab = netlab.Lab(tmp_path / name)
-    topo = netlab.Topo(lab)
-    net = topo.network([topo.bridge_plugin(ip_masq=True)]) if keys is None else topo.masq_network(plugin, **keys)
+    try:
+        topo = netlab.Topo(lab)
+        net = topo.network([topo.bridge_plugin(ip_masq=True)]) if keys is None else topo.masq_network(plugin, **keys)
+    except BaseException:
+        lab.close()  # the caller's try/finally starts only once the lab is returned
+        raise
     return lab, topo, net
 
 

@@ -309,7 +309,6 @@ class Lab:
         self.tmp = Path(tmp)
         self.namespaces, self.procs, self.cleanups = [], [], []
         self.pin_path = f"/sys/fs/bpf/em-test-{self.id}"
-        self.on_close(lambda: shutil.rmtree(self.pin_path, ignore_errors=True))
 
     def on_close(self, fn):
         self.cleanups.append(fn)
@@ -353,6 +352,8 @@ class Lab:
                 errors.append(repr(e))
         for p in self.procs:
             self.stop(p)
+        # The pins last: no process of the lab's is left to write them again.
+        shutil.rmtree(self.pin_path, ignore_errors=True)
         for name in self.namespaces:
             sh(["ip", "netns", "del", name], check=False)
         if errors:
