@@ -17,8 +17,11 @@ int masq_up_egress(struct __sk_buff *skb)
 	if (skb->cb[0] == FP_CB_MARK)
 		return MASQ_PASS; /* translated by the fast path already */
 	up = uplink_get(ifindex);
-	if (!up)
+	if (!up) {
+		if (skb->cb[0] == NAT_GC_PRIME_MARK)
+			return nat_gc_prime(); /* the loader's run (masq_abi.h) */
 		return MASQ_PASS;
+	}
 	if (skb->protocol == bpf_htons(ETH_P_IP))
 		return snat_egress_v4(skb, up);
 	if (skb->protocol == bpf_htons(ETH_P_IPV6))

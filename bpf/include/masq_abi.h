@@ -52,6 +52,18 @@ struct node_config {
  */
 #define FP_CB_MARK 0x6d61fa57
 
+/*
+ * The loader's one run of the uplink egress program (BPF_PROG_TEST_RUN, right
+ * after a load, on the loopback device, which is never an uplink) carries
+ * NAT_GC_PRIME_MARK in cb[0]: the program gives the expiry sweep's bpf_timer its
+ * memory and its callback, without starting it, and returns NAT_GC_PRIME_RET +
+ * errno (0: primed; a value no tc action means, so a packet would pass).
+ * bpf_timer_init allocates without waiting (it may fail for a moment); the loader
+ * can try again, a packet could not. A new pair then only starts the timer.
+ */
+#define NAT_GC_PRIME_MARK 0x6d61fa58
+#define NAT_GC_PRIME_RET 0x1000
+
 /* natFiltering (RFC 4787 REQ-8), in pod_info.flags, rule_info/rule6_info.flags and
  * attachment_info.flags alike; neither bit: address-and-port-dependent (the default). */
 #define NAT_FILTER_AD 0x2          /* address-dependent: any port of a remote the endpoint sent to */

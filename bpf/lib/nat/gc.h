@@ -159,11 +159,35 @@ static int nat_gc_run(void *map, __u32 *key, struct nat_gc *gc)
 }
 
 /*
+ * nat_gc_prime - the sweep's timer given its memory (bpf_timer_init: -EBUSY, it
+ * has it already) and its callback, not started: the loader's run (see
+ * NAT_GC_PRIME_MARK). Returns NAT_GC_PRIME_RET + errno (0: primed).
+ */
+static __always_inline int nat_gc_prime(void)
+{
+	struct nat_gc *gc = bpf_map_lookup_elem(&nat_gc, &nat_zero_key);
+	long err;
+
+	if (!gc)
+		return NAT_GC_PRIME_RET + 2; /* ENOENT: never expected */
+	err = bpf_timer_init(&gc->timer, &nat_gc, CLOCK_MONOTONIC);
+	if (err && err != -EBUSY)
+		return NAT_GC_PRIME_RET + (int)-err;
+	err = bpf_timer_set_callback(&gc->timer, nat_gc_run);
+	if (err)
+		return NAT_GC_PRIME_RET + (int)-err;
+	return NAT_GC_PRIME_RET;
+}
+
+/*
  * nat_gc_ensure - after a new pair: tell the sweep (NAT_GC_NEW4/NEW6, and
  * NAT_GC_NEW_HOST with the hosts flag for a host pair) and arm it
  * if it is not running (the node's first pair, or the first after a cycle found
  * the table empty and stopped). Cheap when armed and told: one lookup, one read.
  * Racing CPUs are harmless: the second init says EBUSY and starting twice re-arms.
+ * The loader primed the timer (nat_gc_prime), so init says EBUSY and nothing is
+ * allocated here; if priming failed, this init allocates, and a failure is
+ * counted and tried again by the next new pair.
  */
 static __always_inline void nat_gc_ensure(bool v6, bool host)
 {

@@ -122,6 +122,12 @@ pub fn ensure_loaded_with(pins: &Pins, nat_max_entries: u32, loader: EbpfLoader<
         let verify = verified.into_iter().try_for_each(joined);
         fill.and(verify)
     })?;
+    if let Some((_, prog)) = jobs.iter_mut().find(|(name, _)| *name == PROG_UPLINK_EGRESS) {
+        let egress: &mut SchedClassifier = (&mut **prog).try_into().bpf_ctx(PROG_UPLINK_EGRESS)?;
+        if let Err(e) = super::sweep::prime(egress) {
+            log::warn!("{e}; the first new pair arms it instead");
+        }
+    }
     jobs.into_iter().try_for_each(|(name, prog)| pin_prog(pins, name, prog))
 }
 

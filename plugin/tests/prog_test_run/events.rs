@@ -245,7 +245,14 @@ fn the_sweep_tells_a_pair_expired_or_closed_with_its_counts() {
         ended.extend(r.read(Duration::from_millis(200)).unwrap().into_iter().filter(|e| e.kind == Kind::PairEnded));
     }
     ended.sort_by_key(|e| e.proto);
-    assert_eq!(ended.len(), 2, "{ended:?}; pairs {:?}; sweep {:?}", dp.fwd(), dp.nat_gc());
+    assert_eq!(
+        ended.len(),
+        2,
+        "{ended:?}; pairs {:?}; sweep {:?}; arming failed {} times",
+        dp.fwd(),
+        dp.nat_gc(),
+        dp.counter(counter::NAT_GC_ARM_FAILED)
+    );
     let (tcp_end, udp_end) = (&ended[0], &ended[1]);
     assert_eq!((udp_end.end, udp_end.pod, udp_end.node), (Some(EndReason::Expired), sa(POD, 40000), sa(MASQ, port)));
     assert!(udp_end.out.0 >= 1 && udp_end.r#in == (1, udp_end.r#in.1) && udp_end.r#in.1 > 0, "{udp_end:?}");

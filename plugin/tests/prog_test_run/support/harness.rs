@@ -26,7 +26,7 @@ use super::pool::{remove_pin_dir, Kept, Pool, Snapshot};
 use ebpf_masq::bpf::{
     abi::{self, *},
     loader::{self, Pins},
-    maps,
+    maps, sweep,
 };
 
 /// skb->ifindex of every BPF_PROG_TEST_RUN packet: the loopback device.
@@ -111,6 +111,7 @@ impl Dataplane {
             eprintln!("data plane {} kept from an earlier test", k.pins.base.display());
             let mut dp = Self::open(k.pins);
             dp.kept = Some((nat_max_entries, k.snapshot));
+            dp.prime_sweep();
             return dp;
         }
         let mut dp = Self::load(nat_max_entries);
@@ -134,7 +135,15 @@ impl Dataplane {
         let dp = Self::open(pins);
         std::mem::forget(guard); // Dataplane's Drop takes over
         dp.set_config(*PORTS.start(), *PORTS.end(), 3600);
+        dp.prime_sweep();
         dp
+    }
+
+    /// The sweep's timer primed, as a load leaves it (`sweep::prime`): the
+    /// restore of a kept data plane freed it (a write of its array element from
+    /// user space does), and a load that could not prime it only warns.
+    fn prime_sweep(&self) {
+        sweep::prime_pinned(&self.pins).expect("prime the expiry sweep's timer");
     }
 
     /// The data plane pinned at `pins`, its programs opened.
