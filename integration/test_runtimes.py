@@ -55,7 +55,7 @@ def attachment_id(container_id, id_len=72):
     """How `status` shows a container ID: whole up to id_len - 1 (ATT_ID_LEN - 1) bytes,
     so the 64-hex IDs of podman and containerd appear as the runtimes print them; longer
     ones are kept as a prefix plus "~" and the FNV-1a 64 hash of the whole ID
-    (plugin/src/pod.rs)."""
+    (plugin/core/src/pod.rs)."""
     if len(container_id) < id_len:
         return container_id
     h = 0xcbf29ce484222325

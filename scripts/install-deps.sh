@@ -6,7 +6,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 
 pkgs=(
-  # BPF toolchain (clang brings libclang1-14, which bindgen in plugin/build.rs loads)
+  # BPF toolchain (clang brings libclang1-14, which bindgen in plugin/core/build.rs loads)
   clang llvm libbpf-dev bpftool
   # networking tools used by the plugin and the tests
   iproute2 iptables nftables iperf3 tcpdump socat ncat iputils-ping procps

@@ -1,4 +1,4 @@
-//! The layers of plugin/src point down only, and no import circle remains
+//! The layers of the crates under plugin/ (core, cni, tools) point down only, and no import circle remains
 //! (docs/design.md): `cni`/`cli` -> `node` -> `pod` -> `bpf`/`netlink`/`prevresult`
 //! -> `config`/`logging` -> `error`. Within a layer a room may use another
 //! (cli::status uses cli::readers), never in a circle. A room is a top module,
@@ -169,37 +169,25 @@ fn imports(file: &[String], code: &str) -> BTreeSet<String> {
     out
 }
 
+/// The crates below the binary: their sources, and the module their root stands
+/// for in the layers (core's `crate::x` is `x`; the tools' crate is `cli`, the CNI
+/// verbs' `cni`). The binary's own src/ (main.rs, and lib.rs naming the crates) is none.
+const CRATES: &[(&str, &str)] = &[("core", ""), ("tools", "cli"), ("cni", "cni")];
+
+/// A file's code as core's paths: in the tools' and CNI crates `crate::x` is
+/// `crate::cli::x` (`crate::cni::x`) and `ebpf_masq_core::x` is `crate::x`.
+fn as_core_paths(code: &str, root: &str) -> String {
+    if root.is_empty() {
+        return code.to_string();
+    }
+    code.replace("crate::", &format!("crate::{root}::")).replace("ebpf_masq_core::", "crate::")
+}
+
 fn graph() -> BTreeMap<String, BTreeSet<String>> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut g = BTreeMap::new();
-    let mut stack = vec![src.clone()];
-    while let Some(dir) = stack.pop() {
-        for e in fs::read_dir(&dir).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-                continue;
-            }
-            let rel = p.strip_prefix(&src).unwrap();
-            let file = module_path(rel);
-            let name = file.last().unwrap().as_str();
-            if p.extension().map(|x| x != "rs").unwrap_or(true)
-                || file.len() == 1 && (name == "lib" || name == "main")
-                || name == "tests"
-                || name.ends_with("_tests")
-            {
-                continue;
-            }
-            let module = room(&file);
-            let text = fs::read_to_string(&p).unwrap();
-            let code: String = text
-                .lines()
-                .take_while(|l| l.trim() != "#[cfg(test)]")
-                .filter(|l| !l.trim_start().starts_with("//"))
-                .collect::<Vec<_>>()
-                .join("\n");
-            g.entry(module).or_insert_with(BTreeSet::new).extend(imports(&file, &code));
-        }
+    for (krate, root) in CRATES {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(krate).join("src");
+        read_crate(&src, root, &mut g);
     }
     // `crate::config::MasqOptions` names an item re-exported by config/mod.rs:
     // a target that is no room is its top module's.
@@ -214,6 +202,54 @@ fn graph() -> BTreeMap<String, BTreeSet<String>> {
         deps.remove(m);
     }
     g
+}
+
+/// Every room of one crate (sources `src`, standing for module `root`) and what it imports, into `g`.
+fn read_crate(src: &Path, root: &str, g: &mut BTreeMap<String, BTreeSet<String>>) {
+    let mut stack = vec![src.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            let rel = p.strip_prefix(src).unwrap();
+            let mut file: Vec<String> = if root.is_empty() { Vec::new() } else { vec![root.to_string()] };
+            file.extend(module_path(rel).into_iter().filter(|m| !(m == "lib" && rel.parent() == Some(Path::new("")))));
+            let Some(name) = file.last().map(String::as_str) else { continue }; // core's lib.rs
+            if p.extension().map(|x| x != "rs").unwrap_or(true) || name == "tests" || name.ends_with("_tests") {
+                continue;
+            }
+            let module = room(&file);
+            let text = fs::read_to_string(&p).unwrap();
+            let code: String = text
+                .lines()
+                .take_while(|l| l.trim() != "#[cfg(test)]")
+                .filter(|l| !l.trim_start().starts_with("//"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            let code = as_core_paths(&code, root);
+            g.entry(module).or_insert_with(BTreeSet::new).extend(imports(&file, &code));
+        }
+    }
+}
+
+/// The crate boundaries hold the top layer: core depends on neither crate above
+/// it, and the CNI verbs and the tools each on core only, never on each other.
+#[test]
+fn crates_follow_the_layers() {
+    let deps = |krate: &str| -> Vec<String> {
+        let toml = fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(krate).join("Cargo.toml")).unwrap();
+        let section = toml.split("[dependencies]").nth(1).unwrap_or("").split("\n[").next().unwrap();
+        section.lines().filter_map(|l| l.split(['=', '.']).next()).map(str::trim).filter(|n| n.starts_with("ebpf-masq")).map(String::from).collect()
+    };
+    assert_eq!(deps("core"), Vec::<String>::new());
+    assert_eq!(deps("cni"), ["ebpf-masq-core"]);
+    assert_eq!(deps("tools"), ["ebpf-masq-core"]);
+    // And each crate holds its layer's rooms only: the tools nothing but cli::*, core no cli or cni.
+    let g = graph();
+    assert!(g.keys().all(|m| (rank(m) == 5) == (m.starts_with("cli") || m == "cni")), "{:?}", g.keys());
 }
 
 #[test]

@@ -3,7 +3,20 @@
 use super::*;
 
 /// The folders whose source the words table's code names are looked up in.
-pub(crate) const CODE_FOLDERS: &[&str] = &["bpf/", "plugin/src/", "integration/", "scripts/"];
+pub(crate) const CODE_FOLDERS: &[&str] =
+    &["bpf/", "plugin/src/", "plugin/core/src/", "plugin/cni/src/", "plugin/tools/src/", "integration/", "scripts/"];
+
+/// Where a Rust path's first segment lives: `cli::x` in the tools' crate, `cni` is the CNI
+/// verbs' crate root, anything else (`bpf::`, `node::`...) in the core's (the binary's
+/// lib.rs names them all under one root, as the integration tests see them).
+pub(crate) fn rust_module_file(segs: &[&str]) -> String {
+    match segs {
+        ["cli", rest @ ..] if rest.is_empty() => "plugin/tools/src/lib".to_string(),
+        ["cli", rest @ ..] => format!("plugin/tools/src/{}", rest.join("/")),
+        ["cni", ..] => "plugin/cni/src/lib".to_string(),
+        _ => format!("plugin/core/src/{}", segs.join("/")),
+    }
+}
 
 /// Every identifier (a run of `A-Za-z0-9_`) in the source files of `CODE_FOLDERS`.
 pub(crate) fn source_words(repo: &Repo) -> BTreeSet<String> {
@@ -37,7 +50,7 @@ pub(crate) fn source_file_name(s: &str) -> bool {
 /// What a backticked span of the words table names, if it is a code name.
 #[derive(Debug, PartialEq)]
 pub(crate) enum CodeName<'a> {
-    /// `plugin/src/config/mod.rs`, `config/mod.rs`, `decide.rs`: the end of a file's path.
+    /// `plugin/core/src/config/mod.rs`, `config/mod.rs`, `decide.rs`: the end of a file's path.
     File(&'a str),
     /// `bpf::memory::NatMemory`: a Rust path from the crate's root.
     RustPath(&'a str),
@@ -74,7 +87,7 @@ pub(crate) fn bare_code(text: &str) -> Vec<&str> {
 /// docs/design.md's "## Words, one meaning each": every code name in its table exists.
 /// A code name is a backticked span that is (1) a file name (`decide.rs`, `config/mod.rs`:
 /// some file's path ends with it), (2) a Rust path (`bpf::memory::NatMemory`: the longest
-/// prefix that is a module, plugin/src/a/b.rs or a/b/mod.rs, and each later segment a
+/// prefix that is a module, plugin/core/src/a/b.rs or a/b/mod.rs (`cli::` in plugin/tools/src/), and each later segment a
 /// word of it), or (3) identifiers joined by `.` (a struct's member), each with a `_` or in
 /// UpperCamelCase (`snat_egress_v4`, `NAT_PAIR_MADE`, `pod_info.policies`, `NetConf`),
 /// each part a word of the source of `CODE_FOLDERS` (a last part `x_*` names a prefix:
@@ -123,11 +136,11 @@ pub(crate) fn check_words(design: &Doc, repo: &Repo, words: &BTreeSet<String>) -
     (bad, seen)
 }
 
-/// `a::b::c`: the longest prefix that is a module of plugin/src, and the rest words of its file(s).
+/// `a::b::c`: the longest prefix that is a module of our crates (`rust_module_file`), and the rest words of its file(s).
 pub(crate) fn rust_path_exists(path: &str, repo: &Repo) -> bool {
     let segs: Vec<&str> = path.split("::").collect();
     for k in (1..segs.len()).rev() {
-        let module = format!("plugin/src/{}", segs[..k].join("/"));
+        let module = rust_module_file(&segs[..k]);
         let files: Vec<&String> = (repo.files.iter())
             .filter(|f| **f == format!("{module}.rs") || f.starts_with(&format!("{module}/")) && f.ends_with(".rs"))
             .collect();
@@ -144,6 +157,9 @@ pub(crate) fn rust_path_exists(path: &str, repo: &Repo) -> bool {
 /// The source files the code map must name: (folder, its subfolders too, extensions).
 pub(crate) const MAPPED: &[(&str, bool, &[&str])] = &[
     ("plugin/src/", true, &["rs"]),
+    ("plugin/core/src/", true, &["rs"]),
+    ("plugin/cni/src/", true, &["rs"]),
+    ("plugin/tools/src/", true, &["rs"]),
     ("bpf/", true, &["c", "h"]),
     ("integration/lab/", false, &["py"]),
     ("scripts/", false, &["sh"]),

@@ -389,8 +389,8 @@ fn each_check_fails_on_a_broken_doc() {
         "docs/x.md",
         "`plugin/src/gone.rs`, bpf/lib/nope*.h, gone_helper.py, [a](gone.md), [b](nat.md#no-such-heading),\n\
          nf_nat_core.c (not ours, so written with its path).\n\
-         Fine: `plugin/src/cni.rs`, bpf/lib/fastpath*.h, `scripts/<name>.sh`, net/netfilter/nf_nat_core.c,\n\
-         /sys/fs/bpf/ebpf-masq, [c](nat.md#limits), [d](../integration/README.md), [e](#fine), cni.rs.\n\n## Fine\n",
+         Fine: `plugin/cni/src/lib.rs`, bpf/lib/fastpath*.h, `scripts/<name>.sh`, net/netfilter/nf_nat_core.c,\n\
+         /sys/fs/bpf/ebpf-masq, [c](nat.md#limits), [d](../integration/README.md), [e](#fine), status.rs.\n\n## Fine\n",
     );
     let (got, seen) = check_files(&files, &repo);
     assert_eq!((got.len(), seen), (6, 12), "{got:#?}");
@@ -482,9 +482,12 @@ fn broken_design(repo: &Repo, doc: &dyn Fn(&str, &str) -> Doc, more: &dyn Fn(Vec
     let map = doc(
         "docs/design.md",
         "## Where the code lives\n\n```\nplugin/src/\n\
-         \x20 cni.rs, gone.rs       prose, with status and nat_list as words; tests.rs is no file here; bench/\n\
-         \x20 cli/                  one room a command: status, nat_gone, explain/ (packet, decide),\n\
-         \x20                       metrics (tiny_http, prometheus), agent/ (uninstall)\n\
+         \x20 main.rs, gone.rs      prose, with status and nat_list as words; tests.rs is no file here; bench/\n\
+         plugin/cni/src/\n\
+         \x20 lib.rs                the verbs\n\
+         plugin/tools/src/       one room a command: status, nat_gone, explain/ (packet, decide),\n\
+         \x20                       metrics (tiny_http, prometheus), agent/ (uninstall), lib.rs\n\
+         plugin/core/src/\n\
          \x20 bpf/                  abi/ (bpf/include/masq_abi.h's structs), sys (every raw bpf(2) call)\n\
          bpf/\n\
          \x20 lib/nat/pair.h, port.h, nope.h   the rules\n\
@@ -500,17 +503,17 @@ fn broken_design(repo: &Repo, doc: &dyn Fn(&str, &str) -> Doc, more: &dyn Fn(Vec
         name.split([',', ' ']).next().unwrap()
     })
     .collect();
-    let want = ["plugin/src/gone.rs", "plugin/src/tests.rs", "plugin/src/bench/", "plugin/src/cli/nat_gone", "bpf/lib/nat/nope.h", "bpf/lib/gone.h", "scripts/gone.sh"];
+    let want = ["plugin/src/gone.rs", "plugin/src/tests.rs", "plugin/src/bench/", "plugin/tools/src/nat_gone", "bpf/lib/nat/nope.h", "bpf/lib/gone.h", "scripts/gone.sh"];
     assert_eq!(gone, want, "{got:#?}");
     assert!(seen > 20, "{seen}");
     let unnamed = |f: &str| unnamed.iter().any(|d| d.ends_with(&format!(" does not name {f}")));
-    for f in ["plugin/src/cli/nat_list.rs", "plugin/src/cli/explain/lookups.rs", "plugin/src/bpf/abi/btf.rs", "bpf/lib/nat/gc.h", "integration/lab/masqcli.py"] {
+    for f in ["plugin/tools/src/nat_list.rs", "plugin/tools/src/explain/lookups.rs", "plugin/core/src/bpf/abi/btf.rs", "bpf/lib/nat/gc.h", "integration/lab/masqcli.py"] {
         assert!(unnamed(f), "{f} is named nowhere, and the check missed it: {got:#?}");
     }
     for f in [
-        "plugin/src/cni.rs", "plugin/src/cli/status.rs", "plugin/src/cli/mod.rs", "plugin/src/cli/explain/mod.rs",
-        "plugin/src/cli/explain/packet.rs", "plugin/src/cli/metrics/mod.rs", "plugin/src/cli/agent.rs",
-        "plugin/src/cli/agent/uninstall.rs", "plugin/src/bpf/abi/mod.rs", "plugin/src/bpf/sys.rs", "bpf/include/masq_abi.h",
+        "plugin/cni/src/lib.rs", "plugin/tools/src/status.rs", "plugin/tools/src/lib.rs", "plugin/tools/src/explain/mod.rs",
+        "plugin/tools/src/explain/packet.rs", "plugin/tools/src/metrics/mod.rs", "plugin/tools/src/agent.rs",
+        "plugin/tools/src/agent/uninstall.rs", "plugin/core/src/bpf/abi/mod.rs", "plugin/core/src/bpf/sys.rs", "bpf/include/masq_abi.h",
         "bpf/lib/nat/port.h", "bpf/lib/common.h", "integration/lab/netlab.py", "integration/lab/peer.py", "scripts/demo.sh",
     ] {
         assert!(!unnamed(f), "{f} is named: {got:#?}");

@@ -181,6 +181,7 @@ impl Snapshot {
     }
 
     /// Every map's contents by name (a shard as `<outer>[<slot bytes>]`); a ring's are empty.
+    #[allow(dead_code)] // (microbench shares this module and compares no contents)
     pub fn contents(&self) -> BTreeMap<String, Entries> {
         fn add(out: &mut BTreeMap<String, Entries>, m: &MapState) {
             out.insert(m.name.clone(), m.entries.clone());
