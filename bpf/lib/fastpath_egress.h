@@ -23,6 +23,10 @@
  *     stays on the path it started on, so netfilter state is never half-seen,
  *   - a pod whose L2 facts are unknown (its pod_info.l2), or no free NAT port
  *     (the normal path drops and counts it).
+ * IPv6 the same, plus any extension header (the stack handles those); hop limit
+ * instead of TTL. The path is written once (fastpath_tmpl.h, included here for
+ * each family); this file holds what differs: the L3 header's facts, the route,
+ * the hop count, the ClusterIP lookup, where the flow lives.
  * Missing neighbour (BPF_FIB_LKUP_RET_NO_NEIGH): not a fallback;
  * bpf_redirect_neigh() resolves the next hop through the neighbour subsystem
  * (the packet waits in the neighbour's queue, as the stack's own would), and
@@ -32,14 +36,23 @@
 #define MASQ_FASTPATH_EGRESS_H
 
 #include "drop.h"
+#include "fastpath.h"
 #include "nat/nat.h"
 
 struct fp_route {
 	__u32 ifindex;     /* in: where the packet enters L3; out: egress device */
-	__be32 nh;         /* out: next hop (the gateway, or the destination on a connected route) */
 	__u16 tot_len;     /* in: L3 length to check against the route's MTU */
-	__u8 tos;          /* in */
+	__u8 tos;          /* in (IPv4; IPv6 routes on no traffic class) */
 	__u8 pad;
+	struct bpf_redir_neigh nh; /* out: next hop (the gateway, or the destination on a connected route) */
+};
+
+/* The L3 header's facts the fast path needs: one packet's length, its hop count. */
+struct fp_l3 {
+	__u32 len;         /* IPv4 tot_len, IPv6 payload_len + its 40-byte header */
+	__u8 hop;          /* TTL, hop limit */
+	__u8 tos;
+	__u16 pad;
 };
 
 /* The pod's L2 facts when its packets may take the fast path (natOutgoing, facts known), else NULL. */
@@ -61,29 +74,6 @@ static __always_inline bool fp_fib_forward(struct __sk_buff *skb, struct bpf_fib
 	if (rc < 0) /* a kernel before 6.3 refuses the flag (EINVAL) and touches nothing */
 		rc = bpf_fib_lookup(skb, p, sizeof(*p), 0);
 	return rc == BPF_FIB_LKUP_RET_NO_NEIGH || rc == BPF_FIB_LKUP_RET_SUCCESS;
-}
-
-/* The forwarding decision for @f entering at r->ifindex, MTU-checked against r->tot_len. */
-static __noinline int fp_route_v4(struct __sk_buff *skb, const struct flow4 *f, struct fp_route *r)
-{
-	struct bpf_fib_lookup p = {};
-
-	p.family = AF_INET;
-	p.tos = r->tos;
-	p.l4_protocol = f->proto;
-	if (f->proto != IPPROTO_ICMP) {
-		p.sport = f->sport;
-		p.dport = f->dport;
-	}
-	p.tot_len = r->tot_len;
-	p.ipv4_src = f->saddr;
-	p.ipv4_dst = f->daddr;
-	p.ifindex = r->ifindex;
-	if (!fp_fib_forward(skb, &p))
-		return -1;
-	r->ifindex = p.ifindex;
-	r->nh = p.ipv4_dst;
-	return 0;
 }
 
 /*
@@ -109,9 +99,84 @@ static __always_inline __u32 fp_wire_len(struct __sk_buff *skb, __u32 l3_off, __
 	return (l4_off - l3_off) + l4_hl + gso;
 }
 
+/* ---- IPv4 ---- */
+
+/* The forwarding decision for @f entering at r->ifindex, MTU-checked against r->tot_len. */
+static __noinline int fp_route_v4(struct __sk_buff *skb, const struct flow4 *f, struct fp_route *r)
+{
+	struct bpf_fib_lookup p = {};
+
+	p.family = AF_INET;
+	p.tos = r->tos;
+	p.l4_protocol = f->proto;
+	if (f->proto != IPPROTO_ICMP) {
+		p.sport = f->sport;
+		p.dport = f->dport;
+	}
+	p.tot_len = r->tot_len;
+	p.ipv4_src = f->saddr;
+	p.ipv4_dst = f->daddr;
+	p.ifindex = r->ifindex;
+	if (!fp_fib_forward(skb, &p))
+		return -1;
+	r->ifindex = p.ifindex;
+	r->nh = (struct bpf_redir_neigh){ .nh_family = AF_INET, .ipv4_nh = p.ipv4_dst };
+	return 0;
+}
+
+/* The header's facts; -1: left to the stack (IP options, TTL <= 1: it sends time exceeded). */
+static __always_inline int fp_l3_v4(struct __sk_buff *skb, const struct flow4 *f, struct fp_l3 *l3)
+{
+	struct iphdr ip;
+
+	if (load_hdr(skb, ETH_HLEN, &ip, sizeof(ip)) || ip.ihl != 5 || ip.ttl <= 1)
+		return -1;
+	l3->len = bpf_ntohs(ip.tot_len);
+	l3->hop = ip.ttl;
+	l3->tos = ip.tos;
+	return 0;
+}
+
+/* Is the destination a ClusterIP (serviceCIDRs)? */
+static __always_inline bool fp_is_service_v4(const struct flow4 *f)
+{
+	struct lpm4_key sk = { .prefixlen = 32, .addr = f->daddr };
+
+	return bpf_map_lookup_elem(&svc4, &sk) != NULL;
+}
+
+#define FP_FN(x)          x##_v4
+#define FP_CALL           __always_inline
+#define FLOW_T            struct flow4
+#define KEY_T             struct nat4_key
+#define ENTRY_T           struct nat4_entry
+#define DEC_T             struct masq_decision4
+#define FP_FLOW(f)        struct flow4 f##_on_stack, *f = &f##_on_stack
+#define FP_PARSE(skb, f)  parse_flow4(skb, ETH_HLEN, f)
+#define FP_ECHO(f)        ((f)->proto == IPPROTO_ICMP && (f)->icmp_type == ICMP_ECHO)
+#define FP_DECIDE(ifindex, up, f, d) masq_decide_v4(ifindex, up, (f)->saddr, (f)->daddr, d, false)
+#define FP_REWRITE(skb, f, fwd) nat4_rewrite(skb, f, true, &(fwd)->addr, (fwd)->port)
+#define FP_HOP_DEC(skb, l3, f) fp_ttl_dec4(skb, (l3)->hop, (f)->proto)
+#define FP_CNT_PKTS       CNT_SNAT_PKTS_V4
+#define FP_CNT_BYTES      CNT_SNAT_BYTES_V4
+#include "fastpath_tmpl.h"
+
+/* ---- IPv6 ---- */
+
+/*
+ * fp_egress_v6's flow lives in a per-CPU scratch map, not on its stack: the IPv6
+ * chain down to snat_flow_entry_v6 and its port probe would not fit the 512-byte BPF
+ * stack otherwise. Not pinned: each loaded object has its own.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct flow6);
+} fp_flow6 SEC(".maps");
+
 /* The IPv6 forwarding decision: as fp_route_v4 (the flow label is not routed on). */
-static __noinline int fp_route_v6(struct __sk_buff *skb, const struct flow6 *f, struct fp_route *r,
-				  struct in6_addr *nh)
+static __noinline int fp_route_v6(struct __sk_buff *skb, const struct flow6 *f, struct fp_route *r)
 {
 	struct bpf_fib_lookup p = {};
 
@@ -128,169 +193,28 @@ static __noinline int fp_route_v6(struct __sk_buff *skb, const struct flow6 *f, 
 	if (!fp_fib_forward(skb, &p))
 		return -1;
 	r->ifindex = p.ifindex;
-	__builtin_memcpy(nh, p.ipv6_dst, sizeof(*nh));
+	r->nh.nh_family = AF_INET6;
+	__builtin_memcpy(r->nh.ipv6_nh, p.ipv6_dst, sizeof(r->nh.ipv6_nh));
 	return 0;
 }
 
-/*
- * fp_egress_v4 - the packet from the pod behind skb->ifindex (source already
- * checked; @pod the pod's facts: its veths or pods4 entry), fastPath on (@cfg).
- * TC_ACT_REDIRECT when sent, MASQ_PASS when left to the stack, a drop when a
- * rewrite half-failed, a new flow found no port or room, or the flow's pair is
- * changing hands this instant (snat_refresh's NAT_SYNC_BUSY).
- */
-static __noinline int fp_egress_v4(struct __sk_buff *skb, const struct node_config *cfg,
-				const struct pod_info *pod)
+/* The header's facts; -1: left to the stack (an extension header, hop limit <= 1). */
+static __always_inline int fp_l3_v6(struct __sk_buff *skb, const struct flow6 *f, struct fp_l3 *l3)
 {
-	struct nat4_entry *fwd;
-	struct uplink_info *up;
-	const struct pod_l2 *l2;
-	struct fp_route r;
-	struct iphdr ip;
-	struct flow4 f;
-	__u32 wire_len, reason;
-	__u64 now;
+	__be16 payload_len;
+	__u8 hl;
 
-	l2 = fp_pod_l2(pod);
-	if (!l2)
-		goto fallback;
-	if (parse_flow4(skb, ETH_HLEN, &f) || f.l4 != L4_OK || f.frag != FRAG_NONE)
-		goto fallback;
-	if (f.proto == IPPROTO_ICMP ? f.icmp_type != ICMP_ECHO : (f.proto != IPPROTO_TCP && f.proto != IPPROTO_UDP))
-		goto fallback;
-	if (load_hdr(skb, ETH_HLEN, &ip, sizeof(ip)) || ip.ihl != 5 || ip.ttl <= 1)
-		goto fallback;
-	{
-		struct nat4_key fk = {
-			.saddr = f.saddr, .daddr = f.daddr,
-			.sport = f.sport, .dport = f.dport, .proto = f.proto,
-		};
-
-		fwd = fwd_get_inline_v4(&fk);
-		if (fwd && !(fwd->flags & NAT_F_FAST))
-			goto fallback; /* began on the normal path: stays there */
-	}
-	if (!fwd) {
-		/* A new flow: never to a ClusterIP (an established fast flow was checked
-		 * when it began, so its packets skip the LPM lookup). */
-		struct lpm4_key sk = { .prefixlen = 32, .addr = f.daddr };
-
-		if (bpf_map_lookup_elem(&svc4, &sk))
-			goto fallback;
-	}
-	wire_len = fp_wire_len(skb, f.l3_off, f.l4_off, f.proto, bpf_ntohs(ip.tot_len));
-	if (!wire_len || wire_len > 0xffff)
-		goto fallback;
-	r.ifindex = l2->l3_ifindex;
-	r.tot_len = wire_len;
-	r.tos = ip.tos;
-	if (fp_route_v4(skb, &f, &r))
-		goto fallback;
-	up = uplink_get(r.ifindex);
-	if (!up)
-		goto fallback;
-
-	now = bpf_ktime_get_coarse_ns();
-	if (fwd) {
-		int sync = snat_refresh_v4(skb, &f, fwd, now);
-
-		if (sync == NAT_SYNC_BUSY)
-			return drop_with(skb, DROP_NAT_INSERT); /* its pair is changing hands this instant */
-		if (sync != NAT_SYNC_OK) {
-			/* Our pair is going, or its reply slot was taken over: start afresh. */
-			struct nat4_key fk = {
-				.saddr = f.saddr, .daddr = f.daddr,
-				.sport = f.sport, .dport = f.dport, .proto = f.proto,
-			};
-
-			fwd_del_v4(&fk);
-			fwd = NULL;
-		}
-	}
-	if (!fwd) {
-		struct masq_decision4 d = {};
-
-		masq_decide_v4(r.ifindex, up, f.saddr, f.daddr, &d, false);
-		if (d.verdict != VERDICT_POD)
-			goto fallback;
-		d.ifindex = r.ifindex;
-		d.nat_flags = NAT_F_FAST;
-		fwd = snat_flow_entry_v4(skb, &f, &d, now, &reason);
-		if (!fwd) {
-			/* No port, or no room: the normal path would search again and
-			 * find the same (one search a new flow). Anything else: it decides. */
-			if (reason == DROP_NO_PORT || reason == DROP_NAT_FULL || reason == DROP_OVER_SHARE ||
-			    reason == DROP_OVER_LIMIT)
-				return drop_with(skb, reason);
-			goto fallback;
-		}
-		if (nat_touch_v4(skb, fwd, &f, now))
-			snat_sync_rev_v4(skb, &f, fwd, now);
-	}
-	if (nat4_rewrite(skb, &f, true, &fwd->addr, fwd->port) || fp_ttl_dec4(skb, ip.ttl, f.proto))
-		return drop_with(skb, DROP_CSUM);
-	count_add(CNT_SNAT_PKTS_V4, 1);
-	count_add(CNT_SNAT_BYTES_V4, f.len);
-	count_add(CNT_FP_EGRESS, 1);
-	if (fwd->policy)
-		policy_account(fwd->policy, f.len);
-	{
-		struct bpf_redir_neigh nh = { .nh_family = AF_INET, .ipv4_nh = r.nh };
-
-		skb->cb[0] = FP_CB_MARK;
-		return bpf_redirect_neigh(r.ifindex, &nh, sizeof(nh), 0);
-	}
-
-fallback:
-	count_add(CNT_FP_FALLBACK, 1);
-	return MASQ_PASS;
+	if (f->l4_off != ETH_HLEN + sizeof(struct ipv6hdr) ||
+	    load_hdr(skb, ETH_HLEN + offsetof(struct ipv6hdr, hop_limit), &hl, 1) || hl <= 1 ||
+	    load_hdr(skb, ETH_HLEN + offsetof(struct ipv6hdr, payload_len), &payload_len, 2))
+		return -1;
+	l3->len = bpf_ntohs(payload_len) + sizeof(struct ipv6hdr);
+	l3->hop = hl;
+	l3->tos = 0;
+	return 0;
 }
 
-/*
- * fp_egress_v6's flow lives in a per-CPU scratch map, not on its stack: the IPv6
- * chain down to snat_flow_entry_v6 and its port probe would not fit the 512-byte BPF
- * stack otherwise. Not pinned: each loaded object has its own.
- */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct flow6);
-} fp_flow6 SEC(".maps");
-
-/*
- * The IPv6 pieces below are calls of their own: their keys (40 bytes each) then
- * live in frames that are gone before the deepest call (snat_flow_entry_v6) is made,
- * which keeps the chain inside the 512-byte BPF stack.
- */
-static __always_inline void fp_key_v6(const struct flow6 *f, struct nat6_key *k)
-{
-	k->saddr = f->saddr;
-	k->daddr = f->daddr;
-	k->sport = f->sport;
-	k->dport = f->dport;
-	k->proto = f->proto;
-}
-
-/* The flow's pair (its forward half), or NULL. */
-static __noinline struct nat6_entry *fp_lookup_v6(const struct flow6 *f)
-{
-	struct nat6_key fk = {};
-
-	fp_key_v6(f, &fk);
-	return fwd_get_inline_v6(&fk);
-}
-
-/* Drop the flow's forward half (its pair is going, or its reply slot was taken over). */
-static __noinline void fp_forget_v6(const struct flow6 *f)
-{
-	struct nat6_key fk = {};
-
-	fp_key_v6(f, &fk);
-	fwd_del_v6(&fk);
-}
-
-/* Is the destination a ClusterIP (serviceCIDRs)? */
+/* Is the destination a ClusterIP (serviceCIDRs)? A call of its own: see FP_CALL. */
 static __noinline bool fp_is_service_v6(const struct flow6 *f)
 {
 	struct lpm6_key sk = { .prefixlen = 128 };
@@ -299,130 +223,25 @@ static __noinline bool fp_is_service_v6(const struct flow6 *f)
 	return bpf_map_lookup_elem(&svc6, &sk) != NULL;
 }
 
-/* The verdict, asked quietly (when the fast path falls back, the uplink decides and counts). */
-static __noinline void fp_decide_v6(__u32 ifindex, const struct uplink_info *up, const struct flow6 *f,
-				    struct masq_decision6 *d)
-{
-	masq_decide_v6(ifindex, up, &f->saddr, &f->daddr, d, false);
-}
-
 /*
- * A new IPv6 fast flow: the pod verdict and the pair, or NULL with *@reason 0
- * (the normal path decides) or the drop reason when no port or no room was
- * found (the normal path would search again and find the same).
+ * The IPv6 pieces are calls of their own (FP_CALL): their keys (40 bytes each)
+ * then live in frames that are gone before the deepest call (snat_flow_entry_v6)
+ * is made, which keeps the chain inside the 512-byte BPF stack.
  */
-static __noinline struct nat6_entry *fp_new_flow_v6(struct __sk_buff *skb, const struct flow6 *f,
-						    const struct uplink_info *up, __u32 ifindex, __u32 *reason)
-{
-	struct masq_decision6 d = {};
-	struct nat6_entry *fwd;
-	__u64 now = bpf_ktime_get_coarse_ns();
-
-	if (!reason)
-		return NULL;
-	*reason = 0;
-	fp_decide_v6(ifindex, up, f, &d);
-	if (d.verdict != VERDICT_POD)
-		return NULL;
-	d.ifindex = ifindex;
-	d.nat_flags = NAT_F_FAST;
-	fwd = snat_flow_entry_v6(skb, f, &d, now, reason);
-	if (!fwd) {
-		if (*reason != DROP_NO_PORT && *reason != DROP_NAT_FULL && *reason != DROP_OVER_SHARE &&
-		    *reason != DROP_OVER_LIMIT)
-			*reason = 0;
-	} else if (nat_touch_v6(skb, fwd, f, now)) {
-		snat_sync_rev_v6(skb, f, fwd, now);
-	}
-	return fwd;
-}
-
-/*
- * fp_egress_v6 - the IPv6 twin of fp_egress_v4: the same fallbacks, plus any
- * extension header (the stack handles those); hop limit instead of TTL.
- */
-static __noinline int fp_egress_v6(struct __sk_buff *skb, const struct node_config *cfg,
-				const struct pod_info *pod)
-{
-	struct nat6_entry *fwd;
-	struct uplink_info *up;
-	const struct pod_l2 *l2;
-	struct fp_route r = {};
-	struct in6_addr nh;
-	struct flow6 *f;
-	__u32 wire_len;
-	__be16 payload_len;
-	__u64 now;
-	__u8 hl;
-
-	l2 = fp_pod_l2(pod);
-	f = bpf_map_lookup_elem(&fp_flow6, &nat_zero_key);
-	if (!l2 || !f)
-		goto fallback;
-	if (parse_flow6(skb, ETH_HLEN, f) || f->l4 != L4_OK || f->frag != FRAG_NONE ||
-	    f->l4_off != ETH_HLEN + sizeof(struct ipv6hdr))
-		goto fallback;
-	if (f->proto == IPPROTO_ICMPV6 ? f->icmp_type != ICMPV6_ECHO_REQUEST
-				      : (f->proto != IPPROTO_TCP && f->proto != IPPROTO_UDP))
-		goto fallback;
-	if (load_hdr(skb, ETH_HLEN + offsetof(struct ipv6hdr, hop_limit), &hl, 1) || hl <= 1 ||
-	    load_hdr(skb, ETH_HLEN + offsetof(struct ipv6hdr, payload_len), &payload_len, 2))
-		goto fallback;
-	fwd = fp_lookup_v6(f);
-	if (fwd && !(fwd->flags & NAT_F_FAST))
-		goto fallback; /* began on the normal path: stays there */
-	if (!fwd && fp_is_service_v6(f))
-		goto fallback; /* a new flow to a ClusterIP */
-	wire_len = fp_wire_len(skb, f->l3_off, f->l4_off, f->proto, bpf_ntohs(payload_len) + sizeof(struct ipv6hdr));
-	if (!wire_len || wire_len > 0xffff)
-		goto fallback;
-	r.ifindex = l2->l3_ifindex;
-	r.tot_len = wire_len;
-	if (fp_route_v6(skb, f, &r, &nh))
-		goto fallback;
-	up = uplink_get(r.ifindex);
-	if (!up)
-		goto fallback;
-
-	now = bpf_ktime_get_coarse_ns();
-	if (fwd) {
-		int sync = snat_refresh_v6(skb, f, fwd, now);
-
-		if (sync == NAT_SYNC_BUSY)
-			return drop_with(skb, DROP_NAT_INSERT); /* its pair is changing hands this instant */
-		if (sync != NAT_SYNC_OK) {
-			fp_forget_v6(f);
-			fwd = NULL;
-		}
-	}
-	if (!fwd) {
-		__u32 reason;
-
-		fwd = fp_new_flow_v6(skb, f, up, r.ifindex, &reason);
-		if (!fwd) {
-			if (reason)
-				return drop_with(skb, reason);
-			goto fallback;
-		}
-	}
-	if (nat6_rewrite(skb, f, true, &fwd->addr, fwd->port) || fp_hop_dec6(skb, hl))
-		return drop_with(skb, DROP_CSUM);
-	count_add(CNT_SNAT_PKTS_V6, 1);
-	count_add(CNT_SNAT_BYTES_V6, f->len);
-	count_add(CNT_FP_EGRESS, 1);
-	if (fwd->policy)
-		policy_account(fwd->policy, f->len);
-	{
-		struct bpf_redir_neigh n = { .nh_family = AF_INET6 };
-
-		__builtin_memcpy(n.ipv6_nh, &nh, sizeof(n.ipv6_nh));
-		skb->cb[0] = FP_CB_MARK;
-		return bpf_redirect_neigh(r.ifindex, &n, sizeof(n), 0);
-	}
-
-fallback:
-	count_add(CNT_FP_FALLBACK, 1);
-	return MASQ_PASS;
-}
+#define FP_FN(x)          x##_v6
+#define FP_CALL           __noinline
+#define FLOW_T            struct flow6
+#define KEY_T             struct nat6_key
+#define ENTRY_T           struct nat6_entry
+#define DEC_T             struct masq_decision6
+#define FP_FLOW(f)        struct flow6 *f = bpf_map_lookup_elem(&fp_flow6, &nat_zero_key)
+#define FP_PARSE(skb, f)  parse_flow6(skb, ETH_HLEN, f)
+#define FP_ECHO(f)        ((f)->proto == IPPROTO_ICMPV6 && (f)->icmp_type == ICMPV6_ECHO_REQUEST)
+#define FP_DECIDE(ifindex, up, f, d) masq_decide_v6(ifindex, up, &(f)->saddr, &(f)->daddr, d, false)
+#define FP_REWRITE(skb, f, fwd) nat6_rewrite(skb, f, true, &(fwd)->addr, (fwd)->port)
+#define FP_HOP_DEC(skb, l3, f) fp_hop_dec6(skb, (l3)->hop)
+#define FP_CNT_PKTS       CNT_SNAT_PKTS_V6
+#define FP_CNT_BYTES      CNT_SNAT_BYTES_V6
+#include "fastpath_tmpl.h"
 
 #endif /* MASQ_FASTPATH_EGRESS_H */
