@@ -415,6 +415,52 @@ def test_icmp_error_about_protocol_reaches_pod(world):
     each_case(case)
 
 
+def test_pods_own_icmp_error_about_protocol_leaves_as_node(world):
+    """ext's GRE (ESP) to the node's address, through the pod's mapping, reaches the pod, whose kernel has no
+    handler for it and answers with protocol unreachable (v4: type 3 code 2; v6: parameter problem, unrecognized
+    next header, type 4 code 1): that error leaves with the node's address, quoting ext's packet as ext sent it
+    (to the node's address), the quoted bytes after the IP header untouched, every checksum right.
+
+    Requirement: RFC 5508 section 4, REQ-3 (an ICMP error about an active mapping has its embedded packet
+    translated as the mapping says, checksums fixed) for errors from the internal realm; netfilter translates
+    them as RELATED to the mapping's conntrack entry (nf_nat_icmp_reply_translation)."""
+    w = world()
+    pod = w.pods[0]
+
+    def case(fam, proto):
+        sent = tagged(proto, fam, "pod")[:1]
+        left_as_node(w, fam, pod_sends(w, fam, proto.num, [(pod, sent)]), sent, "the pod's packet (precondition)")
+        [answer] = tagged(proto, fam, "unreach")[:1]
+        kind = b"\x03\x02" if fam.name == "v4" else b"\x04\x01"  # type, code
+
+        def unreach(p):
+            return p.payload[:2] == kind
+
+        def quoting(p):
+            q = parse_l3(p.payload[8:])
+            return q is not None and q.payload[:len(answer)] == answer
+        icmp = "icmp" if fam.name == "v4" else "icmp6"
+        with w.topo.ext.capture("eth0", f"{icmp} and dst host {fam.ext}") as cap:
+            send(w.topo.ext, raw_items(proto.num, fam.node, [answer]))
+            poll(cap, lambda pkts: any(unreach(p) and quoting(p) for p in pkts), ANSWER_WAIT)
+        errors = [p for p in every(cap) if unreach(p)]
+        mine = [p for p in errors if quoting(p)]
+        assert len(mine) == 1, (f"the pod's protocol unreachable at ext: {[(p.src, p.l3.hex()) for p in errors]}, "
+                                f"expected one quoting ext's packet {w.why()}")
+        e, inner = mine[0], parse_l3(mine[0].payload[8:])
+        assert e.src == fam.node, f"the pod's error left with {e.src}, not the node's {fam.node} {w.why()}"
+        assert (inner.src, inner.dst, inner.proto) == (fam.ext, fam.node, proto.num), (
+            f"the quoted packet: {(inner.src, inner.dst, inner.proto)}, expected ext's as it was sent")
+        if fam.name == "v4":
+            assert csum(e.l3[:e.hdr]) == 0xFFFF and csum(e.payload) == 0xFFFF, f"bad checksum: {e.l3.hex()}"
+            assert csum(inner.l3[:inner.hdr]) == 0xFFFF, f"bad quoted IPv4 header checksum: {inner.l3.hex()}"
+        else:
+            pseudo = e.l3[8:40] + struct.pack("!IxxxB", len(e.payload), 58)
+            assert csum(pseudo + e.payload) == 0xFFFF, f"bad ICMPv6 checksum: {e.l3.hex()}"
+
+    each_case(case)
+
+
 def sctp_init(sport):
     """An SCTP INIT (verification tag 0, as an association's first packet has)."""
     return raw(SCTP(sport=sport, dport=5000, tag=0)

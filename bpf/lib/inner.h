@@ -70,12 +70,12 @@ static __always_inline int parse_inner_l4(struct __sk_buff *skb, __u8 proto, boo
 /*
  * inner_by_address - @ret, parse_inner_l4's answer, for a quoted packet of a
  * protocol translated by address alone (GRE, ESP...): parsed, ports 0 (parse_l4
- * left them so), or SCTP's own, when @by_address.
+ * left them so), or SCTP's own.
  */
-static __always_inline int inner_by_address(struct __sk_buff *skb, int ret, bool by_address, __u8 proto,
+static __always_inline int inner_by_address(struct __sk_buff *skb, int ret, __u8 proto,
 					    __u32 l4_off, __be16 *sport, __be16 *dport, __u8 *echo, __u8 *csum_ok)
 {
-	if (!ret || !by_address || !l4_by_address(proto))
+	if (!ret || !l4_by_address(proto))
 		return ret;
 	/* An error quotes at least 8 bytes of L4: SCTP's ports are there, its checksum not always. */
 	if (proto == IPPROTO_SCTP) {
@@ -92,13 +92,11 @@ static __always_inline int inner_by_address(struct __sk_buff *skb, int ret, bool
 }
 
 /*
- * parse_inner4 - the IPv4 packet quoted by the ICMP error of @f. @by_address: a
- * quoted packet of a protocol translated by address alone (GRE, ESP...) is parsed
- * too (uplink ingress: the errors about a pod's packets; a pod's own errors about
- * such packets are not translated).
+ * parse_inner4 - the IPv4 packet quoted by the ICMP error of @f. A quoted packet
+ * of a protocol translated by address alone (GRE, ESP...) is parsed too
+ * (inner_by_address).
  */
-static __always_inline int parse_inner4(struct __sk_buff *skb, const struct flow4 *f, struct inner4 *in,
-					bool by_address)
+static __always_inline int parse_inner4(struct __sk_buff *skb, const struct flow4 *f, struct inner4 *in)
 {
 	struct iphdr ip;
 
@@ -113,7 +111,7 @@ static __always_inline int parse_inner4(struct __sk_buff *skb, const struct flow
 	in->proto = ip.protocol;
 	return inner_by_address(skb, parse_inner_l4(skb, ip.protocol, false, in->l4_off, &in->sport, &in->dport,
 						    &in->echo, &in->l4_csum_ok),
-				by_address, ip.protocol, in->l4_off, &in->sport, &in->dport, &in->echo, &in->l4_csum_ok);
+				ip.protocol, in->l4_off, &in->sport, &in->dport, &in->echo, &in->l4_csum_ok);
 }
 
 /*
@@ -122,8 +120,7 @@ static __always_inline int parse_inner4(struct __sk_buff *skb, const struct flow
  * first fragment, Fragment header and all. A quoted later fragment carries no
  * ports and is not translated.
  */
-static __always_inline int parse_inner6(struct __sk_buff *skb, const struct flow6 *f, struct inner6 *in,
-					bool by_address)
+static __always_inline int parse_inner6(struct __sk_buff *skb, const struct flow6 *f, struct inner6 *in)
 {
 	struct ipv6hdr ip6;
 	struct ipv6_walk w = {};
@@ -144,7 +141,7 @@ static __always_inline int parse_inner6(struct __sk_buff *skb, const struct flow
 	in->proto = w.nexthdr;
 	return inner_by_address(skb, parse_inner_l4(skb, w.nexthdr, true, in->l4_off, &in->sport, &in->dport,
 						    &in->echo, &in->l4_csum_ok),
-				by_address, w.nexthdr, in->l4_off, &in->sport, &in->dport, &in->echo, &in->l4_csum_ok);
+				w.nexthdr, in->l4_off, &in->sport, &in->dport, &in->echo, &in->l4_csum_ok);
 }
 
 /*

@@ -72,7 +72,7 @@ __attribute__((noinline)) int NAT_FN(icmp_err_egress)(struct __sk_buff *skb, con
 
 	if (!skb || !f)
 		return NAT_NOT_OURS;
-	if (PARSE_INNER(skb, f, &in, false))
+	if (PARSE_INNER(skb, f, &in))
 		return NAT_NOT_OURS;
 	KEY_T fk = {
 		.saddr = in.daddr, .daddr = in.saddr,

@@ -42,7 +42,7 @@ static __noinline int NAT_FN(icmp_err_ingress)(struct __sk_buff *skb, const FLOW
 	INNER_T in;
 	ENTRY_T *rev;
 
-	if (PARSE_INNER(skb, f, &in, true) || !ADDR_EQ(&in.saddr, &f->daddr))
+	if (PARSE_INNER(skb, f, &in) || !ADDR_EQ(&in.saddr, &f->daddr))
 		return MASQ_PASS;
 	KEY_T rk = {
 		.saddr = in.daddr, .daddr = in.saddr,

@@ -105,6 +105,29 @@ fn icmp_errors_about_gre_and_esp_go_back_to_the_pod() {
 }
 
 #[test]
+fn a_pods_own_icmp_errors_about_gre_and_esp_leave_masqueraded() {
+    // RFC 5508 REQ-3/REQ-4 the other way: the pod answers the remote's GRE (that
+    // came in through its pair) with protocol unreachable; it leaves from the node's
+    // address, quoting the remote's packet as it arrived. Both checksums valid.
+    let dp = node6();
+    dp.egress(&gre(POD, REMOTE)).passed();
+    assert_eq!(dp.ingress(&gre(REMOTE, MASQ)).passed(), gre(REMOTE, POD));
+    let err = icmp4_error(POD, REMOTE, 3, 2, 0, &quote(&gre(REMOTE, POD), None));
+    let out = dp.egress(&err).passed();
+    assert!(assert_icmp4_error_checksums(&out));
+    assert_eq!(out, icmp4_error(MASQ, REMOTE, 3, 2, 0, &quote(&gre(REMOTE, MASQ), None)));
+
+    dp.egress(&esp6(pod6(), remote6())).passed();
+    assert_eq!(dp.ingress(&esp6(remote6(), masq6())).passed(), esp6(remote6(), pod6()));
+    let err = icmp6_error(pod6(), remote6(), ICMP6_PARAM_PROBLEM, 1, 6, &quote(&esp6(remote6(), pod6()), None));
+    let out = dp.egress(&err).passed();
+    assert!(assert_icmp6_error_checksums(&out));
+    assert_eq!(out, icmp6_error(masq6(), remote6(), ICMP6_PARAM_PROBLEM, 1, 6, &quote(&esp6(remote6(), masq6()), None)));
+    assert_eq!(dp.counter(counter::ICMP_ERR_OUT), 2);
+    assert_eq!(dp.total_drops(), 0);
+}
+
+#[test]
 fn the_hosts_own_gre_is_never_tracked() {
     // A host flow has no other tuple to take: it leaves as it is, even when a pod
     // holds the remote (whose packets then go to the pod, as netfilter's would).
