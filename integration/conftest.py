@@ -92,7 +92,9 @@ def dual_pod(dual, plugin, dual_pod_keys):
 
 @pytest.fixture
 def benchtool(tmp_path):
-    """scripts/bench/benchtool.c built for this test (the load tools of the churn and fair-share tests)."""
+    """scripts/bench/benchtool.c (and benchtool_hold.c) built for this test (the load tools of the churn and
+    fair-share tests)."""
     path = tmp_path / "benchtool"
-    netlab.sh(["gcc", "-O2", "-Wall", "-o", path, netlab.REPO / "scripts/bench/benchtool.c"])
+    bench = netlab.REPO / "scripts/bench"
+    netlab.sh(["gcc", "-O2", "-Wall", "-o", path, bench / "benchtool.c", bench / "benchtool_hold.c"])
     return path

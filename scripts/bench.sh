@@ -178,7 +178,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(dirname "$HERE")
 PY=/usr/bin/python3                 # Debian's python (stdlib only needed)
 UTIL="$HERE/bench/benchutil.py"
-TOOL_SRC="$HERE/bench/benchtool.c"
+TOOL_SRC=("$HERE/bench/benchtool.c" "$HERE/bench/benchtool_hold.c")
 CNI_BIN_DIR=/usr/lib/cni
 MODES=(none ipt hooks redir ebpf fast)
 
@@ -649,7 +649,7 @@ main_add_latency() {
   check_prereqs
   WORK=$(mktemp -d /tmp/ebpf-masq-bench.XXXXXX)
   TOOL=$WORK/benchtool
-  gcc -O2 -Wall -o "$TOOL" "$TOOL_SRC"
+  gcc -O2 -Wall -o "$TOOL" "${TOOL_SRC[@]}"
   STATS_OLD=$(sysctl -n kernel.bpf_stats_enabled)   # addlat.py restores it too; cleanup() is the backstop
   [ "$STATS_OLD" = 0 ] ||
     log "bench: warning: kernel.bpf_stats_enabled is already 1 (someone else is measuring?)"
@@ -672,7 +672,7 @@ main() {
   # `type: ebpf-masq` resolves through CNI_PATH to the binary under test
   ln -s "$(readlink -f "$PLUGIN")" "$WORK/cni-bin/ebpf-masq"
   TOOL=$WORK/benchtool
-  gcc -O2 -Wall -o "$TOOL" "$TOOL_SRC"
+  gcc -O2 -Wall -o "$TOOL" "${TOOL_SRC[@]}"
   clang -O2 -target bpf -I"/usr/include/$(gcc -print-multiarch)" -c "$HERE/bench/empty.bpf.c" -o "$WORK/empty.o"
   clang -O2 -g -target bpf -I"/usr/include/$(gcc -print-multiarch)" -c "$HERE/bench/state.bpf.c" -o "$WORK/state.o"
   clang -O2 -g -target bpf -I"/usr/include/$(gcc -print-multiarch)" -c "$HERE/bench/redir.bpf.c" -o "$WORK/redir.o"
@@ -762,7 +762,7 @@ main_sweep() {
   mkdir -p "$WORK/log" "$WORK/cni-bin"
   ln -s "$(readlink -f "$PLUGIN")" "$WORK/cni-bin/ebpf-masq"
   TOOL=$WORK/benchtool
-  gcc -O2 -Wall -o "$TOOL" "$TOOL_SRC"
+  gcc -O2 -Wall -o "$TOOL" "${TOOL_SRC[@]}"
   SWEEP_SECS=$DURATION
   [ "$DURATION_SET" = 1 ] || SWEEP_SECS=5
   log "bench: id $ID, plugin $PLUGIN, sweep probe ${SWEEP_SECS}s per CPU and state, work dir $WORK"

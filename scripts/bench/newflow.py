@@ -77,7 +77,8 @@ def main():
     out = {}
     try:
         tool = tmp / "benchtool"
-        subprocess.run(["gcc", "-O2", "-Wall", "-o", tool, REPO / "scripts/bench/benchtool.c"], check=True)
+        subprocess.run(["gcc", "-O2", "-Wall", "-o", tool, REPO / "scripts/bench/benchtool.c",
+                        REPO / "scripts/bench/benchtool_hold.c"], check=True)
         for row in rows:
             out[row] = {}
             for mode in modes:
