@@ -128,15 +128,18 @@ tcp_peer() {
 	[ "${2#*:}" = "$2" ] || listen=${listen%4-LISTEN}6-LISTEN
 	[ -z "${4:-}" ] || opts=",sourceport=$4"
 	# (no ':' in the command: socat would take it for a parameter separator)
-	nsenter --net=/run/netns/"${P}ext" -- socat -u $listen:5000,reuseaddr \
-		SYSTEM:"echo \$SOCAT_PEERADDR \$SOCAT_PEERPORT >$out" >"$WORK/socat-$RANDOM.log" 2>&1 &
+	local log=$WORK/socat-$RANDOM.log
+	# -d -d: socat logs the peer it accepted ("accepting connection from ..."), shown when the answer is wrong
+	nsenter --net=/run/netns/"${P}ext" -- socat -d -d -u $listen:5000,reuseaddr \
+		SYSTEM:"echo \$SOCAT_PEERADDR \$SOCAT_PEERPORT >$out" >"$log" 2>&1 &
 	echo $! >>"$WORK/pids"
 	for _ in $(seq 100); do in_ns ext ss $ssflag | grep -q ':5000 ' && break; sleep 0.1; done
 	local addr=$2
 	[ "${addr#*:}" = "$addr" ] || addr="[$addr]"
 	echo hello | in_ns "$1" socat -u - $connect:"$addr":5000,connect-timeout=10$opts || return 1
 	for _ in $(seq 100); do [ -s "$out" ] && break; sleep 0.1; done
-	[ -s "$out" ] || { cat "$WORK"/socat-*.log >&2; return 1; }
+	[ -s "$out" ] || { cat "$log" >&2; return 1; }
+	grep -q '[0-9a-f]' "$out" || { echo "tcp_peer: the server's answer: '$(cat "$out")'" >&2; cat "$log" >&2; }
 	# "ADDR PORT", an IPv6 address in brackets: ADDR, or ADDR:PORT when SPORT was given
 	sed 's/^\[//; s/\] / /' "$out" | awk -v p="${4:-}" '{ print (p == "" ? $1 : $1 ":" $2) }'
 
