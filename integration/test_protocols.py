@@ -363,6 +363,17 @@ def icmp_error(fam, quoted):
     return raw(IPv6(src=fam.ext, dst=fam.node) / ICMPv6ParamProblem(code=1, ptr=6) / Raw(quoted))[40:]
 
 
+def check_error_checksums(fam, e, inner):
+    """ICMP error @e (quoting @inner) has every checksum right: v4 its IP header, its ICMP and the quoted IP
+    header's; v6 its ICMPv6 (over the pseudo-header)."""
+    if fam.name == "v4":
+        assert csum(e.l3[:e.hdr]) == 0xFFFF and csum(e.payload) == 0xFFFF, f"bad checksum: {e.l3.hex()}"
+        assert csum(inner.l3[:inner.hdr]) == 0xFFFF, f"bad quoted IPv4 header checksum: {inner.l3.hex()}"
+    else:
+        pseudo = e.l3[8:40] + struct.pack("!IxxxB", len(e.payload), 58)
+        assert csum(pseudo + e.payload) == 0xFFFF, f"bad ICMPv6 checksum: {e.l3.hex()}"
+
+
 def check_icmp_error(w, fam, e, err, me, proto, sent):
     """@e, captured at the pod, is @err translated back: to the pod, quoting the pod's packet, checksums right."""
     inner = parse_l3(e.payload[8:])
@@ -370,12 +381,7 @@ def check_icmp_error(w, fam, e, err, me, proto, sent):
     assert e.payload[4:8] == err[4:8], "the error's pointer / unused field changed"
     assert (inner.src, inner.dst, inner.proto) == (me, fam.ext, proto.num), (inner.src, inner.dst, inner.proto)
     assert inner.payload == sent[:8], "the quoted bytes after the IP header changed"
-    if fam.name == "v4":
-        assert csum(e.l3[:e.hdr]) == 0xFFFF and csum(e.payload) == 0xFFFF, f"bad checksum: {e.l3.hex()}"
-        assert csum(inner.l3[:inner.hdr]) == 0xFFFF, f"bad quoted IPv4 header checksum: {inner.l3.hex()}"
-    else:
-        pseudo = e.l3[8:40] + struct.pack("!IxxxB", len(e.payload), 58)
-        assert csum(pseudo + e.payload) == 0xFFFF, f"bad ICMPv6 checksum: {e.l3.hex()}"
+    check_error_checksums(fam, e, inner)
 
 
 def test_icmp_error_about_protocol_reaches_pod(world):
@@ -451,12 +457,7 @@ def test_pods_own_icmp_error_about_protocol_leaves_as_node(world):
         assert e.src == fam.node, f"the pod's error left with {e.src}, not the node's {fam.node} {w.why()}"
         assert (inner.src, inner.dst, inner.proto) == (fam.ext, fam.node, proto.num), (
             f"the quoted packet: {(inner.src, inner.dst, inner.proto)}, expected ext's as it was sent")
-        if fam.name == "v4":
-            assert csum(e.l3[:e.hdr]) == 0xFFFF and csum(e.payload) == 0xFFFF, f"bad checksum: {e.l3.hex()}"
-            assert csum(inner.l3[:inner.hdr]) == 0xFFFF, f"bad quoted IPv4 header checksum: {inner.l3.hex()}"
-        else:
-            pseudo = e.l3[8:40] + struct.pack("!IxxxB", len(e.payload), 58)
-            assert csum(pseudo + e.payload) == 0xFFFF, f"bad ICMPv6 checksum: {e.l3.hex()}"
+        check_error_checksums(fam, e, inner)
 
     each_case(case)
 
