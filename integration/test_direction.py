@@ -50,7 +50,7 @@ def test_remote_opens_tcp_udp_and_ping_to_a_pod(routed, plugin):
         p = ping(topo.ext, addr, count=3)
         if not ping_ok(p, 3):
             failures.append(f"ping {fam}: {p.stdout}")
-    assert not failures, f"{mode}: flows opened from outside failed: {failures}"
+    assert not failures, f"{mode}: flows begun outside failed: {failures}"
     # No translation on the way in either: the pod saw the remote's own address.
     assert {a for a in tcp.addrs("done")} == {EXT, EXT6}, tcp.records()
     assert {a for a in udp.addrs()} == {EXT, EXT6}, udp.records()

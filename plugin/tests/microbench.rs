@@ -283,8 +283,8 @@ fn sweep_run_cost() {
 
     let n: u32 = 983_040;
     let now = ebpf_masq::pod::monotonic_ns();
-    let mut fwd = Fwd::<nat::V4>::open(&dp.pins).unwrap();
-    let mut rev: nat::NatMap<nat::V4> = maps::open(&dp.pins, ebpf_masq::bpf::abi::MAP_NAT4_REV).unwrap();
+    let mut fwd = Fwd::<nat::V4>::pinned(&dp.pins).unwrap();
+    let mut rev: nat::NatMap<nat::V4> = maps::pinned(&dp.pins, ebpf_masq::bpf::abi::MAP_NAT4_REV).unwrap();
     let base = u32::from(Ipv4Addr::new(198, 18, 0, 0));
     for i in 0..n {
         let (daddr, dport) = (Ipv4Addr::from(base + i / 1000), 1000 + (i % 1000) as u16);

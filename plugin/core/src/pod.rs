@@ -125,7 +125,7 @@ pub fn host_ports_of(m: &PodMeta) -> Vec<HostPort> {
 pub fn sync_host_ports(pins: &Pins) -> Result<()> {
     let want: std::collections::BTreeSet<HostPort> =
         list_meta(pins)?.values().flat_map(host_ports_of).collect();
-    let mut m: HashMap<MapData, HostPort, u32> = maps::open(pins, abi::MAP_HOST_PORTS)?;
+    let mut m: HashMap<MapData, HostPort, u32> = maps::pinned(pins, abi::MAP_HOST_PORTS)?;
     let have: Vec<HostPort> = m.keys().collect::<std::result::Result<_, _>>().bpf_ctx("host_ports")?;
     for k in have.iter().filter(|k| !want.contains(k)) {
         match m.remove(k) {
@@ -149,7 +149,7 @@ pub fn meta_fields(m: &PodMeta) -> (String, String, serde_json::Value) {
 
 /// The `pod_meta` record of every attachment that has one.
 pub fn list_meta(pins: &Pins) -> Result<std::collections::HashMap<AttachmentKey, PodMeta>> {
-    let m: HashMap<MapData, AttachmentKey, PodMeta> = maps::open(pins, abi::MAP_POD_META)?;
+    let m: HashMap<MapData, AttachmentKey, PodMeta> = maps::pinned(pins, abi::MAP_POD_META)?;
     m.iter().collect::<std::result::Result<_, _>>().bpf_ctx("pod_meta")
 }
 
@@ -216,10 +216,10 @@ pub fn addrs_of(info: &AttachmentInfo) -> Vec<IpAddr> {
 pub fn register(pins: &Pins, key: &AttachmentKey, reg: &Registration) -> Result<()> {
     let info = reg.to_info()?;
     let res = (|| {
-        let mut atts: HashMap<MapData, AttachmentKey, AttachmentInfo> = maps::open(pins, abi::MAP_ATTACHMENTS)?;
+        let mut atts: HashMap<MapData, AttachmentKey, AttachmentInfo> = maps::pinned(pins, abi::MAP_ATTACHMENTS)?;
         // Record first: a crash after this point leaves something DEL/GC can find.
         atts.insert(key, info, 0).bpf_ctx("write attachments")?;
-        let mut meta: HashMap<MapData, AttachmentKey, PodMeta> = maps::open(pins, abi::MAP_POD_META)?;
+        let mut meta: HashMap<MapData, AttachmentKey, PodMeta> = maps::pinned(pins, abi::MAP_POD_META)?;
         meta.insert(key, reg.meta, 0).bpf_ctx("write pod_meta")?;
         if reg.meta.host_ports[0].port != 0 {
             sync_host_ports(pins)?;
@@ -228,8 +228,8 @@ pub fn register(pins: &Pins, key: &AttachmentKey, reg: &Registration) -> Result<
         // The addresses first, then the veth's entry: an address a veths entry
         // holds is always one pods4/pods6 gives to that veth (the veth program
         // trusts the entry without asking them).
-        let mut p4: HashMap<MapData, [u8; 4], PodInfo> = maps::open(pins, abi::MAP_PODS4)?;
-        let mut p6: HashMap<MapData, [u8; 16], PodInfo> = maps::open(pins, abi::MAP_PODS6)?;
+        let mut p4: HashMap<MapData, [u8; 4], PodInfo> = maps::pinned(pins, abi::MAP_PODS4)?;
+        let mut p6: HashMap<MapData, [u8; 16], PodInfo> = maps::pinned(pins, abi::MAP_PODS6)?;
         for a in &reg.addrs {
             let (before, put) = match a {
                 IpAddr::V4(v4) => (p4.get(&v4.octets(), 0), p4.insert(v4.octets(), pod, 0)),
@@ -262,8 +262,8 @@ pub fn register(pins: &Pins, key: &AttachmentKey, reg: &Registration) -> Result<
 /// anything changed. New flows follow it; established pairs keep their address.
 /// The entries' flags (natOutgoing, natFiltering, the port limit) are kept.
 pub fn set_policies(pins: &Pins, info: &AttachmentInfo, mask: u32) -> Result<bool> {
-    let mut p4: HashMap<MapData, [u8; 4], PodInfo> = maps::open(pins, abi::MAP_PODS4)?;
-    let mut p6: HashMap<MapData, [u8; 16], PodInfo> = maps::open(pins, abi::MAP_PODS6)?;
+    let mut p4: HashMap<MapData, [u8; 4], PodInfo> = maps::pinned(pins, abi::MAP_PODS4)?;
+    let mut p6: HashMap<MapData, [u8; 16], PodInfo> = maps::pinned(pins, abi::MAP_PODS6)?;
     let mut changed = false;
     for a in addrs_of(info) {
         match a {
@@ -293,8 +293,8 @@ pub fn set_policies(pins: &Pins, info: &AttachmentInfo, mask: u32) -> Result<boo
 /// the veth has its `veths` entry, and they all hold the registration's port
 /// limit. The first problem, or None.
 pub fn data_plane_problem(pins: &Pins, info: &AttachmentInfo) -> Result<Option<String>> {
-    let p4: HashMap<MapData, [u8; 4], PodInfo> = maps::open(pins, abi::MAP_PODS4)?;
-    let p6: HashMap<MapData, [u8; 16], PodInfo> = maps::open(pins, abi::MAP_PODS6)?;
+    let p4: HashMap<MapData, [u8; 4], PodInfo> = maps::pinned(pins, abi::MAP_PODS4)?;
+    let p6: HashMap<MapData, [u8; 16], PodInfo> = maps::pinned(pins, abi::MAP_PODS6)?;
     let limit = port_limit_of(info.flags);
     let other_limit = |what: String, have: u16| {
         format!("{what} holds port limit {}, the registration {}", port_limit_text(have), port_limit_text(limit))
@@ -314,7 +314,7 @@ pub fn data_plane_problem(pins: &Pins, info: &AttachmentInfo) -> Result<Option<S
             Err(e) => return Err(Error::bpf_at("read pods", e)),
         }
     }
-    let veths: PerCpuHashMap<MapData, u32, VethInfo> = maps::open(pins, abi::MAP_VETHS)?;
+    let veths: PerCpuHashMap<MapData, u32, VethInfo> = maps::pinned(pins, abi::MAP_VETHS)?;
     match veths.get(&info.veth_ifindex, 0) {
         Ok(v) => Ok(v.iter().map(|x| port_limit_of(x.pod.flags)).find(|&have| have != limit).map(|have| {
             other_limit(format!("the veths entry of ifindex {}", info.veth_ifindex), have)
@@ -332,7 +332,7 @@ pub fn unregister(pins: &Pins, key: &AttachmentKey) -> Result<bool> {
     if !pins.has_registrations() {
         return Ok(false); // nothing was ever set up on this node (or it was uninstalled)
     }
-    let mut atts: HashMap<MapData, AttachmentKey, AttachmentInfo> = maps::open(pins, abi::MAP_ATTACHMENTS)?;
+    let mut atts: HashMap<MapData, AttachmentKey, AttachmentInfo> = maps::pinned(pins, abi::MAP_ATTACHMENTS)?;
     let info = match atts.get(key, 0) {
         Ok(i) => i,
         Err(e) if maps::is_key_not_found(&e) => return Ok(false),
@@ -342,7 +342,7 @@ pub fn unregister(pins: &Pins, key: &AttachmentKey) -> Result<bool> {
     let addrs = addrs_of(&info);
 
     // The veth's entry before the addresses (the reverse of `register`).
-    match maps::open::<PerCpuHashMap<MapData, u32, VethInfo>>(pins, abi::MAP_VETHS) {
+    match maps::pinned::<PerCpuHashMap<MapData, u32, VethInfo>>(pins, abi::MAP_VETHS) {
         Ok(mut s) => match s.remove(&info.veth_ifindex) {
             Ok(()) => {}
             Err(e) if maps::is_key_not_found(&e) => {}
@@ -354,8 +354,8 @@ pub fn unregister(pins: &Pins, key: &AttachmentKey) -> Result<bool> {
     // Addresses: only while they still point at this pod's veth (the IP may have
     // been handed to a newer pod already).
     match (
-        maps::open::<HashMap<MapData, [u8; 4], PodInfo>>(pins, abi::MAP_PODS4),
-        maps::open::<HashMap<MapData, [u8; 16], PodInfo>>(pins, abi::MAP_PODS6),
+        maps::pinned::<HashMap<MapData, [u8; 4], PodInfo>>(pins, abi::MAP_PODS4),
+        maps::pinned::<HashMap<MapData, [u8; 16], PodInfo>>(pins, abi::MAP_PODS6),
     ) {
         (Ok(mut p4), Ok(mut p6)) => {
             for a in &addrs {
@@ -398,7 +398,7 @@ pub fn unregister(pins: &Pins, key: &AttachmentKey) -> Result<bool> {
         errors.push(e.msg);
     }
     if errors.is_empty() {
-        match maps::open::<HashMap<MapData, AttachmentKey, PodMeta>>(pins, abi::MAP_POD_META) {
+        match maps::pinned::<HashMap<MapData, AttachmentKey, PodMeta>>(pins, abi::MAP_POD_META) {
             Ok(mut m) => {
                 let had_ports = m.get(key, 0).is_ok_and(|meta| meta.host_ports[0].port != 0);
                 match m.remove(key) {
@@ -442,7 +442,7 @@ pub fn flush_nat(pins: &Pins, addrs: &[IpAddr]) -> Result<usize> {
 
 /// Every attachment record on the node.
 pub fn list_attachments(pins: &Pins) -> Result<Vec<(AttachmentKey, AttachmentInfo)>> {
-    let atts: HashMap<MapData, AttachmentKey, AttachmentInfo> = maps::open(pins, abi::MAP_ATTACHMENTS)?;
+    let atts: HashMap<MapData, AttachmentKey, AttachmentInfo> = maps::pinned(pins, abi::MAP_ATTACHMENTS)?;
     atts.iter().collect::<std::result::Result<_, _>>().bpf_ctx("attachments")
 }
 

@@ -523,7 +523,7 @@ fn veth_every_registered_address_passes_the_first_of_each_from_the_veth_entry() 
 fn deleting_an_absent_key_reads_as_not_found() {
     let dp = Dataplane::new();
     let mut veths: aya::maps::PerCpuHashMap<aya::maps::MapData, u32, abi::VethInfo> =
-        ebpf_masq::bpf::maps::open(&dp.pins, abi::MAP_VETHS).unwrap();
+        ebpf_masq::bpf::maps::pinned(&dp.pins, abi::MAP_VETHS).unwrap();
     let err = veths.remove(&4242).unwrap_err();
     assert!(ebpf_masq::bpf::maps::is_key_not_found(&err), "{err:?}");
     ebpf_masq::bpf::maps::uplink_remove(&dp.pins, 4242).expect("removing an absent uplink");

@@ -22,7 +22,7 @@ fn sa(a: std::net::Ipv4Addr, p: u16) -> Option<SocketAddr> {
 
 /// Everything in `ring` now, read without a lease of our own.
 fn drain(dp: &Dataplane, ring: &str) -> Vec<Event> {
-    let mut buf: RingBuf<MapData> = maps::open(&dp.pins, ring).unwrap();
+    let mut buf: RingBuf<MapData> = maps::pinned(&dp.pins, ring).unwrap();
     let mut out = Vec::new();
     while let Some(item) = buf.next() {
         out.push(Event::decode(&item).expect("a record the reader knows"));
@@ -33,7 +33,7 @@ fn drain(dp: &Dataplane, ring: &str) -> Vec<Event> {
 #[test]
 fn a_new_flow_tells_its_pair_while_the_lease_runs() {
     let dp = pods_node();
-    let mut r = Reader::open(&dp.pins, Ring::Live).unwrap();
+    let mut r = Reader::new(&dp.pins, Ring::Live).unwrap();
     let out = dp.egress(&udp(POD, REMOTE, 40000, 3478)).passed();
     let port = summary(&out).sport;
     let ev = r.read(Duration::ZERO).unwrap();
@@ -54,7 +54,7 @@ fn an_ipv6_pair_is_told_with_its_16_byte_addresses() {
     let dp = Dataplane::new();
     dp.add_uplink6(LO, Some(MASQ), masq6());
     dp.add_pod6(pod6(), VETH, true);
-    let mut r = Reader::open(&dp.pins, Ring::Live).unwrap();
+    let mut r = Reader::new(&dp.pins, Ring::Live).unwrap();
     let port = summary6(&dp.egress(&tcp6(pod6(), remote6(), 40000, 443, SYN)).passed()).sport;
     let ev = r.read(Duration::ZERO).unwrap();
     assert_eq!(ev.len(), 1, "{ev:?}");
@@ -68,7 +68,7 @@ fn an_ipv6_pair_is_told_with_its_16_byte_addresses() {
 fn a_pair_that_natfiltering_admits_is_told_too() {
     let dp = pods_node();
     dp.set_pod_filtering(POD, abi::NAT_FILTER_EI);
-    let mut r = Reader::open(&dp.pins, Ring::Live).unwrap();
+    let mut r = Reader::new(&dp.pins, Ring::Live).unwrap();
     let p = summary(&dp.egress(&udp(POD, REMOTE, 40000, 3478)).passed()).sport;
     // Someone the pod never sent to: let in on a pair of its own, made by the ingress program.
     assert_eq!(dp.ingress(&udp(REMOTE2, MASQ, 9999, p)).passed(), udp(REMOTE2, POD, 9999, 40000));
@@ -84,7 +84,7 @@ fn a_pair_that_natfiltering_admits_is_told_too() {
 #[test]
 fn an_expired_or_cleared_lease_emits_nothing() {
     let dp = pods_node();
-    let mut leases = Leases::open(&dp.pins).unwrap();
+    let mut leases = Leases::pinned(&dp.pins).unwrap();
     // Never taken: nothing.
     dp.egress(&udp(POD, REMOTE, 40000, 3478)).passed();
     // Ran out (a reader killed a while ago).
@@ -95,13 +95,13 @@ fn an_expired_or_cleared_lease_emits_nothing() {
     assert!(drain(&dp, abi::MAP_EVENTS_LIVE).is_empty());
     assert!(drain(&dp, abi::MAP_EVENTS_LOG).is_empty());
     // A reader that closes clears its lease at once.
-    let mut r = Reader::open(&dp.pins, Ring::Live).unwrap();
+    let mut r = Reader::new(&dp.pins, Ring::Live).unwrap();
     r.close();
     assert_eq!(leases.get().live_until, 0);
     dp.egress(&udp(POD, REMOTE, 40002, 3478)).passed();
     assert!(drain(&dp, abi::MAP_EVENTS_LIVE).is_empty());
     // Dropped too: the lease goes with the reader.
-    let r = Reader::open(&dp.pins, Ring::Log).unwrap();
+    let r = Reader::new(&dp.pins, Ring::Log).unwrap();
     assert!(leases.get().log_until > ktime_now());
     drop(r);
     assert_eq!(leases.get().log_until, 0);
@@ -115,17 +115,17 @@ fn two_readers_never_undo_each_others_lease() {
     // see both. (With a read-modify-write of the whole value the one closing
     // could write the other's older lease back, or the renewal its cleared one.)
     let dp = pods_node();
-    let leases = Leases::open(&dp.pins).unwrap();
-    let mut log = Reader::open(&dp.pins, Ring::Log).unwrap();
+    let leases = Leases::pinned(&dp.pins).unwrap();
+    let mut log = Reader::new(&dp.pins, Ring::Log).unwrap();
     log.log_counts(12, 3);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flapper = {
         let (pins, stop) = (dp.pins.clone(), stop.clone());
         std::thread::spawn(move || {
             let (mut n, mut undone) = (0u32, 0u32);
-            let seen = Leases::open(&pins).unwrap();
+            let seen = Leases::pinned(&pins).unwrap();
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let mut live = Reader::open(&pins, Ring::Live).unwrap();
+                let mut live = Reader::new(&pins, Ring::Live).unwrap();
                 live.close();
                 n += 1;
                 // Nobody else holds the live lease: once cleared it must stay cleared
@@ -140,7 +140,7 @@ fn two_readers_never_undo_each_others_lease() {
     let mut writes = 0u32;
     let until = std::time::Instant::now() + Duration::from_millis(1000);
     while std::time::Instant::now() < until {
-        let mut l = Leases::open(&dp.pins).unwrap();
+        let mut l = Leases::pinned(&dp.pins).unwrap();
         l.hold(Ring::Log, ktime_now() + abi::EVENTS_LEASE_NS);
         writes += 1;
     }
@@ -161,8 +161,8 @@ fn two_readers_never_undo_each_others_lease() {
 #[test]
 fn both_rings_get_every_event_and_a_drop_names_its_reason() {
     let dp = pods_node();
-    let mut log = Reader::open(&dp.pins, Ring::Log).unwrap();
-    let mut live = Reader::open(&dp.pins, Ring::Live).unwrap();
+    let mut log = Reader::new(&dp.pins, Ring::Log).unwrap();
+    let mut live = Reader::new(&dp.pins, Ring::Live).unwrap();
     dp.egress(&tcp(POD, REMOTE, 40000, 443, SYN)).passed();
     dp.veth(&tcp(STRANGER, REMOTE, 40000, 443, SYN)).dropped();
     for r in [&mut log, &mut live] {
@@ -182,7 +182,7 @@ fn a_drop_tells_its_packet_v6_and_an_echos_id() {
     let dp = Dataplane::new();
     dp.add_uplink6(LO, Some(MASQ), masq6());
     dp.add_pod6(pod6(), VETH, true);
-    let mut r = Reader::open(&dp.pins, Ring::Live).unwrap();
+    let mut r = Reader::new(&dp.pins, Ring::Live).unwrap();
     // An echo reply from the pod to a remote that never pinged it through us: it must not leave.
     dp.egress(&echo6_reply(pod6(), remote6(), 777, 1)).dropped();
     let ev = r.read(Duration::ZERO).unwrap();
@@ -197,7 +197,7 @@ fn a_drop_tells_its_packet_v6_and_an_echos_id() {
 fn a_refusal_and_a_taken_over_pair_are_told() {
     let dp = pods_node();
     dp.set_timeouts(20000, 20001, 3600, 1, 3600);
-    let mut r = Reader::open(&dp.pins, Ring::Live).unwrap();
+    let mut r = Reader::new(&dp.pins, Ring::Live).unwrap();
     // Two ports towards one remote endpoint: the third flow is refused.
     dp.egress(&udp(POD, REMOTE, 40000, 53)).passed();
     dp.egress(&udp(POD2, REMOTE, 40000, 53)).passed();
@@ -213,7 +213,7 @@ fn a_refusal_and_a_taken_over_pair_are_told() {
     // A TCP pair reset and quiet past 2 s gives its port to the next flow: its end, then the new pair.
     let dp2 = pods_node();
     dp2.set_timeouts(20000, 20000, 3600, 3600, 3600);
-    let mut r2 = Reader::open(&dp2.pins, Ring::Live).unwrap();
+    let mut r2 = Reader::new(&dp2.pins, Ring::Live).unwrap();
     let out = dp2.egress(&tcp(POD, REMOTE, 40000, 443, SYN)).passed();
     assert_eq!(summary(&out).sport, 20000);
     dp2.egress(&tcp(POD, REMOTE, 40000, 443, RST)).passed();
@@ -233,7 +233,7 @@ fn a_refusal_and_a_taken_over_pair_are_told() {
 fn the_sweep_tells_a_pair_expired_or_closed_with_its_counts() {
     let dp = pods_node();
     dp.set_timeouts(20000, 20099, 3600, 1, 1);
-    let mut r = Reader::open(&dp.pins, Ring::Live).unwrap();
+    let mut r = Reader::new(&dp.pins, Ring::Live).unwrap();
     let port = summary(&dp.egress(&udp(POD, REMOTE, 40000, 53)).passed()).sport;
     dp.ingress(&udp(REMOTE, MASQ, 53, port)).passed();
     let tport = summary(&dp.egress(&tcp(POD, REMOTE, 40001, 443, SYN)).passed()).sport;
@@ -263,7 +263,7 @@ fn the_sweep_tells_a_pair_expired_or_closed_with_its_counts() {
 #[test]
 fn a_full_ring_counts_what_it_lost() {
     let dp = pods_node();
-    let _r = Reader::open(&dp.pins, Ring::Live).unwrap();
+    let _r = Reader::new(&dp.pins, Ring::Live).unwrap();
     // 1 MiB holds ~8,700 records of 112 bytes (and an 8-byte header): drops fill it, unread.
     let frame = tcp(STRANGER, REMOTE, 40000, 443, SYN);
     let n = 10_000u64;
@@ -301,7 +301,7 @@ fn cost_of_a_new_flow_with_and_without_a_reader() {
         ns[ns.len() / 2]
     };
     let off = median(&dp, 10000, &mut None);
-    let mut reader = Some(Reader::open(&dp.pins, Ring::Live).unwrap());
+    let mut reader = Some(Reader::new(&dp.pins, Ring::Live).unwrap());
     let on = median(&dp, 20000, &mut reader);
     drop(reader.take()); // clears the lease
     let off_again = median(&dp, 30000, &mut None);

@@ -286,7 +286,7 @@ fn reply_is_translated_and_redirected_to_the_pod() {
         assert_eq!(run.ret, TC_ACT_REDIRECT);
         let port = summary(&run.out).sport;
         // The pod now lives behind pod0 (the reply's redirect target must be a device).
-        let mut pods: HashMap<MapData, [u8; 4], PodInfo> = maps::open(&dp.pins, abi::MAP_PODS4).unwrap();
+        let mut pods: HashMap<MapData, [u8; 4], PodInfo> = maps::pinned(&dp.pins, abi::MAP_PODS4).unwrap();
         let moved = PodInfo { ifindex: pod0, flags: abi::POD_F_NAT_OUTGOING, ..Default::default() };
         pods.insert(POD.octets(), moved, 0).unwrap();
         dp.set_pod_l2(pod0, PodL2 { l3_ifindex: pod0, ..l2_on_lo() });

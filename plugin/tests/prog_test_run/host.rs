@@ -248,7 +248,7 @@ fn a_pods_host_port_is_never_handed_out() {
     use ebpf_masq::bpf::abi::{HostPort, MAP_HOST_PORTS};
     let dp = pods_node();
     dp.set_config(20000, 20001, 3600);
-    let mut hp: HashMap<MapData, HostPort, u32> = ebpf_masq::bpf::maps::open(&dp.pins, MAP_HOST_PORTS).unwrap();
+    let mut hp: HashMap<MapData, HostPort, u32> = ebpf_masq::bpf::maps::pinned(&dp.pins, MAP_HOST_PORTS).unwrap();
     hp.insert(HostPort { port: 20000, proto: TCP, pad: 0 }, 0, 0).unwrap();
     // TCP: the pod's own 20000 is a hostPort: 20001. UDP 20000 is not one: kept.
     assert_eq!(summary(&dp.egress(&tcp(POD, REMOTE, 20000, 443, SYN)).passed()).sport, 20001);

@@ -18,7 +18,7 @@ use crate::support::{harness::*, node::*, packet::*, pool::Snapshot};
 const SIZE: u32 = 5000;
 
 fn ring_len(dp: &Dataplane, ring: &str) -> usize {
-    let mut buf: RingBuf<MapData> = maps::open(&dp.pins, ring).unwrap();
+    let mut buf: RingBuf<MapData> = maps::pinned(&dp.pins, ring).unwrap();
     std::iter::from_fn(|| buf.next().map(drop)).count()
 }
 
@@ -37,7 +37,7 @@ fn a_used_data_plane_is_kept_as_it_was_after_its_load() {
     dp.add_rule(LO, TUNNEL_CLIENT, 24, 1, None);
     dp.add_pod_net(std::net::Ipv4Addr::new(10, 1, 0, 0), 24);
     dp.set_timeouts(20000, 20099, 3600, 3600, 3600);
-    let lease = Reader::open(&dp.pins, Ring::Live).unwrap();
+    let lease = Reader::new(&dp.pins, Ring::Live).unwrap();
     dp.egress(&udp(POD, REMOTE, 40000, 53)).passed();
     dp.egress(&crate::support::packet6::udp6(pod6(), remote6(), 40000, 53)).passed();
     dp.egress(&udp(STRANGER, REMOTE, 40001, 53)).dropped();

@@ -452,7 +452,7 @@ fn clear_nat(dp: &Dataplane) {
         dp.del_rev(&k);
     }
     let mut hot: aya::maps::HashMap<aya::maps::MapData, ebpf_masq::bpf::abi::NatHotKey, ebpf_masq::bpf::abi::NatHot> =
-        ebpf_masq::bpf::maps::open(&dp.pins, "nat_hot").unwrap();
+        ebpf_masq::bpf::maps::pinned(&dp.pins, "nat_hot").unwrap();
     let keys: Vec<_> = hot.keys().map(|k| k.unwrap()).collect();
     for k in keys {
         hot.remove(&k).unwrap();

@@ -30,7 +30,7 @@ fn node() -> Dataplane {
     dp
 }
 
-/// An open, answered TCP pair POD:(POD_PORT0 + i) -> REMOTE:443 on node port
+/// An established, answered TCP pair POD:(POD_PORT0 + i) -> REMOTE:443 on node port
 /// LO_PORT + i, as the plugin's own writes (adoption) would leave it.
 fn put_open_pair(dp: &Dataplane, i: u16, last_seen_ns: u64) {
     let (port, pod_port) = (LO_PORT + i, POD_PORT0 + i);
@@ -45,7 +45,7 @@ fn put_open_pair(dp: &Dataplane, i: u16, last_seen_ns: u64) {
 }
 
 /// The node port a new flow from POD2:`sport` to REMOTE:443 got (it must leave
-/// masqueraded); the remote answers it, so the pair is open, not a SYN left unanswered.
+/// masqueraded); the remote answers it, so the pair is established, not a SYN left unanswered.
 #[track_caller]
 fn mapped(dp: &Dataplane, sport: u16) -> u16 {
     let s = summary(&dp.egress(&tcp(POD2, REMOTE, sport, 443, SYN)).passed());
@@ -185,7 +185,7 @@ fn ipv6_every_port_of_a_wide_range_is_handed_out_then_refusals_cost_nothing() {
 #[test]
 fn a_greedy_source_is_refused_its_last_ports_while_a_neighbour_gets_them() {
     let dp = node(); // 4,096 ports: short below 256 free
-    // The greedy pod holds every port (open, answered pairs): its next flow is refused
+    // The greedy pod holds every port (established, answered pairs): its next flow is refused
     // for want of a port, and the endpoint gets its bitmap (a full scan counts who holds what).
     let now = monotonic_ns();
     for i in 0..4096u16 {
@@ -239,7 +239,7 @@ fn a_pod_at_its_port_limit_is_refused_there_and_only_there() {
     const OTHER: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 20);
     let dp = node(); // 4,096 ports
     dp.add_pod_limited(LIMITED.into(), 9, 100);
-    let open = |src: Ipv4Addr, dst: Ipv4Addr, sport: u16| -> Option<u16> {
+    let connect = |src: Ipv4Addr, dst: Ipv4Addr, sport: u16| -> Option<u16> {
         let run = dp.egress(&tcp(src, dst, sport, 443, SYN));
         if run.ret == TC_ACT_SHOT {
             return None;
@@ -249,24 +249,24 @@ fn a_pod_at_its_port_limit_is_refused_there_and_only_there() {
         dp.ingress(&tcp(dst, MASQ, 443, s.sport, SYN | ACK)).passed();
         Some(s.sport)
     };
-    let got = (0..150u16).take_while(|&i| open(LIMITED, REMOTE, 40000 + i).is_some()).count();
+    let got = (0..150u16).take_while(|&i| connect(LIMITED, REMOTE, 40000 + i).is_some()).count();
     assert_eq!(got, 100, "the limit, exactly");
     assert_eq!((dp.drops(drop::OVER_LIMIT), dp.drops(drop::NO_PORT), dp.drops(drop::OVER_SHARE)), (1, 0, 0));
     assert_eq!(dp.counter(counter::NAT_HOT_SCANS), 1, "the record is made at the limit, once");
-    assert!(open(LIMITED, REMOTE, 40200).is_none(), "still at it");
+    assert!(connect(LIMITED, REMOTE, 40200).is_none(), "still at it");
     // Another remote endpoint is another count: 100 more there, then refused too.
-    let other = (0..150u16).take_while(|&i| open(LIMITED, OTHER, 41000 + i).is_some()).count();
+    let other = (0..150u16).take_while(|&i| connect(LIMITED, OTHER, 41000 + i).is_some()).count();
     assert_eq!(other, 100);
     // The neighbour (no limit) is not touched towards the same endpoint.
     for i in 0..150u16 {
-        assert!(open(POD2, REMOTE, 42000 + i).is_some(), "neighbour refused");
+        assert!(connect(POD2, REMOTE, 42000 + i).is_some(), "neighbour refused");
     }
     assert_eq!(dp.drops(drop::OVER_LIMIT), 3);
     // The pod resets 10 of its connections to REMOTE: 10 ports back, exactly.
     for i in 0..10u16 {
         dp.egress(&tcp(LIMITED, REMOTE, 40000 + i, 443, RST | ACK)).passed();
     }
-    let again = (0..50u16).take_while(|&i| open(LIMITED, REMOTE, 43000 + i).is_some()).count();
+    let again = (0..50u16).take_while(|&i| connect(LIMITED, REMOTE, 43000 + i).is_some()).count();
     assert_eq!(again, 10, "a pair ended gives its port back to the limit");
     assert_eq!(dp.drops(drop::OVER_LIMIT), 4);
     let r = refusals::of(&dp.pins, &[LIMITED.into()]).unwrap();

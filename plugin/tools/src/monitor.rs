@@ -229,7 +229,7 @@ pub fn main(a: &MonitorArgs) -> Result<()> {
         signal_hook::flag::register(sig, Arc::clone(&stop))
             .map_err(|e| Error::new(code::IO_FAILURE, format!("install the signal handler: {e}")))?;
     }
-    let mut reader = Reader::open(&pins, Ring::Live)?;
+    let mut reader = Reader::new(&pins, Ring::Live)?;
     let mut out = std::io::stdout().lock();
     while !stop.load(Ordering::Relaxed) {
         let events = reader.read(Duration::from_millis(200))?;

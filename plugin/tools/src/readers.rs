@@ -62,7 +62,7 @@ fn excepts<K: aya::Pod>(
     if !has_map(pins, name) {
         return Ok(Vec::new());
     }
-    let trie: LpmTrie<MapData, K, u32> = maps::open(pins, name)?;
+    let trie: LpmTrie<MapData, K, u32> = maps::pinned(pins, name)?;
     let mut out = Vec::new();
     for item in trie.keys() {
         let k = item.map_err(e(name))?;
@@ -75,7 +75,7 @@ fn excepts<K: aya::Pod>(
 /// Every rule of both families (rules4/rules6 joined with their except lists and
 /// rule_stats, which the families share), by id. rules6 is read when pinned.
 pub fn rules(pins: &Pins) -> Result<Vec<RuleRow>> {
-    let rstats: PerCpuArray<MapData, RuleStats> = maps::open(pins, abi::MAP_RULE_STATS)?;
+    let rstats: PerCpuArray<MapData, RuleStats> = maps::pinned(pins, abi::MAP_RULE_STATS)?;
     let mut all_except = excepts::<RuleExcept4Data>(pins, abi::MAP_RULE_EXCEPT4, |d| {
         (u32::from_be_bytes(d.rule_id_be), Ipv4Addr::from(d.daddr).to_string())
     })?;
@@ -85,7 +85,7 @@ pub fn rules(pins: &Pins) -> Result<Vec<RuleRow>> {
 
     // (prefix length incl. the 32 ifindex bits, ifindex, source, id, toAddress)
     let mut found: Vec<(u32, u32, IpAddr, u32, Option<IpAddr>)> = Vec::new();
-    let rules4: LpmTrie<MapData, Rule4Data, RuleInfo> = maps::open(pins, abi::MAP_RULES4)?;
+    let rules4: LpmTrie<MapData, Rule4Data, RuleInfo> = maps::pinned(pins, abi::MAP_RULES4)?;
     for item in rules4.iter() {
         let (k, r) = item.map_err(e(abi::MAP_RULES4))?;
         let d = k.data();
@@ -93,7 +93,7 @@ pub fn rules(pins: &Pins) -> Result<Vec<RuleRow>> {
         found.push((k.prefix_len(), u32::from_be_bytes(d.ifindex_be), IpAddr::V4(Ipv4Addr::from(d.saddr)), r.id, to));
     }
     if has_map(pins, abi::MAP_RULES6) {
-        let rules6: LpmTrie<MapData, Rule6Data, Rule6Info> = maps::open(pins, abi::MAP_RULES6)?;
+        let rules6: LpmTrie<MapData, Rule6Data, Rule6Info> = maps::pinned(pins, abi::MAP_RULES6)?;
         for item in rules6.iter() {
             let (k, r) = item.map_err(e(abi::MAP_RULES6))?;
             let d = k.data();
@@ -172,13 +172,13 @@ impl PodRow {
 
 /// Every pod attachment on the node, in map order.
 pub fn pods(pins: &Pins) -> Result<Vec<PodRow>> {
-    let stats: PerCpuHashMap<MapData, u32, VethInfo> = maps::open(pins, abi::MAP_VETHS)?;
+    let stats: PerCpuHashMap<MapData, u32, VethInfo> = maps::pinned(pins, abi::MAP_VETHS)?;
     // A data plane of an older layout (read during an upgrade) has no pod_meta.
     let metas = if has_map(pins, abi::MAP_POD_META) { pod::list_meta(pins)? } else { Default::default() };
     // The policy mask is in the pods4/pods6 entries; a data plane of an older
     // layout (another pod_info size) has none: no policy selects its pods.
-    let pods4: Option<HashMap<MapData, [u8; 4], PodInfo>> = maps::open(pins, abi::MAP_PODS4).ok();
-    let pods6: Option<HashMap<MapData, [u8; 16], PodInfo>> = maps::open(pins, abi::MAP_PODS6).ok();
+    let pods4: Option<HashMap<MapData, [u8; 4], PodInfo>> = maps::pinned(pins, abi::MAP_PODS4).ok();
+    let pods6: Option<HashMap<MapData, [u8; 16], PodInfo>> = maps::pinned(pins, abi::MAP_PODS6).ok();
     let mask_of = |a: &IpAddr| match a {
         IpAddr::V4(a) => pods4.as_ref().and_then(|m| m.get(&a.octets(), 0).ok()).map_or(0, |p| p.policies),
         IpAddr::V6(a) => pods6.as_ref().and_then(|m| m.get(&a.octets(), 0).ok()).map_or(0, |p| p.policies),
@@ -243,7 +243,7 @@ pub fn nat_gc(pins: &Pins) -> Result<Option<abi::NatGc>> {
     if !has_map(pins, abi::MAP_NAT_GC) {
         return Ok(None);
     }
-    let m: aya::maps::Array<MapData, abi::NatGc> = maps::open(pins, abi::MAP_NAT_GC)?;
+    let m: aya::maps::Array<MapData, abi::NatGc> = maps::pinned(pins, abi::MAP_NAT_GC)?;
     Ok(Some(m.get(&0, 0).map_err(e(abi::MAP_NAT_GC))?))
 }
 
@@ -257,7 +257,7 @@ pub fn map_fill(pins: &Pins, name: &str) -> Result<Option<(u64, u64)>> {
     if !has_map(pins, name) {
         return Ok(None);
     }
-    let data = MapData::from_pin(pins.map(name)).map_err(|err| Error::bpf(format!("open pinned map {name}: {err}")))?;
+    let data = MapData::from_pin(pins.map(name)).map_err(|err| Error::bpf(format!("pinned map {name}: {err}")))?;
     let info = data.info().map_err(e(name))?;
     let fd = data.fd().as_fd().as_raw_fd();
     let ksize = info.key_size() as usize;

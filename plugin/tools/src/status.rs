@@ -176,13 +176,13 @@ pub fn collect(pins: &Pins) -> Result<Value> {
         .map(|p| json!({"name": p, "pin": pins.prog(p).display().to_string(), "pinned": pins.prog(p).exists()}))
         .collect();
 
-    let cfg: Array<MapData, NodeConfig> = maps::open(pins, abi::MAP_CONFIG)?;
+    let cfg: Array<MapData, NodeConfig> = maps::pinned(pins, abi::MAP_CONFIG)?;
     let c = cfg.get(&0, 0).map_err(e("node_config"))?;
 
-    let pool: Option<abi::MasqPool> = maps::open::<Array<MapData, abi::MasqPool>>(pins, abi::MAP_MASQ_POOL)
+    let pool: Option<abi::MasqPool> = maps::pinned::<Array<MapData, abi::MasqPool>>(pins, abi::MAP_MASQ_POOL)
         .ok()
         .and_then(|m| m.get(&0, 0).ok());
-    let ups: HashMap<MapData, u32, UplinkInfo> = maps::open(pins, abi::MAP_UPLINKS)?;
+    let ups: HashMap<MapData, u32, UplinkInfo> = maps::pinned(pins, abi::MAP_UPLINKS)?;
     let mut uplinks = Vec::new();
     for item in ups.iter() {
         let (ifindex, u) = item.map_err(e("uplinks"))?;
@@ -226,12 +226,12 @@ pub fn collect(pins: &Pins) -> Result<Value> {
         }
         x
     };
-    let ex4: LpmTrie<MapData, [u8; 4], ExclInfo> = maps::open(pins, abi::MAP_EXCL4)?;
+    let ex4: LpmTrie<MapData, [u8; 4], ExclInfo> = maps::pinned(pins, abi::MAP_EXCL4)?;
     for item in ex4.iter() {
         let (k, v) = item.map_err(e("excl4"))?;
         exclusions.push(excl(format!("{}/{}", Ipv4Addr::from(k.data()), k.prefix_len()), v));
     }
-    let ex6: LpmTrie<MapData, [u8; 16], ExclInfo> = maps::open(pins, abi::MAP_EXCL6)?;
+    let ex6: LpmTrie<MapData, [u8; 16], ExclInfo> = maps::pinned(pins, abi::MAP_EXCL6)?;
     for item in ex6.iter() {
         let (k, v) = item.map_err(e("excl6"))?;
         exclusions.push(excl(format!("{}/{}", Ipv6Addr::from(k.data()), k.prefix_len()), v));
@@ -282,7 +282,7 @@ pub fn collect(pins: &Pins) -> Result<Value> {
         + nat::orphans::<nat::V4>(pins)?.len()
         + nat::orphans::<nat::V6>(pins)?.len();
     let gc = readers::nat_gc(pins)?.unwrap_or_default();
-    let leases = events::Leases::open(pins)?.get();
+    let leases = events::Leases::pinned(pins)?.get();
     let now = ebpf_masq_core::pod::monotonic_ns();
 
     Ok(json!({

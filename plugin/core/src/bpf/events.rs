@@ -252,9 +252,9 @@ macro_rules! ctl_at {
 }
 
 impl Leases {
-    pub fn open(pins: &Pins) -> Result<Leases> {
+    pub fn pinned(pins: &Pins) -> Result<Leases> {
         use std::os::fd::AsFd;
-        let map = maps::open_data(pins, abi::MAP_EVENTS_CTL)?;
+        let map = maps::pinned_data(pins, abi::MAP_EVENTS_CTL)?;
         // An mmapable array's values start at offset 0 (the kernel maps the whole page).
         let len = std::num::NonZeroUsize::new(std::mem::size_of::<EventsCtl>()).expect("non-zero");
         // SAFETY: a fresh shared mapping of the map's fd; it outlives the fd (closed with `map`).
@@ -338,7 +338,7 @@ impl Leases {
 
 impl Drop for Leases {
     fn drop(&mut self) {
-        // SAFETY: the mapping made in open, unmapped once.
+        // SAFETY: the mapping made in new, unmapped once.
         if let Err(e) = unsafe { nix::sys::mman::munmap(self.ptr, self.len.get()) } {
             log::warn!("events: unmap {}: {e}", abi::MAP_EVENTS_CTL);
         }
@@ -361,9 +361,9 @@ pub struct Reader {
 
 impl Reader {
     /// Open `ring` and take its lease: the programs write events into it from now on.
-    pub fn open(pins: &Pins, ring: Ring) -> Result<Reader> {
-        let buf = maps::open(pins, ring.map())?;
-        let mut leases = Leases::open(pins)?;
+    pub fn new(pins: &Pins, ring: Ring) -> Result<Reader> {
+        let buf = maps::pinned(pins, ring.map())?;
+        let mut leases = Leases::pinned(pins)?;
         if ring == Ring::Log {
             leases.set_log_counts(0, 0);
         }

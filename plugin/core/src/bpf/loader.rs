@@ -243,7 +243,7 @@ fn wants_tcx(hook: Hook) -> bool {
 pub fn attach(pins: &Pins, prog: &str, ifname: &str, dir: TcAttachType, hook: Hook) -> Result<AttachMode> {
     let what = format!("attach {prog} to {ifname} {}", tc_dir_name(dir));
     let mut p = SchedClassifier::from_pin(pins.prog(prog))
-        .bpf_ctx(format!("{what}: open pinned program"))?;
+        .bpf_ctx(format!("{what}: the pinned program"))?;
     if wants_tcx(hook) {
         match attach_tcx(pins, &mut p, ifname, dir, &what)? {
             Tcx::Attached => return Ok(AttachMode::Tcx),

@@ -171,21 +171,21 @@ pub struct ShardParams {
 
 /// The node's recorded shard parameters (`node_config`).
 pub fn shard_params(pins: &Pins) -> Result<ShardParams> {
-    let cfg: Array<MapData, abi::NodeConfig> = maps::open(pins, abi::MAP_CONFIG)?;
+    let cfg: Array<MapData, abi::NodeConfig> = maps::pinned(pins, abi::MAP_CONFIG)?;
     let c = cfg.get(&0, 0).unwrap_or_default();
     Ok(ShardParams { seed: c.nat_seed, shards: c.nat_shards.max(1) })
 }
 
 /// The parameters a previous load recorded, if the config map is pinned and has them.
 pub fn recorded_params(pins: &Pins) -> Option<ShardParams> {
-    let cfg: Array<MapData, abi::NodeConfig> = maps::open(pins, abi::MAP_CONFIG).ok()?;
+    let cfg: Array<MapData, abi::NodeConfig> = maps::pinned(pins, abi::MAP_CONFIG).ok()?;
     let c = cfg.get(&0, 0).ok()?;
     (c.nat_seed != 0 && c.nat_shards != 0).then_some(ShardParams { seed: c.nat_seed, shards: c.nat_shards })
 }
 
 /// Record the parameters the programs were loaded with (the rest of the config stays).
 pub fn record_params(pins: &Pins, p: ShardParams) -> Result<()> {
-    let mut cfg: Array<MapData, abi::NodeConfig> = maps::open(pins, abi::MAP_CONFIG)?;
+    let mut cfg: Array<MapData, abi::NodeConfig> = maps::pinned(pins, abi::MAP_CONFIG)?;
     let mut c = cfg.get(&0, 0).unwrap_or_default();
     c.nat_seed = p.seed;
     c.nat_shards = p.shards;
@@ -211,9 +211,9 @@ pub fn shard_of<K: aya::Pod>(k: &K, p: ShardParams) -> u32 {
 impl<F: Family> Fwd<F> {
     /// Open every shard (an empty slot is an error: the loader fills all of
     /// them before any program is pinned).
-    pub fn open(pins: &Pins) -> Result<Self> {
+    pub fn pinned(pins: &Pins) -> Result<Self> {
         let params = shard_params(pins)?;
-        let outer: ArrayOfMaps<MapData, NatMap<F>> = maps::open(pins, F::FWD)?;
+        let outer: ArrayOfMaps<MapData, NatMap<F>> = maps::pinned(pins, F::FWD)?;
         let shards = (0..params.shards)
             .map(|i| outer.get(&i, 0).map_err(|e| Error::bpf(format!("{} shard {i}: {e}", F::FWD))))
             .collect::<Result<Vec<_>>>()?;
@@ -246,8 +246,8 @@ impl<F: Family> Fwd<F> {
     }
 }
 
-fn open<F: Family>(pins: &Pins) -> Result<(Fwd<F>, NatMap<F>)> {
-    Ok((Fwd::open(pins)?, maps::open(pins, F::REV)?))
+fn pinned_tables<F: Family>(pins: &Pins) -> Result<(Fwd<F>, NatMap<F>)> {
+    Ok((Fwd::pinned(pins)?, maps::pinned(pins, F::REV)?))
 }
 
 /// Size of each of `shards` forward shards for a table of `nat_max_entries` pairs.
@@ -261,7 +261,7 @@ pub fn shard_max_entries(nat_max_entries: u32, shards: u32) -> u32 {
 /// one BPF_MAP_UPDATE_BATCH: every update of an array of maps waits for an RCU
 /// grace period (7-15 ms here), a batch waits once.
 pub fn fill_shards<F: Family>(pins: &Pins, shards: u32, nat_max_entries: u32) -> Result<()> {
-    let outer: ArrayOfMaps<MapData, MapData> = maps::open(pins, F::FWD)?;
+    let outer: ArrayOfMaps<MapData, MapData> = maps::pinned(pins, F::FWD)?;
     let mut slots = Vec::new();
     let mut made = Vec::new();
     for i in 0..shards {
@@ -307,14 +307,14 @@ pub fn fill_shards<F: Family>(pins: &Pins, shards: u32, nat_max_entries: u32) ->
 const ENOTSUPP: i32 = 524;
 
 fn outer_fd(pins: &Pins, name: &str) -> Result<MapData> {
-    MapData::from_pin(pins.map(name)).map_err(|e| Error::bpf(format!("open pinned map {name}: {e}")))
+    MapData::from_pin(pins.map(name)).map_err(|e| Error::bpf(format!("pinned map {name}: {e}")))
 }
 
 
 /// Every forward half with its reverse half (None when the reverse half is
 /// missing or now belongs to another flow).
 pub fn pairs<F: Family>(pins: &Pins) -> Result<Vec<(Tuple, Entry, Option<Entry>)>> {
-    let (fwd, rev) = open::<F>(pins)?;
+    let (fwd, rev) = pinned_tables::<F>(pins)?;
     let mut out = Vec::new();
     for item in fwd.iter() {
         let (k, v) = item.bpf_ctx(F::FWD)?;
@@ -337,7 +337,7 @@ pub fn forward_of(rev: &Tuple, e: &Entry) -> Tuple {
 /// Reverse halves with no forward half of the same pair (none while the pair
 /// invariant holds; a pair being removed may show for a moment).
 pub fn orphans<F: Family>(pins: &Pins) -> Result<Vec<(Tuple, Entry)>> {
-    let (fwd, rev) = open::<F>(pins)?;
+    let (fwd, rev) = pinned_tables::<F>(pins)?;
     let mut out = Vec::new();
     for item in rev.iter() {
         let (k, v) = item.bpf_ctx(F::REV)?;
@@ -367,7 +367,7 @@ pub fn flush<F: Family>(pins: &Pins, addrs: &[IpAddr]) -> Result<usize> {
     if mine.is_empty() {
         return Ok(0);
     }
-    let (mut fwd, mut rev) = open::<F>(pins)?;
+    let (mut fwd, mut rev) = pinned_tables::<F>(pins)?;
     let mut n = 0;
     let doomed: Vec<(Tuple, Entry)> = fwd
         .iter()
@@ -404,14 +404,14 @@ pub fn flush<F: Family>(pins: &Pins, addrs: &[IpAddr]) -> Result<usize> {
         .collect();
     super::nat_hot::release(pins, &released)?;
     // The pod's mapping hints: a later pod given the address starts with none.
-    let mut bind: HashMap<MapData, F::BindKey, F::Bind> = maps::open(pins, F::BIND)?;
+    let mut bind: HashMap<MapData, F::BindKey, F::Bind> = maps::pinned(pins, F::BIND)?;
     let hints: Vec<F::BindKey> =
         bind.keys().filter_map(|k| k.ok()).filter(|k| mine.contains(&F::bind_addr(k))).collect();
     for k in hints {
         ignore_not_found(bind.remove(&k)).bpf_ctx(F::BIND)?;
     }
     // Its open mappings (natFiltering): nobody outside reaches the address's next owner through them.
-    let mut open: HashMap<MapData, F::BindKey, F::Open> = maps::open(pins, F::OPEN)?;
+    let mut open: HashMap<MapData, F::BindKey, F::Open> = maps::pinned(pins, F::OPEN)?;
     let opened: Vec<F::BindKey> = open
         .iter()
         .filter_map(|r| r.ok())

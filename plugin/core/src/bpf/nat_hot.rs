@@ -64,9 +64,9 @@ pub fn release(pins: &Pins, removed: &[Released]) -> Result<()> {
     if removed.is_empty() || !pins.map(abi::MAP_NAT_HOT).exists() {
         return Ok(());
     }
-    let cfg: Array<MapData, NodeConfig> = maps::open(pins, abi::MAP_CONFIG)?;
+    let cfg: Array<MapData, NodeConfig> = maps::pinned(pins, abi::MAP_CONFIG)?;
     let c = cfg.get(&0, 0).unwrap_or_default();
-    let mut hot: HashMap<MapData, NatHotKey, NatHot> = maps::open(pins, abi::MAP_NAT_HOT)?;
+    let mut hot: HashMap<MapData, NatHotKey, NatHot> = maps::pinned(pins, abi::MAP_NAT_HOT)?;
     if hot.keys().next().is_none() {
         return Ok(());
     }

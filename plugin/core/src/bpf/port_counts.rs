@@ -26,7 +26,7 @@ pub fn forget(pins: &Pins, addrs: &[IpAddr]) -> Result<usize> {
     if addrs.is_empty() || !pins.map(abi::MAP_PORT_COUNTS).exists() {
         return Ok(0);
     }
-    let mut m: HashMap<MapData, PortCountKey, u32> = maps::open(pins, abi::MAP_PORT_COUNTS)?;
+    let mut m: HashMap<MapData, PortCountKey, u32> = maps::pinned(pins, abi::MAP_PORT_COUNTS)?;
     // The keys first, then the deletes: removing while iterating restarts the walk.
     let mine: Vec<PortCountKey> = m.keys().filter_map(|k| k.ok()).filter(|k| is_of(k, addrs)).collect();
     for k in &mine {

@@ -20,17 +20,17 @@ pub fn key_of(a: IpAddr) -> RefusalKey {
     RefusalKey { addr: abi::addr_words(a), v6: u32::from(a.is_ipv6()) }
 }
 
-fn open(pins: &Pins) -> Result<Option<HashMap<MapData, RefusalKey, Refusals>>> {
+fn pinned(pins: &Pins) -> Result<Option<HashMap<MapData, RefusalKey, Refusals>>> {
     if !pins.map(abi::MAP_REFUSALS).exists() {
         return Ok(None); // an older layout: nothing counted
     }
-    maps::open(pins, abi::MAP_REFUSALS).map(Some)
+    maps::pinned(pins, abi::MAP_REFUSALS).map(Some)
 }
 
 /// The refusals of these addresses (a pod's), summed.
 pub fn of(pins: &Pins, addrs: &[IpAddr]) -> Result<Refusals> {
     let mut sum = Refusals::default();
-    let Some(m) = open(pins)? else { return Ok(sum) };
+    let Some(m) = pinned(pins)? else { return Ok(sum) };
     for a in addrs {
         if let Ok(r) = m.get(&key_of(*a), 0) {
             sum.no_port += r.no_port;
@@ -43,7 +43,7 @@ pub fn of(pins: &Pins, addrs: &[IpAddr]) -> Result<Refusals> {
 
 /// Forget these addresses' refusals (a pod's DEL).
 pub fn forget(pins: &Pins, addrs: &[IpAddr]) -> Result<()> {
-    let Some(mut m) = open(pins)? else { return Ok(()) };
+    let Some(mut m) = pinned(pins)? else { return Ok(()) };
     for a in addrs {
         match m.remove(&key_of(*a)) {
             Err(e) if !maps::is_key_not_found(&e) => return Err(e).bpf_ctx(abi::MAP_REFUSALS),

@@ -54,7 +54,7 @@ fn open_if_shaped<K: aya::Pod, V: aya::Pod>(old: &Pins, name: &str) -> Option<Ha
     if !same_shape(old, name, std::mem::size_of::<K>(), std::mem::size_of::<V>()) {
         return None;
     }
-    maps::open(old, name).ok()
+    maps::pinned(old, name).ok()
 }
 
 fn has_data_plane(old: &Pins) -> bool {
@@ -126,7 +126,7 @@ fn adopt_registrations(pins: &Pins, old: &Pins) -> Result<()> {
     if !same_shape(old, abi::MAP_ATTACHMENTS, k, v) {
         return Err(crate::error::Error::bpf("attachments map of another shape"));
     }
-    let mine: HashMap<MapData, AttachmentKey, AttachmentInfo> = maps::open(pins, abi::MAP_ATTACHMENTS)?;
+    let mine: HashMap<MapData, AttachmentKey, AttachmentInfo> = maps::pinned(pins, abi::MAP_ATTACHMENTS)?;
     // The pods' L2 facts: layout 6 and before kept them in pod_l2 (by veth);
     // since, they are in each pods4/pods6 entry (and, from layout 8, the veths entry).
     let l2 = open_if_shaped::<u32, PodL2>(old, abi::MAP_POD_L2);
@@ -214,8 +214,8 @@ fn adopt_uplinks(pins: &Pins, old: &Pins) -> Result<()> {
     if !same_shape(old, abi::MAP_UPLINKS, 4, std::mem::size_of::<UplinkInfo>()) {
         return Ok(());
     }
-    let from: HashMap<MapData, u32, UplinkInfo> = maps::open(old, abi::MAP_UPLINKS)?;
-    let to: HashMap<MapData, u32, UplinkInfo> = maps::open(pins, abi::MAP_UPLINKS)?;
+    let from: HashMap<MapData, u32, UplinkInfo> = maps::pinned(old, abi::MAP_UPLINKS)?;
+    let to: HashMap<MapData, u32, UplinkInfo> = maps::pinned(pins, abi::MAP_UPLINKS)?;
     for entry in from.iter() {
         let (ifindex, info) = entry.map_err(|e| crate::error::Error::bpf(format!("read older uplinks: {e}")))?;
         if to.get(&ifindex, 0).is_err() {
@@ -229,8 +229,8 @@ fn adopt_reserved_ports(pins: &Pins, old: &Pins) -> Result<()> {
     if !same_shape(old, abi::MAP_RESERVED_PORTS, 4, std::mem::size_of::<PortRange>()) {
         return Ok(());
     }
-    let from: Array<MapData, PortRange> = maps::open(old, abi::MAP_RESERVED_PORTS)?;
-    let mut to: Array<MapData, PortRange> = maps::open(pins, abi::MAP_RESERVED_PORTS)?;
+    let from: Array<MapData, PortRange> = maps::pinned(old, abi::MAP_RESERVED_PORTS)?;
+    let mut to: Array<MapData, PortRange> = maps::pinned(pins, abi::MAP_RESERVED_PORTS)?;
     let have: Vec<PortRange> = (0..abi::RESERVED_PORTS_MAX).filter_map(|i| to.get(&i, 0).ok()).collect();
     let free: Vec<u32> = (0..abi::RESERVED_PORTS_MAX).filter(|&i| have.get(i as usize) == Some(&PortRange::default())).collect();
     let wanted: Vec<PortRange> = (0..abi::RESERVED_PORTS_MAX)
@@ -322,7 +322,7 @@ fn old_forward<F: Family, V: aya::Pod>(old: &Pins) -> Result<Vec<(F::Key, V)>> {
         }
         _ => {
             let params = nat::shard_params(old)?;
-            let outer: ArrayOfMaps<MapData, HashMap<MapData, F::Key, V>> = maps::open(old, F::FWD)?;
+            let outer: ArrayOfMaps<MapData, HashMap<MapData, F::Key, V>> = maps::pinned(old, F::FWD)?;
             let mut all = Vec::new();
             for i in 0..params.shards {
                 let shard = outer.get(&i, 0).map_err(|e| err(&format!("shard {i}: {e}")))?;
@@ -355,9 +355,9 @@ fn copy_pairs<F: Upgrade>(pins: &Pins, old: &Pins) -> Result<usize> {
 }
 
 fn copy_pairs_as<F: Family, V: aya::Pod>(pins: &Pins, old: &Pins, to_new: impl Fn(&V) -> F::Value) -> Result<usize> {
-    let old_rev: HashMap<MapData, F::Key, V> = maps::open(old, F::REV)?;
-    let mut fwd = Fwd::<F>::open(pins)?;
-    let mut rev: NatMap<F> = maps::open(pins, F::REV)?;
+    let old_rev: HashMap<MapData, F::Key, V> = maps::pinned(old, F::REV)?;
+    let mut fwd = Fwd::<F>::pinned(pins)?;
+    let mut rev: NatMap<F> = maps::pinned(pins, F::REV)?;
     let mut n = 0;
     for (fk, fv) in old_forward::<F, V>(old)? {
         let fv = to_new(&fv);

@@ -33,7 +33,7 @@ pub fn filter_bits(f: crate::config::NatFiltering) -> u32 {
 }
 
 pub(super) fn write_config(pins: &Pins, conf: &MasqOptions) -> Result<()> {
-    let mut cfg: Array<MapData, NodeConfig> = maps::open(pins, abi::MAP_CONFIG)?;
+    let mut cfg: Array<MapData, NodeConfig> = maps::pinned(pins, abi::MAP_CONFIG)?;
     // The shard seed and count are the loader's (built into the programs): kept.
     let old = cfg.get(&0, 0).ok();
     let (seed, shards) = old.map(|c| (c.nat_seed, c.nat_shards)).unwrap_or((0, 0));
@@ -61,7 +61,7 @@ pub(super) fn write_config(pins: &Pins, conf: &MasqOptions) -> Result<()> {
 
 /// masqueradeAddress's pool (masq_pool), written before the uplinks that use it.
 pub(super) fn write_pool(pins: &Pins, conf: &MasqOptions) -> Result<()> {
-    let mut m: Array<MapData, abi::MasqPool> = maps::open(pins, abi::MAP_MASQ_POOL)?;
+    let mut m: Array<MapData, abi::MasqPool> = maps::pinned(pins, abi::MAP_MASQ_POOL)?;
     let mut p = abi::MasqPool {
         len4: conf.masquerade_pool_v4.len() as u32,
         len6: conf.masquerade_pool_v6.len() as u32,
@@ -111,8 +111,8 @@ pub fn desired_exclusions(conf: &MasqOptions) -> Vec<(IpNetwork, ExclInfo)> {
 
 pub(super) fn reconcile_exclusions(pins: &Pins, conf: &MasqOptions) -> Result<()> {
     let desired = desired_exclusions(conf);
-    let mut v4: LpmTrie<MapData, [u8; 4], ExclInfo> = maps::open(pins, abi::MAP_EXCL4)?;
-    let mut v6: LpmTrie<MapData, [u8; 16], ExclInfo> = maps::open(pins, abi::MAP_EXCL6)?;
+    let mut v4: LpmTrie<MapData, [u8; 4], ExclInfo> = maps::pinned(pins, abi::MAP_EXCL4)?;
+    let mut v6: LpmTrie<MapData, [u8; 16], ExclInfo> = maps::pinned(pins, abi::MAP_EXCL6)?;
     let want4: BTreeMap<(u32, [u8; 4]), ExclInfo> = desired
         .iter()
         .filter_map(|(n, i)| match n {
@@ -147,9 +147,9 @@ pub(super) fn reconcile_services(pins: &Pins, conf: &MasqOptions) -> Result<()> 
             }
         }
     }
-    let mut v4: LpmTrie<MapData, [u8; 4], u32> = maps::open(pins, abi::MAP_SVC4)?;
+    let mut v4: LpmTrie<MapData, [u8; 4], u32> = maps::pinned(pins, abi::MAP_SVC4)?;
     sync_lpm(&mut v4, &want4, "svc4", |_| false)?;
-    let mut v6: LpmTrie<MapData, [u8; 16], u32> = maps::open(pins, abi::MAP_SVC6)?;
+    let mut v6: LpmTrie<MapData, [u8; 16], u32> = maps::pinned(pins, abi::MAP_SVC6)?;
     sync_lpm(&mut v6, &want6, "svc6", |_| false)
 }
 
@@ -219,13 +219,13 @@ pub(super) fn reconcile_rules(pins: &Pins, conf: &MasqOptions, uplinks: &[Uplink
         }
     }
     // Exceptions first, so a new rule never matches before its exceptions exist.
-    let mut m: LpmTrie<MapData, RuleExcept4Data, u32> = maps::open(pins, abi::MAP_RULE_EXCEPT4)?;
+    let mut m: LpmTrie<MapData, RuleExcept4Data, u32> = maps::pinned(pins, abi::MAP_RULE_EXCEPT4)?;
     sync_lpm(&mut m, &except4, "rule_except4", |_| false)?;
-    let mut m: LpmTrie<MapData, RuleExcept6Data, u32> = maps::open(pins, abi::MAP_RULE_EXCEPT6)?;
+    let mut m: LpmTrie<MapData, RuleExcept6Data, u32> = maps::pinned(pins, abi::MAP_RULE_EXCEPT6)?;
     sync_lpm(&mut m, &except6, "rule_except6", |_| false)?;
-    let mut m: LpmTrie<MapData, Rule4Data, RuleInfo> = maps::open(pins, abi::MAP_RULES4)?;
+    let mut m: LpmTrie<MapData, Rule4Data, RuleInfo> = maps::pinned(pins, abi::MAP_RULES4)?;
     sync_lpm(&mut m, &rules4, "rules4", |_| false)?;
-    let mut m: LpmTrie<MapData, Rule6Data, Rule6Info> = maps::open(pins, abi::MAP_RULES6)?;
+    let mut m: LpmTrie<MapData, Rule6Data, Rule6Info> = maps::pinned(pins, abi::MAP_RULES6)?;
     sync_lpm(&mut m, &rules6, "rules6", |_| false)
 }
 

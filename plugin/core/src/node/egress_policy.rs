@@ -48,8 +48,8 @@ pub fn check_ownership(policies: &[EgressPolicy], owned: &BTreeSet<IpAddr>, upli
 
 /// `egress_policies` and the policies' `masq_pool` slots, from the config.
 fn write_policies(pins: &Pins, policies: &[EgressPolicy]) -> Result<()> {
-    let mut infos: Array<MapData, EgressPolicyInfo> = maps::open(pins, abi::MAP_EGRESS_POLICIES)?;
-    let mut pools: Array<MapData, MasqPool> = maps::open(pins, abi::MAP_MASQ_POOL)?;
+    let mut infos: Array<MapData, EgressPolicyInfo> = maps::pinned(pins, abi::MAP_EGRESS_POLICIES)?;
+    let mut pools: Array<MapData, MasqPool> = maps::pinned(pins, abi::MAP_MASQ_POOL)?;
     let specs = config::egress_policies_to_json(policies);
     for i in 0..abi::EGRESS_POLICIES_MAX {
         let Some(p) = policies.get(i as usize) else {
@@ -137,8 +137,8 @@ pub fn sync(pins: &Pins, conf: &MasqOptions, extra: Option<u32>) -> Result<()> {
     }
     // Entries for every mask in use first, then the pods' masks, then the stale entries.
     let (want4, want6) = entries(policies, &masks);
-    let mut e4: LpmTrie<MapData, PolicyDst4Data, PolicyHit> = maps::open(pins, abi::MAP_POLICY_DST4)?;
-    let mut e6: LpmTrie<MapData, PolicyDst6Data, PolicyHit> = maps::open(pins, abi::MAP_POLICY_DST6)?;
+    let mut e4: LpmTrie<MapData, PolicyDst4Data, PolicyHit> = maps::pinned(pins, abi::MAP_POLICY_DST4)?;
+    let mut e6: LpmTrie<MapData, PolicyDst6Data, PolicyHit> = maps::pinned(pins, abi::MAP_POLICY_DST6)?;
     for ((set, addr, plen), hit) in &want4 {
         e4.insert(&Key::new(32 + plen, PolicyDst4Data { set: *set, daddr: *addr }), *hit, 0)
             .bpf_ctx("write policy_dst4 (more than POLICY_DSTS_MAX destinations?)")?;

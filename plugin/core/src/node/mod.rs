@@ -222,7 +222,7 @@ fn warn_if_resized(pins: &Pins, wanted: u32) {
 
 /// Sum of every CPU's value of a per-CPU u64 array.
 pub fn read_counters(pins: &Pins, name: &str) -> Result<Vec<u64>> {
-    let arr: PerCpuArray<MapData, u64> = maps::open(pins, name)?;
+    let arr: PerCpuArray<MapData, u64> = maps::pinned(pins, name)?;
     let mut out = Vec::new();
     for v in arr.iter() {
         let v: PerCpuValues<u64> = v.bpf_ctx(name)?;

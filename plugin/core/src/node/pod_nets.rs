@@ -41,8 +41,8 @@ fn origin_of(v: &PodNetInfo) -> Option<Origin> {
     }
 }
 
-fn open(pins: &Pins) -> Result<(LpmTrie<MapData, [u8; 4], PodNetInfo>, LpmTrie<MapData, [u8; 16], PodNetInfo>)> {
-    Ok((maps::open(pins, abi::MAP_POD_NETS4)?, maps::open(pins, abi::MAP_POD_NETS6)?))
+fn pinned(pins: &Pins) -> Result<(LpmTrie<MapData, [u8; 4], PodNetInfo>, LpmTrie<MapData, [u8; 16], PodNetInfo>)> {
+    Ok((maps::pinned(pins, abi::MAP_POD_NETS4)?, maps::pinned(pins, abi::MAP_POD_NETS6)?))
 }
 
 /// A learned subnet only when it is wider than a host route (Calico's /32s teach nothing).
@@ -56,7 +56,7 @@ fn learnable(n: &IpNetwork) -> bool {
 /// Add the subnets of a registered pod's addresses (`nets`: its prevResult's
 /// address/prefix) that are not there yet. The caller holds the node lock.
 pub fn learn(pins: &Pins, nets: &[IpNetwork]) -> Result<()> {
-    let (mut v4, mut v6) = open(pins)?;
+    let (mut v4, mut v6) = pinned(pins)?;
     let learned = PodNetInfo { origin: abi::POD_NET_LEARNED, index: 0 };
     for n in nets.iter().filter(|n| learnable(n)) {
         match n {
@@ -80,7 +80,7 @@ pub fn learn(pins: &Pins, nets: &[IpNetwork]) -> Result<()> {
 /// podCIDRs into pod_nets4/6: its entries written, configured ones it no longer
 /// lists removed, learned ones kept. The caller holds the node lock.
 pub(super) fn reconcile(pins: &Pins, conf: &MasqOptions) -> Result<()> {
-    let (mut v4, mut v6) = open(pins)?;
+    let (mut v4, mut v6) = pinned(pins)?;
     let mut want4: BTreeMap<(u32, [u8; 4]), PodNetInfo> = BTreeMap::new();
     let mut want6: BTreeMap<(u32, [u8; 16]), PodNetInfo> = BTreeMap::new();
     for (i, n) in conf.pod_cidrs.iter().enumerate() {
@@ -106,7 +106,7 @@ pub fn lookup(pins: &Pins, addr: std::net::IpAddr) -> Result<Option<(IpNetwork, 
 
 /// Every entry, IPv4 first, each with where it came from.
 pub fn list(pins: &Pins) -> Result<Vec<(IpNetwork, Origin)>> {
-    let (v4, v6) = open(pins)?;
+    let (v4, v6) = pinned(pins)?;
     let mut out = Vec::new();
     for e in v4.iter() {
         let (k, v) = e.bpf_ctx("pod_nets4")?;

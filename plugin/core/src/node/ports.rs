@@ -20,7 +20,7 @@ const RESERVED_PORTS: &str = "net/ipv4/ip_local_reserved_ports";
 /// ip_local_reserved_ports (ports reserved by anyone else stay) and forget them.
 /// Returns the ranges given back.
 pub fn release_ports(pins: &Pins) -> Result<Vec<(u16, u16)>> {
-    let mut map: Array<MapData, PortRange> = maps::open(pins, abi::MAP_RESERVED_PORTS)?;
+    let mut map: Array<MapData, PortRange> = maps::pinned(pins, abi::MAP_RESERVED_PORTS)?;
     let mine: Vec<(u32, PortRange)> = (0..abi::RESERVED_PORTS_MAX)
         .filter_map(|i| map.get(&i, 0).ok().map(|r| (i, r)))
         .filter(|(_, r)| *r != PortRange::default())

@@ -98,7 +98,7 @@ pub(super) fn reconcile_uplinks(pins: &Pins, uplinks: &[Uplink]) -> Result<()> {
         ingress?;
     }
     let want: BTreeSet<u32> = uplinks.iter().map(|u| u.ifindex).collect();
-    let map: HashMap<MapData, u32, UplinkInfo> = maps::open(pins, abi::MAP_UPLINKS)?;
+    let map: HashMap<MapData, u32, UplinkInfo> = maps::pinned(pins, abi::MAP_UPLINKS)?;
     let present: Vec<u32> = map.keys().collect::<std::result::Result<_, _>>().bpf_ctx("uplinks")?;
     for ifindex in present.into_iter().filter(|i| !want.contains(i)) {
         let name = netlink::get_link_by_index(ifindex)?.map(|l| l.name);
@@ -111,7 +111,7 @@ pub(super) fn reconcile_uplinks(pins: &Pins, uplinks: &[Uplink]) -> Result<()> {
 
 /// Detach from every uplink in the map (uninstall).
 pub fn detach_uplinks(pins: &Pins) -> Result<()> {
-    let map: HashMap<MapData, u32, UplinkInfo> = maps::open(pins, abi::MAP_UPLINKS)?;
+    let map: HashMap<MapData, u32, UplinkInfo> = maps::pinned(pins, abi::MAP_UPLINKS)?;
     let mut errors = Vec::new();
     for ifindex in map.keys() {
         let ifindex = match ifindex {

@@ -109,7 +109,7 @@ impl Dataplane {
         if let Some(k) = POOL.take(nat_max_entries) {
             // (shown with a failing test's output)
             eprintln!("data plane {} kept from an earlier test", k.pins.base.display());
-            let mut dp = Self::open(k.pins);
+            let mut dp = Self::from_pins(k.pins);
             dp.kept = Some((nat_max_entries, k.snapshot));
             dp.prime_sweep();
             return dp;
@@ -132,7 +132,7 @@ impl Dataplane {
         // The guard owns the directory from here on, so even a failed load cleans up.
         let guard = PinGuard(base);
         loader::ensure_loaded(&pins, nat_max_entries).expect("load data plane");
-        let dp = Self::open(pins);
+        let dp = Self::from_pins(pins);
         std::mem::forget(guard); // Dataplane's Drop takes over
         dp.set_config(*PORTS.start(), *PORTS.end(), 3600);
         dp.prime_sweep();
@@ -147,8 +147,8 @@ impl Dataplane {
     }
 
     /// The data plane pinned at `pins`, its programs opened.
-    fn open(pins: Pins) -> Self {
-        let prog = |name| SchedClassifier::from_pin(pins.prog(name)).expect("open pinned program");
+    fn from_pins(pins: Pins) -> Self {
+        let prog = |name| SchedClassifier::from_pin(pins.prog(name)).expect("the pinned program");
         Dataplane {
             egress: prog(loader::PROG_UPLINK_EGRESS),
             ingress: prog(loader::PROG_UPLINK_INGRESS),
@@ -159,7 +159,7 @@ impl Dataplane {
     }
 
     pub(super) fn map<T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>>(&self, name: &str) -> T {
-        maps::open(&self.pins, name).unwrap_or_else(|e| panic!("open {name}: {e:?}"))
+        maps::pinned(&self.pins, name).unwrap_or_else(|e| panic!("open {name}: {e:?}"))
     }
 
     // ---- map setup ----

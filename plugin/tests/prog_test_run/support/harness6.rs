@@ -67,13 +67,13 @@ impl Dataplane {
         self.map(name)
     }
     pub fn fwd6(&self) -> Vec<(Nat6Key, Nat6Entry)> {
-        Fwd::<natmaps::V6>::open(&self.pins).unwrap().iter().collect::<Result<_, _>>().unwrap()
+        Fwd::<natmaps::V6>::pinned(&self.pins).unwrap().iter().collect::<Result<_, _>>().unwrap()
     }
     pub fn rev6(&self) -> Vec<(Nat6Key, Nat6Entry)> {
         self.nat6_map(abi::MAP_NAT6_REV).iter().collect::<Result<_, _>>().unwrap()
     }
     pub fn get_fwd6(&self, k: &Nat6Key) -> Option<Nat6Entry> {
-        Fwd::<natmaps::V6>::open(&self.pins).unwrap().get(k).ok()
+        Fwd::<natmaps::V6>::pinned(&self.pins).unwrap().get(k).ok()
     }
     pub fn get_rev6(&self, k: &Nat6Key) -> Option<Nat6Entry> {
         self.nat6_map(abi::MAP_NAT6_REV).get(k, 0).ok()

@@ -19,7 +19,7 @@ impl Dataplane {
     }
     /// The IPv4 forward halves: every shard of nat4_fwd.
     pub fn fwd_shards(&self) -> Fwd<natmaps::V4> {
-        Fwd::open(&self.pins).unwrap()
+        Fwd::pinned(&self.pins).unwrap()
     }
     pub fn fwd(&self) -> Vec<(Nat4Key, Nat4Entry)> {
         self.fwd_shards().iter().collect::<Result<_, _>>().unwrap()

@@ -146,7 +146,7 @@ where
     T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>,
 {
     if readers::has_map(pins, name) {
-        maps::open(pins, name).map(Some)
+        maps::pinned(pins, name).map(Some)
     } else {
         Ok(None)
     }
@@ -175,7 +175,7 @@ pub struct MapLookups {
 }
 
 impl MapLookups {
-    pub fn open(pins: &Pins) -> Result<Self> {
+    pub fn pinned(pins: &Pins) -> Result<Self> {
         if !pins.loaded() {
             return Err(Error::state(format!(
                 "no data plane under {} (no ADD or `ebpf-masq apply` has run on this node)",
@@ -183,25 +183,25 @@ impl MapLookups {
             )));
         }
         let nat6 = match (pins.map(abi::MAP_NAT6_FWD).exists(), open_opt(pins, abi::MAP_NAT6_REV)?) {
-            (true, Some(r)) => Some((natmaps::Fwd::open(pins)?, r)),
+            (true, Some(r)) => Some((natmaps::Fwd::pinned(pins)?, r)),
             _ => None,
         };
         Ok(MapLookups {
             pins: pins.clone(),
-            uplinks: maps::open(pins, abi::MAP_UPLINKS)?,
-            config: maps::open(pins, abi::MAP_CONFIG)?,
-            nat4: (natmaps::Fwd::open(pins)?, maps::open(pins, abi::MAP_NAT4_REV)?),
+            uplinks: maps::pinned(pins, abi::MAP_UPLINKS)?,
+            config: maps::pinned(pins, abi::MAP_CONFIG)?,
+            nat4: (natmaps::Fwd::pinned(pins)?, maps::pinned(pins, abi::MAP_NAT4_REV)?),
             nat6,
             frag4: open_opt(pins, abi::MAP_FRAG4)?,
             frag6: open_opt(pins, abi::MAP_FRAG6)?,
-            rules4: maps::open(pins, abi::MAP_RULES4)?,
-            except4: maps::open(pins, abi::MAP_RULE_EXCEPT4)?,
+            rules4: maps::pinned(pins, abi::MAP_RULES4)?,
+            except4: maps::pinned(pins, abi::MAP_RULE_EXCEPT4)?,
             rules6: open_opt(pins, abi::MAP_RULES6)?,
             except6: open_opt(pins, abi::MAP_RULE_EXCEPT6)?,
-            pods4: maps::open(pins, abi::MAP_PODS4)?,
-            pods6: maps::open(pins, abi::MAP_PODS6)?,
-            excl4: maps::open(pins, abi::MAP_EXCL4)?,
-            excl6: maps::open(pins, abi::MAP_EXCL6)?,
+            pods4: maps::pinned(pins, abi::MAP_PODS4)?,
+            pods6: maps::pinned(pins, abi::MAP_PODS6)?,
+            excl4: maps::pinned(pins, abi::MAP_EXCL4)?,
+            excl6: maps::pinned(pins, abi::MAP_EXCL6)?,
             policy_dst4: open_opt(pins, abi::MAP_POLICY_DST4)?,
             policy_dst6: open_opt(pins, abi::MAP_POLICY_DST6)?,
             rules: OnceCell::new(),
@@ -256,7 +256,7 @@ impl Lookups for MapLookups {
         if !self.pins.map(abi::MAP_MASQ_POOL).exists() {
             return Ok(None); // a data plane from before pools
         }
-        let m: aya::maps::Array<MapData, abi::MasqPool> = maps::open(&self.pins, abi::MAP_MASQ_POOL)?;
+        let m: aya::maps::Array<MapData, abi::MasqPool> = maps::pinned(&self.pins, abi::MAP_MASQ_POOL)?;
         Ok(m.get(&slot, 0).ok())
     }
     fn policy_dst(&self, set: u32, daddr: IpAddr) -> Result<Option<abi::PolicyHit>> {
@@ -291,12 +291,12 @@ impl Lookups for MapLookups {
         let port = port.to_be_bytes();
         match addr {
             IpAddr::V4(a) => {
-                let m: HashMap<MapData, abi::Nat4Ep, abi::Nat4Bind> = maps::open(&self.pins, name)?;
+                let m: HashMap<MapData, abi::Nat4Ep, abi::Nat4Bind> = maps::pinned(&self.pins, name)?;
                 let k = abi::Nat4Ep { addr: a.octets(), port, proto, pad: 0 };
                 Ok(opt(m.get(&k, 0), name)?.map(|b| (IpAddr::from(b.addr), u16::from_be_bytes(b.port))))
             }
             IpAddr::V6(a) => {
-                let m: HashMap<MapData, abi::Nat6Ep, abi::Nat6Bind> = maps::open(&self.pins, name)?;
+                let m: HashMap<MapData, abi::Nat6Ep, abi::Nat6Bind> = maps::pinned(&self.pins, name)?;
                 let k = abi::Nat6Ep { addr: a.octets(), port, proto, pad: 0 };
                 Ok(opt(m.get(&k, 0), name)?.map(|b| (IpAddr::from(b.addr), u16::from_be_bytes(b.port))))
             }

@@ -72,7 +72,7 @@ pub fn run(pin_path: &Path, pkt: &Packet, out: Option<&str>, json: bool) -> Resu
         return Err(Error::new(code::INVALID_CONFIG, "--src and --dst must be of the same address family"));
     }
     let pins = Pins::new(pin_path);
-    let l = MapLookups::open(&pins)?;
+    let l = MapLookups::pinned(&pins)?;
     let out = resolve_out(&l, out, pkt.dst)?;
     let x = explain(&l, pkt, &out)?;
     if json {

@@ -93,7 +93,7 @@ pub fn collect(pins: &Pins) -> Result<Snapshot> {
     let mut pods = readers::pods(pins)?;
     pods.sort_by(|a, b| (&a.container_id, &a.ifname).cmp(&(&b.container_id, &b.ifname)));
     let egress_policies = readers::egress_policies(pins, &pods)?;
-    let ctl = events::Leases::open(pins)?.get();
+    let ctl = events::Leases::pinned(pins)?.get();
     let natlog = (ctl.log_until > events::ktime_now()).then_some((ctl.log_records, ctl.log_ipfix_unsent));
     Ok(Snapshot {
         natlog,

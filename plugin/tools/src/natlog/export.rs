@@ -268,7 +268,7 @@ pub struct Totals {
 /// `events_log` ring. The ring's lease is given up on return (and runs out
 /// within seconds if the process dies).
 pub fn run(pins: &Pins, c: &NatLogConf, stop: &AtomicBool) -> Result<Totals> {
-    let mut reader = events::Reader::open(pins, Ring::Log)?;
+    let mut reader = events::Reader::new(pins, Ring::Log)?;
     let mut sinks = Sinks::open(c)?;
     let mut names = Names::load(pins)?;
     let alive = snapshot::alive(pins)?;

@@ -100,7 +100,7 @@ pub fn egress_policy_descs(pins: &Pins) -> Result<Vec<PolicyDesc>> {
     if !has_map(pins, abi::MAP_EGRESS_POLICIES) {
         return Ok(Vec::new());
     }
-    let m: Array<MapData, EgressPolicyInfo> = maps::open(pins, abi::MAP_EGRESS_POLICIES)?;
+    let m: Array<MapData, EgressPolicyInfo> = maps::pinned(pins, abi::MAP_EGRESS_POLICIES)?;
     let mut out = Vec::new();
     for i in 0..abi::EGRESS_POLICIES_MAX.min(m.len()) {
         let info = m.get(&i, 0).map_err(e(abi::MAP_EGRESS_POLICIES))?;
@@ -126,7 +126,7 @@ pub struct PolicyRow {
 pub fn egress_policies(pins: &Pins, pods: &[PodRow]) -> Result<Vec<PolicyRow>> {
     let descs = egress_policy_descs(pins)?;
     let stats: Option<PerCpuArray<MapData, PolicyStats>> =
-        if has_map(pins, abi::MAP_POLICY_STATS) { Some(maps::open(pins, abi::MAP_POLICY_STATS)?) } else { None };
+        if has_map(pins, abi::MAP_POLICY_STATS) { Some(maps::pinned(pins, abi::MAP_POLICY_STATS)?) } else { None };
     let mut out = Vec::new();
     for desc in descs {
         let mut sum = PolicyStats::default();
